@@ -1,0 +1,60 @@
+# keyed's Makefile. `make` or `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+BIN          := $(CURDIR)/bin
+TEMPORAL     := $(BIN)/temporal
+STRIPE_MOCK  := $(BIN)/stripe-mock
+TEMPORAL_CLI_VERSION := v1.5.1
+STRIPE_MOCK_VERSION  := v0.203.0
+export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+export KEYED_TEMPORAL_BIN ?= $(TEMPORAL)
+export KEYED_STRIPE_MOCK_BIN ?= $(STRIPE_MOCK)
+GO_TEST_FLAGS ?= -count=1 -timeout 20m
+FUZZ_TIME ?= 5s
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: postgres tools ## Run every test against real Postgres (and, from the pipeline on, a Temporal dev server), then fuzz keys briefly.
+	go vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	go test $(GO_TEST_FLAGS) ./...
+	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(FUZZ_TIME) ./effects
+
+.PHONY: demo
+demo: postgres tools ## Run the demo against local Postgres (see README).
+	go run ./cmd/demo
+
+.PHONY: bench
+bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 connections.
+	go test -run '^$$' -bench ClaimComplete -benchtime 5000x -count 3 ./effects
+
+.PHONY: fuzz
+fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
+	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects
+
+.PHONY: postgres
+postgres: ## Make sure PostgreSQL runs on 127.0.0.1:5432 (starts or installs it).
+	@scripts/ensure-postgres
+
+.PHONY: tools
+tools: $(TEMPORAL) $(STRIPE_MOCK) ## Build the Temporal CLI (dev server + Web UI) and stripe-mock into bin/.
+
+$(TEMPORAL):
+	@echo "Building the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (about 5 minutes the first time)..."
+	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+$(STRIPE_MOCK):
+	GOBIN=$(BIN) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+.PHONY: fmt
+fmt: ## Format the code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: clean
+clean: ## Remove built tools and demo state.
+	rm -rf bin .demo

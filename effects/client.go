@@ -1,0 +1,401 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultLease is how long a claim is held without an Extend before another
+// owner may take it over.
+const DefaultLease = 5 * time.Minute
+
+// MaxResultBytes caps the JSON outcome stored by Complete. An outcome is an
+// ID, a status and an amount; anything larger is almost certainly a payload.
+const MaxResultBytes = 4096
+
+// maxErrorMessage caps the failure message stored by Fail.
+const maxErrorMessage = 512
+
+// State is the state of an effect record.
+type State string
+
+// The states an effect record moves through.
+const (
+	StateClaimed         State = "claimed"
+	StateSucceeded       State = "succeeded"
+	StateFailedTransient State = "failed_transient"
+	StateFailedTerminal  State = "failed_terminal"
+)
+
+// Mode says how a claim was acquired.
+type Mode string
+
+// The ways a claim is acquired.
+const (
+	// ModeNew: no record existed; this claim inserted it.
+	ModeNew Mode = "new"
+	// ModeRetry: the last attempt failed transiently; this claim took the key again.
+	ModeRetry Mode = "retry"
+	// ModeReentry: the same owner held the claim (an earlier attempt of the same step).
+	ModeReentry Mode = "reentry"
+	// ModeTakeover: another owner held the claim and its lease had expired.
+	ModeTakeover Mode = "takeover"
+)
+
+// DB is what the Client needs from Postgres. *pgxpool.Pool, *pgx.Conn and
+// pgx.Tx all satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ClientOpts configures a Client. A nil *ClientOpts means all defaults.
+type ClientOpts struct {
+	// Lease is the default claim lease. Zero means DefaultLease.
+	Lease time.Duration
+	// Logger receives one record per claim outcome. Nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counters and the claim-latency histogram. Nil means
+	// no metrics.
+	Metrics *Metrics
+}
+
+// Client claims, completes and fails effect records in Postgres. It is safe
+// for concurrent use.
+type Client struct {
+	db      DB
+	lease   time.Duration
+	logger  *slog.Logger
+	metrics *Metrics
+}
+
+// NewClient returns a Client over db, which must have keyed's migrations
+// applied. It returns an error if db is nil or opts are invalid.
+func NewClient(db DB, opts *ClientOpts) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("effects: NewClient: db is nil")
+	}
+	if opts == nil {
+		opts = &ClientOpts{}
+	}
+	c := &Client{db: db, lease: opts.Lease, logger: opts.Logger, metrics: opts.Metrics}
+	switch {
+	case c.lease == 0:
+		c.lease = DefaultLease
+	case c.lease < time.Second:
+		return nil, fmt.Errorf("effects: NewClient: lease %s is shorter than one second", c.lease)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return c, nil
+}
+
+// ClaimParams says which effect to claim and who claims it.
+type ClaimParams struct {
+	// Key names the effect. Required.
+	Key Key
+	// Kind groups effects for metrics, such as "charge" or "receipt".
+	// Empty means the key's last part.
+	Kind string
+	// Owner identifies the logical step claiming the key. A later attempt
+	// with the same Owner re-enters its own claim at once; any other owner
+	// waits for the lease to run out. For a Temporal activity use the
+	// workflow ID and step name, never the attempt number. Required.
+	Owner string
+	// Fingerprint identifies the effect's deterministic inputs, such as a
+	// hash of amount and currency. When set, a later claim of the same key
+	// with another fingerprint fails with ErrKeyReused.
+	Fingerprint string
+	// Lease overrides the client's default lease for this claim.
+	Lease time.Duration
+}
+
+// Claim is the result of claiming a key. Either the caller now owns the
+// effect (Done is false) or the effect already happened (Done is true) and
+// Result holds its stored outcome.
+type Claim struct {
+	Key        Key
+	Kind       string
+	Owner      string
+	Mode       Mode
+	Generation int64
+	Attempt    int
+	LeaseUntil time.Time
+	Done       bool
+	Result     json.RawMessage
+}
+
+// Decode unmarshals the stored outcome of a Done claim into v.
+func (c *Claim) Decode(v any) error {
+	if len(c.Result) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(c.Result, v); err != nil {
+		return fmt.Errorf("decode stored result of %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// Claim claims p.Key with one atomic INSERT ... ON CONFLICT DO NOTHING
+// RETURNING. If a record already exists it branches on its state: a
+// succeeded record returns a Done claim with the stored result; a terminal
+// failure returns a *TerminalError; a live claim of another owner returns an
+// *InProgressError; an expired claim, a claim of the same owner, or a
+// transient failure is taken over with one conditional UPDATE, so that of
+// several racers exactly one wins. A fingerprint that differs from the stored
+// one returns a *KeyReusedError. Invalid params return an error wrapping
+// ErrInvalidKey or describing the missing field.
+func (c *Client) Claim(ctx context.Context, p ClaimParams) (*Claim, error) {
+	return c.claim(ctx, c.db, p)
+}
+
+// ClaimTx is Claim inside the caller's transaction: the claim commits or rolls
+// back with it, and racers for the same key wait on the transaction. The
+// transaction must run at READ COMMITTED, Postgres's default.
+func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim, error) {
+	return c.claim(ctx, tx, p)
+}
+
+const claimInsertSQL = `
+INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
+VALUES ($1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
+ON CONFLICT (key) DO NOTHING
+RETURNING generation, attempts, lease_until`
+
+// claimTakeSQL takes over an existing record only if it is still the
+// generation that was read and may still be taken: a concurrent taker bumps
+// the generation, and a concurrent Extend makes the lease live again.
+const claimTakeSQL = `
+UPDATE keyed_effects
+SET state = 'claimed', owner = $3, generation = generation + 1, attempts = attempts + 1,
+    lease_until = now() + $4 * interval '1 microsecond',
+    error_code = NULL, error_message = NULL, finished_at = NULL, updated_at = now()
+WHERE key = $1 AND generation = $2
+  AND (state = 'failed_transient' OR (state = 'claimed' AND (owner = $3 OR lease_until <= now())))
+RETURNING generation, attempts, lease_until`
+
+func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error) {
+	start := time.Now()
+	if p.Key.IsZero() {
+		return nil, fmt.Errorf("claim: %w: key is empty", ErrInvalidKey)
+	}
+	if p.Owner == "" {
+		return nil, fmt.Errorf("claim %s: owner is empty", p.Key)
+	}
+	if p.Kind == "" {
+		parts := p.Key.Parts()
+		p.Kind = parts[len(parts)-1]
+	}
+	lease := p.Lease
+	if lease <= 0 {
+		lease = c.lease
+	}
+	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner}
+
+	// A few rounds cover a record that changes between the failed insert and
+	// the read (a racer's takeover, or a prune of a finished record).
+	for round := 0; round < 5; round++ {
+		err := db.QueryRow(ctx, claimInsertSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint, lease.Microseconds()).
+			Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil)
+		if err == nil {
+			cl.Mode = ModeNew
+			return c.acquired(ctx, cl, start), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("claim %s: %w", p.Key, err)
+		}
+
+		rec, live, err := c.get(ctx, db, p.Key.String())
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim %s: %w", p.Key, err)
+		}
+		if rec.Fingerprint != p.Fingerprint {
+			c.metrics.mismatch(p.Kind)
+			c.log(ctx, slog.LevelWarn, "effect key reused with different inputs", p, "stored_owner", rec.Owner)
+			return nil, &KeyReusedError{Key: p.Key.String()}
+		}
+		switch rec.State {
+		case StateSucceeded:
+			cl.Done, cl.Result, cl.Generation, cl.Attempt = true, rec.Result, rec.Generation, rec.Attempts
+			c.metrics.suppressed(p.Kind, time.Since(start))
+			c.log(ctx, slog.LevelInfo, "effect already done; duplicate suppressed", p)
+			return cl, nil
+		case StateFailedTerminal:
+			c.metrics.suppressed(p.Kind, time.Since(start))
+			c.log(ctx, slog.LevelInfo, "effect failed terminally before; returning stored failure", p, "code", rec.ErrorCode)
+			return nil, &TerminalError{Key: p.Key.String(), Code: rec.ErrorCode, Message: rec.ErrorMessage}
+		case StateClaimed:
+			switch {
+			case rec.Owner == p.Owner:
+				cl.Mode = ModeReentry
+			case !live:
+				cl.Mode = ModeTakeover
+			default:
+				c.metrics.inProgress(p.Kind)
+				c.log(ctx, slog.LevelInfo, "effect in progress elsewhere", p, "holder", rec.Owner)
+				return nil, &InProgressError{Key: p.Key.String(), Owner: rec.Owner, LeaseUntil: *rec.LeaseUntil}
+			}
+		case StateFailedTransient:
+			cl.Mode = ModeRetry
+		}
+		err = db.QueryRow(ctx, claimTakeSQL, p.Key.String(), rec.Generation, p.Owner, lease.Microseconds()).
+			Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil)
+		if err == nil {
+			return c.acquired(ctx, cl, start), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("claim %s: %w", p.Key, err)
+		}
+		// Another racer changed the record first; read it again.
+	}
+	c.metrics.inProgress(p.Kind)
+	return nil, fmt.Errorf("claim %s: %w: record kept changing under contention", p.Key, ErrInProgress)
+}
+
+func (c *Client) acquired(ctx context.Context, cl *Claim, start time.Time) *Claim {
+	c.metrics.acquired(cl.Kind, cl.Mode, time.Since(start))
+	c.logger.LogAttrs(ctx, slog.LevelInfo, "effect claimed",
+		slog.String("effect_key", cl.Key.String()), slog.String("kind", cl.Kind), slog.String("owner", cl.Owner),
+		slog.String("mode", string(cl.Mode)), slog.Int("attempt", cl.Attempt))
+	return cl
+}
+
+func (c *Client) log(ctx context.Context, level slog.Level, msg string, p ClaimParams, args ...any) {
+	c.logger.Log(ctx, level, msg, append([]any{"effect_key", p.Key.String(), "kind", p.Kind, "owner", p.Owner}, args...)...)
+}
+
+// Complete records that the claimed effect happened and stores result, its
+// outcome (an ID, a status, an amount: never card data, message bodies or
+// secrets), as JSON. It returns ErrLeaseLost if the claim was taken over,
+// ErrResultTooLarge if the JSON exceeds MaxResultBytes, and an error if the
+// claim was not acquired.
+func (c *Client) Complete(ctx context.Context, claim *Claim, result any) error {
+	return c.complete(ctx, c.db, claim, result)
+}
+
+// CompleteTx is Complete inside the caller's transaction, so that a database
+// effect and its record commit or roll back together.
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, claim *Claim, result any) error {
+	return c.complete(ctx, tx, claim, result)
+}
+
+func (c *Client) complete(ctx context.Context, db DB, claim *Claim, result any) error {
+	if err := checkOwned(claim); err != nil {
+		return fmt.Errorf("complete: %w", err)
+	}
+	body, err := json.Marshal(result)
+	if err != nil {
+		return fmt.Errorf("complete %s: encode result: %w", claim.Key, err)
+	}
+	if len(body) > MaxResultBytes {
+		return fmt.Errorf("complete %s: %w: %d bytes, limit %d", claim.Key, ErrResultTooLarge, len(body), MaxResultBytes)
+	}
+	tag, err := db.Exec(ctx, `
+UPDATE keyed_effects
+SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND state = 'claimed'`, claim.Key.String(), claim.Generation, body)
+	if err != nil {
+		return fmt.Errorf("complete %s: %w", claim.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("complete %s: %w", claim.Key, ErrLeaseLost)
+	}
+	claim.Done, claim.Result = true, body
+	c.logger.LogAttrs(ctx, slog.LevelInfo, "effect completed",
+		slog.String("effect_key", claim.Key.String()), slog.String("kind", claim.Kind))
+	return nil
+}
+
+// Fail records that the claimed effect failed. An error marked with
+// Transient is stored as a transient failure, which the next claim takes
+// again; any other error is stored as terminal, and later claims return it
+// as a *TerminalError. The stored code comes from the first Coded error in
+// cause's chain. It returns ErrLeaseLost if the claim was taken over.
+func (c *Client) Fail(ctx context.Context, claim *Claim, cause error) error {
+	return c.fail(ctx, c.db, claim, cause)
+}
+
+// FailTx is Fail inside the caller's transaction.
+func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, claim *Claim, cause error) error {
+	return c.fail(ctx, tx, claim, cause)
+}
+
+func (c *Client) fail(ctx context.Context, db DB, claim *Claim, cause error) error {
+	if err := checkOwned(claim); err != nil {
+		return fmt.Errorf("fail: %w", err)
+	}
+	if cause == nil {
+		return fmt.Errorf("fail %s: cause is nil", claim.Key)
+	}
+	state := StateFailedTerminal
+	if IsTransient(cause) {
+		state = StateFailedTransient
+	}
+	msg := cause.Error()
+	if len(msg) > maxErrorMessage {
+		msg = msg[:maxErrorMessage]
+	}
+	code := errorCode(cause)
+	tag, err := db.Exec(ctx, `
+UPDATE keyed_effects
+SET state = $3, error_code = $4, error_message = $5, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND state = 'claimed'`, claim.Key.String(), claim.Generation, state, code, msg)
+	if err != nil {
+		return fmt.Errorf("fail %s: %w", claim.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("fail %s: %w", claim.Key, ErrLeaseLost)
+	}
+	c.metrics.failed(claim.Kind, state)
+	c.logger.LogAttrs(ctx, slog.LevelWarn, "effect failed",
+		slog.String("effect_key", claim.Key.String()), slog.String("kind", claim.Kind),
+		slog.String("state", string(state)), slog.String("code", code))
+	return nil
+}
+
+// Extend renews the claim's lease to lease from now; zero means the client's
+// default. Call it from a heartbeat. It returns ErrLeaseLost when the claim
+// is no longer the caller's, which is the signal to stop working.
+func (c *Client) Extend(ctx context.Context, claim *Claim, lease time.Duration) error {
+	if err := checkOwned(claim); err != nil {
+		return fmt.Errorf("extend: %w", err)
+	}
+	if lease <= 0 {
+		lease = c.lease
+	}
+	err := c.db.QueryRow(ctx, `
+UPDATE keyed_effects SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
+WHERE key = $1 AND generation = $2 AND state = 'claimed'
+RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds()).Scan(&claim.LeaseUntil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("extend %s: %w", claim.Key, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("extend %s: %w", claim.Key, err)
+	}
+	return nil
+}
+
+func checkOwned(claim *Claim) error {
+	switch {
+	case claim == nil:
+		return errors.New("claim is nil")
+	case claim.Done:
+		return fmt.Errorf("%s: claim is already done", claim.Key)
+	case claim.Mode == "":
+		return fmt.Errorf("%s: claim was not acquired", claim.Key)
+	}
+	return nil
+}

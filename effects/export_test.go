@@ -1,0 +1,18 @@
+package effects
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// MetricsCounterForTest exposes a counter to the external tests.
+func MetricsCounterForTest(m *Metrics, name string) *prometheus.CounterVec {
+	switch name {
+	case "suppressed":
+		return m.suppressedTotal
+	case "takeovers":
+		return m.takeoversTotal
+	case "mismatch":
+		return m.mismatchTotal
+	case "in_progress":
+		return m.inProgressTotal
+	}
+	panic("unknown metric " + name)
+}

@@ -1,0 +1,138 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultRetention is how long Prune keeps finished records. It must cover
+// the longest retry window (a Temporal activity retried for days, a workflow
+// re-run after a failure) plus the time a failed run can wait for a manual
+// replay. Thirty days is four weekends of dead-letter backlog; Stripe keeps
+// its own idempotency keys for only 24 hours, so keyed is the longer guard.
+const DefaultRetention = 30 * 24 * time.Hour
+
+// Record is an effect record as stored. It holds outcomes, never payloads.
+type Record struct {
+	Key          string          `json:"key"`
+	TenantID     string          `json:"tenant_id"`
+	Kind         string          `json:"kind"`
+	State        State           `json:"state"`
+	Owner        string          `json:"owner"`
+	Fingerprint  string          `json:"fingerprint,omitempty"`
+	Generation   int64           `json:"generation"`
+	Attempts     int             `json:"attempts"`
+	LeaseUntil   *time.Time      `json:"lease_until,omitempty"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ErrorCode    string          `json:"error_code,omitempty"`
+	ErrorMessage string          `json:"error_message,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	FinishedAt   *time.Time      `json:"finished_at,omitempty"`
+}
+
+const recordColumns = `key, tenant_id, kind, state, owner, fingerprint, generation, attempts, lease_until,
+	result, coalesce(error_code, ''), coalesce(error_message, ''), created_at, updated_at, finished_at,
+	coalesce(lease_until > now(), false)`
+
+func scanRecord(row pgx.Row) (*Record, bool, error) {
+	var r Record
+	var live bool
+	err := row.Scan(&r.Key, &r.TenantID, &r.Kind, &r.State, &r.Owner, &r.Fingerprint, &r.Generation, &r.Attempts,
+		&r.LeaseUntil, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &live)
+	return &r, live, err
+}
+
+func (c *Client) get(ctx context.Context, db DB, key string) (*Record, bool, error) {
+	rec, live, err := scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects WHERE key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, ErrNotFound
+	}
+	return rec, live, err
+}
+
+// Get returns the record for key. It returns ErrNotFound if there is none.
+func (c *Client) Get(ctx context.Context, key Key) (*Record, error) {
+	rec, _, err := c.get(ctx, c.db, key.String())
+	if err != nil {
+		return nil, fmt.Errorf("get effect %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// List returns every record of prefix's tenant whose key starts with
+// prefix's string form followed by the separator, in key order: for the
+// prefix acme:order:9f3a, the order's charge, mark_paid and receipt records.
+// It never returns another tenant's records.
+func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
+	rows, err := c.db.Query(ctx, `SELECT `+recordColumns+` FROM keyed_effects
+		WHERE tenant_id = $1 AND starts_with(key, $2) ORDER BY created_at, key`, prefix.Tenant(), prefix.String()+Separator)
+	if err != nil {
+		return nil, fmt.Errorf("list effects %s: %w", prefix, err)
+	}
+	defer rows.Close()
+	var out []*Record
+	for rows.Next() {
+		rec, _, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list effects %s: %w", prefix, err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list effects %s: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// PruneOpts configures Prune. A nil *PruneOpts means all defaults.
+type PruneOpts struct {
+	// Retention is how long finished records are kept. Zero means
+	// DefaultRetention. Values under one hour are refused.
+	Retention time.Duration
+	// BatchSize bounds each DELETE, so that pruning a large backlog does not
+	// hold locks for long. Zero means 1000.
+	BatchSize int
+}
+
+// Prune deletes finished records (succeeded or failed) whose finish is older
+// than the retention, in batches, and returns how many it deleted. It never
+// deletes a claimed record, live or expired: an expired claim may still be
+// doing its effect, and only a takeover or an operator may end it.
+func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
+	if opts == nil {
+		opts = &PruneOpts{}
+	}
+	retention, batch := opts.Retention, opts.BatchSize
+	if retention == 0 {
+		retention = DefaultRetention
+	}
+	if retention < time.Hour {
+		return 0, fmt.Errorf("prune: retention %s is under one hour; records must outlive the retry window", retention)
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	var total int64
+	for {
+		tag, err := c.db.Exec(ctx, `
+DELETE FROM keyed_effects WHERE key IN (
+	SELECT key FROM keyed_effects
+	WHERE state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
+	ORDER BY finished_at LIMIT $2
+	FOR UPDATE SKIP LOCKED)
+AND state <> 'claimed'`, retention.Microseconds(), batch)
+		if err != nil {
+			return total, fmt.Errorf("prune effects: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
