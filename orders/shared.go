@@ -1,0 +1,131 @@
+package orders
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// This file holds what the workflow, its activities, the worker and every
+// starter share: the task queue, the versioned workflow input, the IDs and
+// effect keys derived from the business event, and the step results.
+
+// TaskQueue is the default Temporal task queue for the order pipeline.
+const TaskQueue = "keyed-orders"
+
+// WorkflowName is the registered name of the order workflow.
+const WorkflowName = "OrderWorkflow"
+
+// Search attribute names set on every order workflow run. Register them as
+// Keyword attributes on the namespace (the dev server in make demo and the
+// tests does this for you).
+const (
+	SearchAttrTenantID = "TenantID"
+	SearchAttrOrderID  = "OrderID"
+)
+
+// Steps of the order pipeline. Each is one activity with its own effect key.
+const (
+	StepCharge   = "charge"
+	StepMarkPaid = "mark_paid"
+	StepReceipt  = "receipt"
+)
+
+// CheckoutInputVersion is the only input version this code understands.
+const CheckoutInputVersion = 1
+
+// ErrUnsupportedVersion is wrapped by CheckoutInput.Validate for an input
+// version this code does not know.
+var ErrUnsupportedVersion = errors.New("unsupported input version")
+
+// CheckoutInput is the order workflow's input and every activity's input:
+// identifiers and a version, never a serialized order. Activities load the
+// order's current state when they run, so a run that starts Friday and
+// retries Monday sees Monday's row, and an input written by older code stays
+// readable.
+type CheckoutInput struct {
+	V        int    `json:"v"`
+	TenantID string `json:"tenant_id"`
+	OrderID  string `json:"order_id"`
+}
+
+// NewCheckoutInput returns a current-version input for an order.
+func NewCheckoutInput(tenantID, orderID string) CheckoutInput {
+	return CheckoutInput{V: CheckoutInputVersion, TenantID: tenantID, OrderID: orderID}
+}
+
+// Validate returns an error wrapping ErrUnsupportedVersion for an unknown
+// version, or one wrapping effects.ErrInvalidKey when the tenant or order ID
+// cannot form an effect key.
+func (in CheckoutInput) Validate() error {
+	if in.V != CheckoutInputVersion {
+		return fmt.Errorf("%w: v=%d (this code understands v=%d)", ErrUnsupportedVersion, in.V, CheckoutInputVersion)
+	}
+	_, err := in.EffectKey(StepCharge)
+	return err
+}
+
+// WorkflowID returns the order workflow's ID, derived from the business
+// event so that duplicate starts collapse: "order:acme:9f3a:fulfil".
+func (in CheckoutInput) WorkflowID() string {
+	return WorkflowID(in.TenantID, in.OrderID)
+}
+
+// WorkflowID returns the order workflow ID for tenant and order.
+func WorkflowID(tenantID, orderID string) string {
+	return "order:" + tenantID + ":" + orderID + ":fulfil"
+}
+
+// EffectKey returns the effect key of one step of the order, such as
+// "acme:order:9f3a:charge". It returns an error wrapping effects.ErrInvalidKey
+// when the tenant or order ID is not a valid key part.
+func (in CheckoutInput) EffectKey(step string) (effects.Key, error) {
+	return effects.NewKey(in.TenantID, "order", in.OrderID, step)
+}
+
+// OrderKey returns the key prefix shared by all of an order's effects, for
+// listing them: "acme:order:9f3a".
+func OrderKey(tenantID, orderID string) (effects.Key, error) {
+	return effects.NewKey(tenantID, "order", orderID)
+}
+
+// ChargeResult is the stored outcome of the charge step.
+type ChargeResult struct {
+	PaymentIntentID string `json:"payment_intent_id"`
+	Status          string `json:"status"`
+	AmountMinor     int64  `json:"amount_minor"`
+	Currency        string `json:"currency"`
+}
+
+// MarkPaidResult is the stored outcome of the mark-paid step.
+type MarkPaidResult struct {
+	Status string `json:"status"`
+}
+
+// ReceiptResult is the stored outcome of the receipt step. MessageID is the
+// provider's message ID; Collapsed is true when the collapse window dropped
+// the send as a repeat of a recent one.
+type ReceiptResult struct {
+	MessageID string `json:"message_id,omitempty"`
+	Collapsed bool   `json:"collapsed,omitempty"`
+}
+
+// CheckoutResult is the order workflow's result.
+type CheckoutResult struct {
+	Charge  ChargeResult   `json:"charge"`
+	Paid    MarkPaidResult `json:"paid"`
+	Receipt ReceiptResult  `json:"receipt"`
+}
+
+// StepStatus is the workflow's view of one step, returned by its query.
+type StepStatus struct {
+	Step      string `json:"step"`
+	EffectKey string `json:"effect_key"`
+	State     string `json:"state"` // pending, running, done, failed
+	Error     string `json:"error,omitempty"`
+}
+
+// QueryStatus is the name of the order workflow's query handler, which
+// returns []StepStatus.
+const QueryStatus = "status"

@@ -1,0 +1,228 @@
+// Package orders is the order domain: the orders table, its state
+// transitions, and the identifiers and inputs that the order workflow, its
+// activities and its starters share.
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// Status is an order's status.
+type Status string
+
+// Order statuses.
+const (
+	StatusPending Status = "pending"
+	StatusPaid    Status = "paid"
+	StatusFailed  Status = "failed"
+)
+
+// Sentinel errors of the order store.
+var (
+	// ErrNotFound means the tenant has no order with that ID.
+	ErrNotFound = errors.New("order not found")
+	// ErrConflict means an order with that ID exists with other details.
+	ErrConflict = errors.New("order exists with different details")
+	// ErrInvalid is wrapped by *ValidationError.
+	ErrInvalid = errors.New("invalid order")
+	// ErrBadTransition means the order is not in the state a transition needs.
+	ErrBadTransition = errors.New("order is not in the required state")
+)
+
+// ValidationError names the field of a NewOrder that is invalid.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", ErrInvalid, e.Field, e.Reason)
+}
+
+// Unwrap returns ErrInvalid.
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// Order is a row of the orders table.
+type Order struct {
+	TenantID      string    `json:"tenant_id"`
+	ID            string    `json:"id"`
+	AmountMinor   int64     `json:"amount_minor"`
+	Currency      string    `json:"currency"`
+	CustomerEmail string    `json:"customer_email"`
+	PaymentMethod string    `json:"payment_method"`
+	Status        Status    `json:"status"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+}
+
+// NewOrder is what it takes to create an order.
+type NewOrder struct {
+	TenantID      string `json:"-"`
+	ID            string `json:"order_id"`
+	AmountMinor   int64  `json:"amount_minor"`
+	Currency      string `json:"currency"`
+	CustomerEmail string `json:"customer_email"`
+	PaymentMethod string `json:"payment_method"`
+}
+
+// Currencies lists the ISO 4217 codes keyed accepts, lower case as Stripe
+// writes them. Extend it when a new market opens.
+var Currencies = map[string]bool{
+	"usd": true, "eur": true, "gbp": true, "chf": true, "jpy": true, "cad": true,
+	"aud": true, "sek": true, "nok": true, "dkk": true, "pln": true, "nzd": true,
+}
+
+var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
+
+// Validate returns a *ValidationError naming the first invalid field.
+func (o NewOrder) Validate() error {
+	if _, err := effects.NewKey(o.TenantID, "order", o.ID, StepMarkPaid); err != nil {
+		field := "order_id"
+		if _, terr := effects.NewKey(o.TenantID, "x"); terr != nil {
+			field = "tenant_id"
+		}
+		return &ValidationError{Field: field, Reason: strings.TrimPrefix(err.Error(), effects.ErrInvalidKey.Error()+": ")}
+	}
+	if len(o.ID) > 64 {
+		return &ValidationError{Field: "order_id", Reason: "longer than 64 bytes"}
+	}
+	if o.AmountMinor <= 0 {
+		return &ValidationError{Field: "amount_minor", Reason: fmt.Sprintf("%d is not a positive amount in minor units", o.AmountMinor)}
+	}
+	if o.AmountMinor > 99_999_999 {
+		return &ValidationError{Field: "amount_minor", Reason: "above the 99999999 Stripe accepts"}
+	}
+	if !Currencies[o.Currency] {
+		return &ValidationError{Field: "currency", Reason: fmt.Sprintf("%q is not a supported lower-case ISO 4217 code", o.Currency)}
+	}
+	if a, err := mail.ParseAddress(o.CustomerEmail); err != nil || a.Address != o.CustomerEmail {
+		return &ValidationError{Field: "customer_email", Reason: "not a plain email address"}
+	}
+	if !paymentMethodRE.MatchString(o.PaymentMethod) {
+		return &ValidationError{Field: "payment_method", Reason: "want a Stripe payment method ID such as pm_card_visa"}
+	}
+	return nil
+}
+
+// Store reads and writes orders.
+type Store struct {
+	db effects.DB
+}
+
+// NewStore returns a Store over db. It returns an error if db is nil.
+func NewStore(db effects.DB) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("orders: NewStore: db is nil")
+	}
+	return &Store{db: db}, nil
+}
+
+// Create inserts the order, or returns the existing one if an identical
+// order already exists (so a retried create is harmless). It returns
+// created=false in that case, an error wrapping ErrConflict when the
+// existing order differs, and a *ValidationError for bad input.
+func (s *Store) Create(ctx context.Context, o NewOrder) (*Order, bool, error) {
+	return create(ctx, s.db, o)
+}
+
+// CreateTx is Create inside the caller's transaction.
+func (s *Store) CreateTx(ctx context.Context, tx pgx.Tx, o NewOrder) (*Order, bool, error) {
+	return create(ctx, tx, o)
+}
+
+const orderColumns = `tenant_id, id, amount_minor, currency, customer_email, payment_method, status, created_at, updated_at`
+
+func scanOrder(row pgx.Row) (*Order, error) {
+	var o Order
+	err := row.Scan(&o.TenantID, &o.ID, &o.AmountMinor, &o.Currency, &o.CustomerEmail, &o.PaymentMethod, &o.Status, &o.CreatedAt, &o.UpdatedAt)
+	return &o, err
+}
+
+func create(ctx context.Context, db effects.DB, o NewOrder) (*Order, bool, error) {
+	if err := o.Validate(); err != nil {
+		return nil, false, err
+	}
+	got, err := scanOrder(db.QueryRow(ctx, `
+INSERT INTO orders (tenant_id, id, amount_minor, currency, customer_email, payment_method)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant_id, id) DO NOTHING
+RETURNING `+orderColumns, o.TenantID, o.ID, o.AmountMinor, o.Currency, o.CustomerEmail, o.PaymentMethod))
+	if err == nil {
+		return got, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("create order %s/%s: %w", o.TenantID, o.ID, err)
+	}
+	existing, err := get(ctx, db, o.TenantID, o.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	if existing.AmountMinor != o.AmountMinor || existing.Currency != o.Currency ||
+		existing.CustomerEmail != o.CustomerEmail || existing.PaymentMethod != o.PaymentMethod {
+		return nil, false, fmt.Errorf("create order %s/%s: %w", o.TenantID, o.ID, ErrConflict)
+	}
+	return existing, false, nil
+}
+
+// Get returns the tenant's order. It returns an error wrapping ErrNotFound
+// when there is none.
+func (s *Store) Get(ctx context.Context, tenantID, id string) (*Order, error) {
+	return get(ctx, s.db, tenantID, id)
+}
+
+// GetTx is Get inside the caller's transaction.
+func (s *Store) GetTx(ctx context.Context, tx pgx.Tx, tenantID, id string) (*Order, error) {
+	return get(ctx, tx, tenantID, id)
+}
+
+func get(ctx context.Context, db effects.DB, tenantID, id string) (*Order, error) {
+	o, err := scanOrder(db.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE tenant_id = $1 AND id = $2`, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("order %s/%s: %w", tenantID, id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get order %s/%s: %w", tenantID, id, err)
+	}
+	return o, nil
+}
+
+// TransitionTx moves the order from one status to another for eventID,
+// inside the caller's transaction, and records the transition under a
+// unique constraint on (order, from, to, event). A repeat of the same
+// transition for the same event is a no-op and returns changed=false. It
+// returns an error wrapping ErrBadTransition if the order is in another
+// state, and ErrNotFound if it does not exist.
+func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, tenantID, id string, from, to Status, eventID string) (changed bool, err error) {
+	tag, err := tx.Exec(ctx, `
+INSERT INTO order_transitions (tenant_id, order_id, from_state, to_state, event_id)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT DO NOTHING`, tenantID, id, from, to, eventID)
+	if err != nil {
+		if strings.Contains(err.Error(), "foreign key") {
+			return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, ErrNotFound)
+		}
+		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	tag, err = tx.Exec(ctx, `UPDATE orders SET status = $4, updated_at = now() WHERE tenant_id = $1 AND id = $2 AND status = $3`,
+		tenantID, id, from, to)
+	if err != nil {
+		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, fmt.Errorf("transition order %s/%s %s->%s: %w", tenantID, id, from, to, ErrBadTransition)
+	}
+	return true, nil
+}
