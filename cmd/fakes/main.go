@@ -1,0 +1,71 @@
+// Command fakes serves the fake Stripe and SendGrid APIs for the demo.
+//
+// Addresses come from -stripe-addr and -sendgrid-addr, or from the
+// FAKE_STRIPE_ADDR and FAKE_SENDGRID_ADDR environment variables.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+)
+
+func main() {
+	stripeAddr := flag.String("stripe-addr", cmp.Or(os.Getenv("FAKE_STRIPE_ADDR"), "127.0.0.1:12111"), "listen address of the fake Stripe API")
+	sendgridAddr := flag.String("sendgrid-addr", cmp.Or(os.Getenv("FAKE_SENDGRID_ADDR"), "127.0.0.1:12112"), "listen address of the fake SendGrid API")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, map[string]serve{
+		"stripe":   {*stripeAddr, fakestripe.New(nil)},
+		"sendgrid": {*sendgridAddr, fakesendgrid.New(nil)},
+	}); err != nil {
+		slog.Error("fakes failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+type serve struct {
+	addr    string
+	handler http.Handler
+}
+
+// run serves each fake until ctx is done or one of them fails.
+func run(ctx context.Context, fakes map[string]serve) error {
+	errc := make(chan error, len(fakes))
+	var servers []*http.Server
+	for name, f := range fakes {
+		ln, err := net.Listen("tcp", f.addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: f.handler, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		slog.Info("listening", "fake", name, "addr", "http://"+ln.Addr().String())
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+		slog.Info("shutting down")
+	case err = <-errc:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		err = errors.Join(err, srv.Shutdown(shutdownCtx))
+	}
+	return err
+}
