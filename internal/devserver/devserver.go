@@ -1,0 +1,220 @@
+// Package devserver runs a real Temporal dev server (the Temporal CLI's
+// `server start-dev`, with the Web UI embedded) as a child process, for the
+// tests and for make demo. It never downloads anything: the binary comes
+// from `make tools`, which builds it into bin/.
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+)
+
+// SearchAttributes are registered on every dev server this package starts,
+// so that order runs can be found by tenant and order in the Web UI.
+var SearchAttributes = []string{"TenantID=Keyword", "OrderID=Keyword"}
+
+// ErrNoBinary means the Temporal CLI binary was not found.
+var ErrNoBinary = errors.New("temporal CLI not found: run `make tools` (it builds bin/temporal), or set KEYED_TEMPORAL_BIN")
+
+// FindBinary returns $KEYED_TEMPORAL_BIN if set, else bin/temporal in the
+// nearest directory above the working directory that holds go.mod. It
+// returns an error wrapping ErrNoBinary if the file does not exist.
+func FindBinary() (string, error) {
+	if p := os.Getenv("KEYED_TEMPORAL_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%w (KEYED_TEMPORAL_BIN=%s: %v)", ErrNoBinary, p, err)
+		}
+		return p, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "bin", "temporal")
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("%w (looked for %s)", ErrNoBinary, p)
+			}
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%w (no go.mod above the working directory)", ErrNoBinary)
+		}
+		dir = parent
+	}
+}
+
+// Opts configures Start. A nil *Opts means all defaults.
+type Opts struct {
+	// Bin is the Temporal CLI binary. Empty means FindBinary.
+	Bin string
+	// IP to bind. Empty means 127.0.0.1.
+	IP string
+	// Port is the frontend gRPC port. Zero picks a free port.
+	Port int
+	// UIPort is the Web UI port. Zero picks a free port; -1 runs headless.
+	UIPort int
+	// DBFile keeps state across restarts. Empty keeps it in memory.
+	DBFile string
+	// Output receives the server's stdout and stderr. Nil discards them.
+	Output io.Writer
+	// StartTimeout bounds the wait for the server to answer. Zero means 60s.
+	StartTimeout time.Duration
+}
+
+// Server is a running dev server.
+type Server struct {
+	cmd    *exec.Cmd
+	addr   string
+	uiAddr string
+	done   chan error
+}
+
+// Start launches the dev server with keyed's search attributes registered
+// and waits until its frontend answers a health check. It returns an error
+// wrapping ErrNoBinary when the binary is missing, and an error naming the
+// command when the server exits or does not answer in time.
+func Start(ctx context.Context, opts *Opts) (*Server, error) {
+	if opts == nil {
+		opts = &Opts{}
+	}
+	bin := opts.Bin
+	if bin == "" {
+		var err error
+		if bin, err = FindBinary(); err != nil {
+			return nil, err
+		}
+	}
+	ip := opts.IP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	port := opts.Port
+	if port == 0 {
+		port = freePort(ip)
+	}
+	args := []string{"server", "start-dev", "--ip", ip, "--port", strconv.Itoa(port),
+		"--http-port", strconv.Itoa(freePort(ip)), "--metrics-port", strconv.Itoa(freePort(ip)), "--log-level", "warn"}
+	s := &Server{addr: net.JoinHostPort(ip, strconv.Itoa(port)), done: make(chan error, 1)}
+	switch {
+	case opts.UIPort < 0:
+		args = append(args, "--headless")
+	default:
+		ui := opts.UIPort
+		if ui == 0 {
+			ui = freePort(ip)
+		}
+		args = append(args, "--ui-port", strconv.Itoa(ui))
+		s.uiAddr = "http://" + net.JoinHostPort(ip, strconv.Itoa(ui))
+	}
+	for _, sa := range SearchAttributes {
+		args = append(args, "--search-attribute", sa)
+	}
+	if opts.DBFile != "" {
+		args = append(args, "--db-filename", opts.DBFile)
+	}
+	out := opts.Output
+	if out == nil {
+		out = io.Discard
+	}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	// Its own process group, so Stop can end the UI server child as well.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s %s: %w", bin, strings.Join(args, " "), err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+
+	timeout := opts.StartTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	if err := s.waitReady(ctx, timeout); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("dev server (%s %s): %w", bin, strings.Join(args, " "), err)
+	}
+	return s, nil
+}
+
+func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return fmt.Errorf("exited before it was ready: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %s: %v", timeout, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+		c, err := client.Dial(client.Options{HostPort: s.addr, Logger: quietLogger{}})
+		if err != nil {
+			last = err
+			continue
+		}
+		_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
+		c.Close()
+		if err == nil {
+			return nil
+		}
+		last = err
+	}
+}
+
+// Address returns the frontend's host:port, for client.Options.HostPort.
+func (s *Server) Address() string { return s.addr }
+
+// UIAddress returns the Web UI's URL, or "" when headless.
+func (s *Server) UIAddress() string { return s.uiAddr }
+
+// Namespace returns the namespace the server created, "default".
+func (s *Server) Namespace() string { return "default" }
+
+// Stop ends the server and its children and waits for it to exit.
+func (s *Server) Stop() error {
+	if s.cmd.Process == nil {
+		return nil
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+	return nil
+}
+
+func freePort(ip string) int {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// quietLogger keeps the SDK's dial retries out of test output.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
