@@ -1,0 +1,390 @@
+// Package config is keyed's typed runtime configuration for the worker and
+// the starter. It reads environment variables, lets flags override the ones
+// that are not secret, and validates everything at once, so that a bad
+// deployment gets one message that lists every problem instead of a panic
+// or a drip of errors one restart at a time.
+//
+// Secrets (STRIPE_SECRET_KEY, SENDGRID_API_KEY and the password in
+// DATABASE_URL) come from the environment only, never from flags, which
+// other users can read in the process list; and Config's String and
+// LogValue redact them.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/mail"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Role says which program the configuration is for; it decides which
+// settings are required.
+type Role int
+
+// The programs that load a Config.
+const (
+	// Worker runs the order workflow and its activities: it needs the
+	// providers' keys and the receipt sender.
+	Worker Role = iota + 1
+	// Starter creates orders and starts or inspects their checkout: it needs
+	// Postgres and Temporal only.
+	Starter
+)
+
+func (r Role) String() string {
+	switch r {
+	case Worker:
+		return "worker"
+	case Starter:
+		return "starter"
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Defaults of the optional settings.
+const (
+	DefaultDatabaseURL       = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	DefaultTemporalAddress   = "127.0.0.1:7233"
+	DefaultTemporalNamespace = "default"
+	DefaultStripeAPIBase     = "https://api.stripe.com"
+	DefaultSendGridAPIBase   = "https://api.sendgrid.com"
+	DefaultMetricsAddr       = "127.0.0.1:9464"
+	DefaultReceiptPolicy     = AtLeastOnce
+	DefaultCollapseWindow    = 10 * time.Minute
+	DefaultStopTimeout       = 30 * time.Second
+	DefaultMaxActivities     = 64
+)
+
+// Delivery policies for receipts (RECEIPT_POLICY).
+const (
+	// AtMostOnce claims before sending: a crash after the claim suppresses
+	// the email and leaves a visible stuck claim.
+	AtMostOnce = "at_most_once"
+	// AtLeastOnce marks after sending: a crash between the send and the mark
+	// may send twice, which the collapse window then usually drops.
+	AtLeastOnce = "at_least_once"
+)
+
+// Config is the whole configuration. Each part is what one fx module needs.
+type Config struct {
+	Role     Role
+	Database Database
+	Temporal Temporal
+	Stripe   Stripe
+	SendGrid SendGrid
+	Receipt  Receipt
+	Metrics  Metrics
+	Worker   WorkerTuning
+	// LogLevel is the minimum level logged (LOG_LEVEL: debug, info, warn,
+	// error).
+	LogLevel slog.Level
+}
+
+// Database is the Postgres connection.
+type Database struct {
+	// URL is DATABASE_URL. It may hold a password: never log it; use
+	// Redacted.
+	URL string
+	// Migrate applies keyed's migrations when the program starts
+	// (MIGRATE_ON_START, default true for the worker, false for the starter).
+	Migrate bool
+}
+
+// Temporal is the Temporal frontend and where the order workflow runs.
+type Temporal struct {
+	Address   string // TEMPORAL_ADDRESS, host:port
+	Namespace string // TEMPORAL_NAMESPACE
+	TaskQueue string // TEMPORAL_TASK_QUEUE
+}
+
+// Stripe is the Stripe API the charge activity calls.
+type Stripe struct {
+	SecretKey string // STRIPE_SECRET_KEY, sk_… or rk_…; a secret
+	APIBase   string // STRIPE_API_BASE, so that stripe-mock or a fake can stand in
+}
+
+// SendGrid is the SendGrid API the receipt activity calls.
+type SendGrid struct {
+	APIKey  string // SENDGRID_API_KEY; a secret
+	APIBase string // SENDGRID_API_BASE
+}
+
+// Receipt configures the receipt email.
+type Receipt struct {
+	// From is RECEIPT_FROM, the sender address, such as
+	// "Keyed Receipts <receipts@example.com>".
+	From string
+	// Policy is RECEIPT_POLICY, AtMostOnce or AtLeastOnce.
+	Policy string
+	// CollapseWindow is COLLAPSE_WINDOW: a repeat receipt to the same
+	// recipient for the same order within it is dropped. Zero disables it.
+	CollapseWindow time.Duration
+}
+
+// Metrics is where the worker serves /metrics and /healthz.
+type Metrics struct {
+	Addr string // METRICS_ADDR, host:port; port 0 picks a free one
+}
+
+// WorkerTuning holds the Temporal worker's knobs.
+type WorkerTuning struct {
+	// StopTimeout is WORKER_STOP_TIMEOUT: on SIGTERM the worker stops
+	// polling and waits this long for in-flight activities before
+	// cancelling them.
+	StopTimeout time.Duration
+	// MaxConcurrentActivities is WORKER_MAX_ACTIVITIES, the cap on activities
+	// this process runs at once.
+	MaxConcurrentActivities int
+}
+
+// Loader reads a Config in two phases, so that a program can add its own
+// flags next to the configuration's: NewLoader reads defaults and the
+// environment, BindFlags adds the overriding flags to a FlagSet, and Load,
+// called after the FlagSet is parsed, validates.
+type Loader struct {
+	cfg      Config
+	problems []string
+	level    string
+}
+
+// NewLoader returns a Loader for role holding the defaults overridden by
+// the environment, read through lookup (normally os.LookupEnv).
+func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	l := &Loader{level: "info"}
+	c := &l.cfg
+	c.Role = role
+	str := func(dst *string, name, def string) {
+		*dst = def
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			*dst = strings.TrimSpace(v)
+		}
+	}
+	dur := func(dst *time.Duration, name string, def time.Duration) {
+		*dst = def
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				l.problem(name, "%q is not a duration such as 30s or 10m", v)
+				return
+			}
+			*dst = d
+		}
+	}
+	boolean := func(dst *bool, name string, def bool) {
+		*dst = def
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				l.problem(name, "%q is not true or false", v)
+				return
+			}
+			*dst = b
+		}
+	}
+	integer := func(dst *int, name string, def int) {
+		*dst = def
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				l.problem(name, "%q is not a whole number", v)
+				return
+			}
+			*dst = n
+		}
+	}
+
+	str(&c.Database.URL, "DATABASE_URL", DefaultDatabaseURL)
+	boolean(&c.Database.Migrate, "MIGRATE_ON_START", role == Worker)
+	str(&c.Temporal.Address, "TEMPORAL_ADDRESS", DefaultTemporalAddress)
+	str(&c.Temporal.Namespace, "TEMPORAL_NAMESPACE", DefaultTemporalNamespace)
+	str(&c.Temporal.TaskQueue, "TEMPORAL_TASK_QUEUE", orders.TaskQueue)
+	str(&l.level, "LOG_LEVEL", "info")
+	if role != Worker {
+		return l
+	}
+	str(&c.Stripe.SecretKey, "STRIPE_SECRET_KEY", "")
+	str(&c.Stripe.APIBase, "STRIPE_API_BASE", DefaultStripeAPIBase)
+	str(&c.SendGrid.APIKey, "SENDGRID_API_KEY", "")
+	str(&c.SendGrid.APIBase, "SENDGRID_API_BASE", DefaultSendGridAPIBase)
+	str(&c.Receipt.From, "RECEIPT_FROM", "")
+	str(&c.Receipt.Policy, "RECEIPT_POLICY", DefaultReceiptPolicy)
+	dur(&c.Receipt.CollapseWindow, "COLLAPSE_WINDOW", DefaultCollapseWindow)
+	str(&c.Metrics.Addr, "METRICS_ADDR", DefaultMetricsAddr)
+	dur(&c.Worker.StopTimeout, "WORKER_STOP_TIMEOUT", DefaultStopTimeout)
+	integer(&c.Worker.MaxConcurrentActivities, "WORKER_MAX_ACTIVITIES", DefaultMaxActivities)
+	return l
+}
+
+// BindFlags adds to fs a flag for each setting of the Loader's role that is
+// not a secret, defaulting to the value read from the environment. Flags
+// win over the environment once fs is parsed.
+func (l *Loader) BindFlags(fs *flag.FlagSet) {
+	c := &l.cfg
+	fs.StringVar(&c.Temporal.Address, "temporal-address", c.Temporal.Address, "Temporal frontend `host:port` (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.Temporal.Namespace, "temporal-namespace", c.Temporal.Namespace, "Temporal `namespace` (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.Temporal.TaskQueue, "task-queue", c.Temporal.TaskQueue, "Temporal task `queue` of the order workflow (env TEMPORAL_TASK_QUEUE)")
+	fs.StringVar(&l.level, "log-level", l.level, "minimum log `level`: debug, info, warn or error (env LOG_LEVEL)")
+	fs.BoolVar(&c.Database.Migrate, "migrate", c.Database.Migrate, "apply keyed's database migrations on start (env MIGRATE_ON_START)")
+	if l.cfg.Role != Worker {
+		return
+	}
+	fs.StringVar(&c.Stripe.APIBase, "stripe-api-base", c.Stripe.APIBase, "Stripe API base `URL`, e.g. a stripe-mock or fake (env STRIPE_API_BASE)")
+	fs.StringVar(&c.SendGrid.APIBase, "sendgrid-api-base", c.SendGrid.APIBase, "SendGrid API base `URL` (env SENDGRID_API_BASE)")
+	fs.StringVar(&c.Receipt.From, "receipt-from", c.Receipt.From, "receipt sender `address` (env RECEIPT_FROM)")
+	fs.StringVar(&c.Receipt.Policy, "receipt-policy", c.Receipt.Policy, "receipt delivery `policy`: at_most_once or at_least_once (env RECEIPT_POLICY)")
+	fs.DurationVar(&c.Receipt.CollapseWindow, "collapse-window", c.Receipt.CollapseWindow, "drop a repeat receipt to the same recipient for the same order within this `duration`; 0 disables (env COLLAPSE_WINDOW)")
+	fs.StringVar(&c.Metrics.Addr, "metrics-addr", c.Metrics.Addr, "`host:port` serving /metrics and /healthz (env METRICS_ADDR)")
+	fs.DurationVar(&c.Worker.StopTimeout, "stop-timeout", c.Worker.StopTimeout, "on SIGTERM, how long to wait for in-flight activities (env WORKER_STOP_TIMEOUT)")
+	fs.IntVar(&c.Worker.MaxConcurrentActivities, "max-activities", c.Worker.MaxConcurrentActivities, "most activities run at once by this worker (env WORKER_MAX_ACTIVITIES)")
+}
+
+// Load validates the configuration and returns it. The error lists every
+// problem, one variable per line, and never contains a secret.
+func (l *Loader) Load() (*Config, error) {
+	c := l.cfg
+	problems := append([]string(nil), l.problems...)
+	add := func(name, format string, args ...any) {
+		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
+	}
+
+	if _, err := pgxpool.ParseConfig(c.Database.URL); err != nil {
+		// pgx's message quotes the string, password and all: say it ourselves.
+		add("DATABASE_URL", "not a Postgres connection string (want postgres://user[:password]@host:5432/db?sslmode=disable)")
+	}
+	if err := checkHostPort(c.Temporal.Address); err != nil {
+		add("TEMPORAL_ADDRESS", "%q: %v", c.Temporal.Address, err)
+	}
+	if c.Temporal.Namespace == "" {
+		add("TEMPORAL_NAMESPACE", "must not be empty")
+	}
+	if c.Temporal.TaskQueue == "" {
+		add("TEMPORAL_TASK_QUEUE", "must not be empty")
+	}
+	switch strings.ToLower(l.level) {
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "info", "":
+		c.LogLevel = slog.LevelInfo
+	case "warn", "warning":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		add("LOG_LEVEL", "%q is not debug, info, warn or error", l.level)
+	}
+
+	if c.Role == Worker {
+		switch {
+		case c.Stripe.SecretKey == "":
+			add("STRIPE_SECRET_KEY", "required (a Stripe secret key sk_… or restricted key rk_…; sk_test_… for test mode)")
+		case !strings.HasPrefix(c.Stripe.SecretKey, "sk_") && !strings.HasPrefix(c.Stripe.SecretKey, "rk_"):
+			add("STRIPE_SECRET_KEY", "must start with sk_ or rk_ (is it a publishable pk_ key?)")
+		}
+		if err := checkBaseURL(c.Stripe.APIBase); err != nil {
+			add("STRIPE_API_BASE", "%v", err)
+		}
+		if c.SendGrid.APIKey == "" {
+			add("SENDGRID_API_KEY", "required (a SendGrid API key, SG.…)")
+		}
+		if err := checkBaseURL(c.SendGrid.APIBase); err != nil {
+			add("SENDGRID_API_BASE", "%v", err)
+		}
+		if c.Receipt.From == "" {
+			add("RECEIPT_FROM", "required (the receipts' sender, such as receipts@example.com)")
+		} else if _, err := mail.ParseAddress(c.Receipt.From); err != nil {
+			add("RECEIPT_FROM", "%q is not an email address", c.Receipt.From)
+		}
+		if c.Receipt.Policy != AtMostOnce && c.Receipt.Policy != AtLeastOnce {
+			add("RECEIPT_POLICY", "%q is not %s or %s", c.Receipt.Policy, AtMostOnce, AtLeastOnce)
+		}
+		if c.Receipt.CollapseWindow < 0 {
+			add("COLLAPSE_WINDOW", "%s is negative (0 disables the window)", c.Receipt.CollapseWindow)
+		}
+		if err := checkHostPort(c.Metrics.Addr); err != nil {
+			add("METRICS_ADDR", "%q: %v", c.Metrics.Addr, err)
+		}
+		if c.Worker.StopTimeout <= 0 {
+			add("WORKER_STOP_TIMEOUT", "%s must be positive", c.Worker.StopTimeout)
+		}
+		if c.Worker.MaxConcurrentActivities <= 0 {
+			add("WORKER_MAX_ACTIVITIES", "%d must be positive", c.Worker.MaxConcurrentActivities)
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return nil, &Error{Role: c.Role, Problems: problems}
+	}
+	return &c, nil
+}
+
+func (l *Loader) problem(name, format string, args ...any) {
+	l.problems = append(l.problems, name+": "+fmt.Sprintf(format, args...))
+}
+
+// Error lists every configuration problem found by Load.
+type Error struct {
+	Role     Role
+	Problems []string // "VARIABLE: what is wrong", sorted
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid %s configuration (%d problems):\n  %s", e.Role, len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+// ErrInvalid is matched by errors.Is for every *Error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Is reports whether target is ErrInvalid.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	_ = host
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+func checkBaseURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	if u.User != nil {
+		return errors.New("must not carry credentials in the URL")
+	}
+	return nil
+}
+
+// Load is NewLoader, BindFlags, fs.Parse(args) and Load in one call, for a
+// program whose only flags are the configuration's. A flag error is
+// returned as is (flag.ErrHelp for -h).
+func Load(role Role, fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) (*Config, error) {
+	l := NewLoader(role, lookup)
+	l.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments: %s", role, strings.Join(fs.Args(), " "))
+	}
+	return l.Load()
+}

@@ -1,0 +1,182 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/orders"
+)
+
+const (
+	stripeKey   = "sk_test_51SECRETSECRETSECRET"
+	sendgridKey = "SG.topsecret.value"
+	dbPassword  = "hunter2-db-pass"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func workerEnv() map[string]string {
+	return map[string]string{
+		"STRIPE_SECRET_KEY": stripeKey,
+		"SENDGRID_API_KEY":  sendgridKey,
+		"RECEIPT_FROM":      "Keyed Receipts <receipts@example.com>",
+	}
+}
+
+func load(t *testing.T, role config.Role, m map[string]string, args ...string) (*config.Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return config.Load(role, fs, args, env(m))
+}
+
+func TestWorkerDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := load(t, config.Worker, workerEnv())
+	require.NoError(t, err)
+	require.Equal(t, config.DefaultDatabaseURL, c.Database.URL)
+	require.True(t, c.Database.Migrate)
+	require.Equal(t, "127.0.0.1:7233", c.Temporal.Address)
+	require.Equal(t, "default", c.Temporal.Namespace)
+	require.Equal(t, orders.TaskQueue, c.Temporal.TaskQueue)
+	require.Equal(t, "https://api.stripe.com", c.Stripe.APIBase)
+	require.Equal(t, "https://api.sendgrid.com", c.SendGrid.APIBase)
+	require.Equal(t, "127.0.0.1:9464", c.Metrics.Addr)
+	require.Equal(t, config.AtLeastOnce, c.Receipt.Policy)
+	require.Equal(t, 10*time.Minute, c.Receipt.CollapseWindow)
+	require.Equal(t, 30*time.Second, c.Worker.StopTimeout)
+	require.Equal(t, slog.LevelInfo, c.LogLevel)
+}
+
+func TestStarterNeedsNoProviderKeys(t *testing.T) {
+	t.Parallel()
+	c, err := load(t, config.Starter, map[string]string{"TEMPORAL_NAMESPACE": "orders"})
+	require.NoError(t, err)
+	require.False(t, c.Database.Migrate)
+	require.Equal(t, "orders", c.Temporal.Namespace)
+	require.Empty(t, c.Stripe.SecretKey)
+}
+
+func TestFlagsOverrideEnvironment(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	m["TEMPORAL_ADDRESS"] = "temporal:7233"
+	m["COLLAPSE_WINDOW"] = "5m"
+	c, err := load(t, config.Worker, m, "--temporal-address", "10.0.0.1:7233", "--collapse-window", "1m", "--receipt-policy", "at_most_once")
+	require.NoError(t, err)
+	require.Equal(t, "10.0.0.1:7233", c.Temporal.Address)
+	require.Equal(t, time.Minute, c.Receipt.CollapseWindow)
+	require.Equal(t, config.AtMostOnce, c.Receipt.Policy)
+}
+
+func TestSecretsHaveNoFlags(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, config.Worker, workerEnv(), "--stripe-secret-key", "sk_x")
+	require.Error(t, err)
+	_, err = load(t, config.Worker, workerEnv(), "--database-url", "postgres://x")
+	require.Error(t, err)
+}
+
+func TestAllProblemsInOneError(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, config.Worker, map[string]string{
+		"DATABASE_URL":      "postgres://u:" + dbPassword + "@host:notaport/db",
+		"TEMPORAL_ADDRESS":  "no-port",
+		"STRIPE_SECRET_KEY": "pk_live_" + dbPassword,
+		"STRIPE_API_BASE":   "ftp://stripe",
+		"SENDGRID_API_BASE": "not a url",
+		"RECEIPT_FROM":      "not-an-address",
+		"RECEIPT_POLICY":    "exactly_once",
+		"COLLAPSE_WINDOW":   "ten minutes",
+		"METRICS_ADDR":      ":99999",
+		"LOG_LEVEL":         "loud",
+	})
+	require.ErrorIs(t, err, config.ErrInvalid)
+	var cerr *config.Error
+	require.True(t, errors.As(err, &cerr))
+	msg := err.Error()
+	for _, name := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "STRIPE_SECRET_KEY", "STRIPE_API_BASE",
+		"SENDGRID_API_KEY", "SENDGRID_API_BASE", "RECEIPT_FROM", "RECEIPT_POLICY", "COLLAPSE_WINDOW", "METRICS_ADDR", "LOG_LEVEL"} {
+		require.Contains(t, msg, name+": ", "the error names %s", name)
+	}
+	require.Len(t, cerr.Problems, 11)
+	require.NotContains(t, msg, dbPassword, "the error never holds a secret")
+}
+
+func TestMissingWorkerSecrets(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, config.Worker, nil)
+	require.Error(t, err)
+	var cerr *config.Error
+	require.True(t, errors.As(err, &cerr))
+	require.Len(t, cerr.Problems, 3)
+	for _, name := range []string{"STRIPE_SECRET_KEY", "SENDGRID_API_KEY", "RECEIPT_FROM"} {
+		require.Contains(t, err.Error(), name+": required")
+	}
+}
+
+func TestRestrictedKeyAccepted(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	m["STRIPE_SECRET_KEY"] = "rk_live_abc"
+	_, err := load(t, config.Worker, m)
+	require.NoError(t, err)
+}
+
+func TestRedaction(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	m["DATABASE_URL"] = "postgres://keyed:" + dbPassword + "@db.internal:5433/keyed?sslmode=require&search_path=app"
+	c, err := load(t, config.Worker, m)
+	require.NoError(t, err)
+
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "config", c)
+	for _, s := range []string{
+		c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", *c), fmt.Sprintf("%#v", *c),
+		fmt.Sprint(c.Stripe), fmt.Sprint(c.SendGrid), fmt.Sprint(c.Database), logs.String(),
+	} {
+		require.NotContains(t, s, dbPassword)
+		require.NotContains(t, s, "SECRETSECRET")
+		require.NotContains(t, s, "topsecret")
+	}
+	require.Contains(t, c.String(), "postgres://keyed@db.internal:5433/keyed?search_path=app")
+	require.Contains(t, c.String(), "stripe_secret_key=sk_test_…(redacted)")
+	require.Contains(t, logs.String(), `"sendgrid_api_key":"SG.…(redacted)"`)
+}
+
+func TestBadFlagAndExtraArguments(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, config.Worker, workerEnv(), "--collapse-window", "soon")
+	require.Error(t, err)
+	_, err = load(t, config.Worker, workerEnv(), "extra")
+	require.ErrorContains(t, err, "unexpected arguments: extra")
+	_, err = load(t, config.Worker, workerEnv(), "-h")
+	require.ErrorIs(t, err, flag.ErrHelp)
+}
+
+func TestLoaderWithProgramFlags(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("create", flag.ContinueOnError)
+	tenant := fs.String("tenant", "", "")
+	l := config.NewLoader(config.Starter, env(map[string]string{"TEMPORAL_TASK_QUEUE": "q"}))
+	l.BindFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--tenant", "acme", "--task-queue", "other"}))
+	c, err := l.Load()
+	require.NoError(t, err)
+	require.Equal(t, "acme", *tenant)
+	require.Equal(t, "other", c.Temporal.TaskQueue)
+	require.False(t, strings.Contains(c.String(), "stripe"), "the starter's summary leaves out worker settings")
+}
