@@ -1,0 +1,8 @@
+package notify
+
+// ClaimParamsFor returns the claim Send makes for m, so that tests can leave
+// a claim behind as a crashed attempt would.
+func ClaimParamsFor(m Message) (key, kind, owner, fp string) {
+	rcpt := recipientDigest(m.Key.Tenant(), m.To)
+	return m.Key.String(), m.Template, m.Owner, fingerprint(m.Template, rcpt, m.Entity)
+}
