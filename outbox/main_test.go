@@ -1,0 +1,239 @@
+package outbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// temporalAddr is the dev server every test in the package shares. Tests
+// keep apart by tenant and task queue.
+var temporalAddr string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "outbox tests need a Temporal dev server: %v\n"+
+			"Run `make tools` to build bin/temporal, or set KEYED_TEMPORAL_BIN.\n", err)
+		return 1
+	}
+	defer srv.Stop()
+	temporalAddr = srv.Address()
+	return m.Run()
+}
+
+type bundle struct {
+	ctx       context.Context
+	pool      *pgxpool.Pool
+	store     *orders.Store
+	temporal  client.Client
+	taskQueue string
+	tenant    string
+	starter   *countingStarter
+	logger    *slog.Logger
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool := effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: 24})
+	store, err := orders.NewStore(pool)
+	require.NoError(t, err)
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	b := &bundle{
+		ctx:       context.Background(),
+		pool:      pool,
+		store:     store,
+		temporal:  c,
+		taskQueue: "outbox-test-" + randomHex(4),
+		tenant:    "t" + randomHex(4),
+		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	b.starter = &countingStarter{next: temporalStarter(c, b.taskQueue), calls: map[string]int{}, created: map[string]int{}}
+	return b
+}
+
+// temporalStarter starts the order workflow by name on a task queue no
+// worker polls: the run exists in Temporal, which is what these tests
+// count, and nothing executes it. A second start of the same ID collapses.
+func temporalStarter(c client.Client, taskQueue string) outbox.Starter {
+	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:                                       in.WorkflowID(),
+			TaskQueue:                                taskQueue,
+			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
+		}, orders.WorkflowName, in)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &already) {
+			return &outbox.Started{WorkflowID: in.WorkflowID(), RunID: already.RunId}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &outbox.Started{WorkflowID: run.GetID(), RunID: run.GetRunID(), Created: true}, nil
+	})
+}
+
+// countingStarter counts every start call and every new run per workflow
+// ID, and fails calls while fail returns an error.
+type countingStarter struct {
+	next outbox.Starter
+
+	mu      sync.Mutex
+	calls   map[string]int
+	created map[string]int
+	fail    func(in orders.CheckoutInput) error
+}
+
+func (s *countingStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+	s.mu.Lock()
+	s.calls[in.WorkflowID()]++
+	fail := s.fail
+	s.mu.Unlock()
+	if fail != nil {
+		if err := fail(in); err != nil {
+			return nil, err
+		}
+	}
+	st, err := s.next.Start(ctx, in)
+	if err == nil && st.Created {
+		s.mu.Lock()
+		s.created[in.WorkflowID()]++
+		s.mu.Unlock()
+	}
+	return st, err
+}
+
+func (s *countingStarter) setFail(f func(in orders.CheckoutInput) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = f
+}
+
+func (s *countingStarter) counts() (calls, created map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	calls, created = map[string]int{}, map[string]int{}
+	for k, v := range s.calls {
+		calls[k] = v
+	}
+	for k, v := range s.created {
+		created[k] = v
+	}
+	return calls, created
+}
+
+func (b *bundle) newOrder(id string) orders.NewOrder {
+	return orders.NewOrder{TenantID: b.tenant, ID: id, AmountMinor: 1999, Currency: "usd",
+		CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
+}
+
+// createOrders commits n orders, each with its outbox row, in one
+// transaction, and returns their IDs.
+func (b *bundle) createOrders(t *testing.T, n int) []string {
+	t.Helper()
+	return b.createOrdersWithPrefix(t, "ord", n)
+}
+
+func (b *bundle) createOrdersWithPrefix(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s_%04d", prefix, i)
+			if _, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder(ids[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return ids
+}
+
+func (b *bundle) relay(t *testing.T, opts *outbox.RelayOpts) *outbox.Relay {
+	t.Helper()
+	if opts == nil {
+		opts = &outbox.RelayOpts{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = b.logger
+	}
+	r, err := outbox.NewRelay(b.pool, b.starter, opts)
+	require.NoError(t, err)
+	return r
+}
+
+func (b *bundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+func (b *bundle) unsent(t *testing.T) int {
+	return b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL`)
+}
+
+// runs counts the workflow runs Temporal holds on the bundle's task queue.
+func (b *bundle) runs(t *testing.T) int {
+	t.Helper()
+	resp, err := b.temporal.CountWorkflow(b.ctx, &workflowservice.CountWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("TaskQueue = '%s'", b.taskQueue),
+	})
+	require.NoError(t, err)
+	return int(resp.GetCount())
+}
+
+// requireRunIDs checks that Temporal has exactly one run of each workflow.
+func (b *bundle) requireOneRunEach(t *testing.T, ids []string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.runs(t) == len(ids) }, 20*time.Second, 100*time.Millisecond,
+		"Temporal should hold exactly %d runs on %s", len(ids), b.taskQueue)
+	for _, id := range ids {
+		_, err := b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, id), "")
+		require.NoError(t, err, "workflow for %s", id)
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

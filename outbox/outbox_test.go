@@ -1,0 +1,178 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+func TestCreateOrderTxCommitsOrderAndStartRequestTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var created bool
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		_, created, err = outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("ord_1"))
+		return err
+	})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM orders`))
+	require.Equal(t, 1, b.unsent(t))
+
+	var workflowID, payload string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT workflow_id, payload::text FROM keyed_outbox`).Scan(&workflowID, &payload))
+	require.Equal(t, orders.WorkflowID(b.tenant, "ord_1"), workflowID)
+	require.JSONEq(t, `{"v":1,"tenant_id":"`+b.tenant+`","order_id":"ord_1"}`, payload, "identifiers and a version, never the order")
+
+	// A retried handler: same order, one order row, one start request.
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		_, created, err = outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("ord_1"))
+		return err
+	})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM orders`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox`))
+}
+
+// A rollback after the order write leaves no order, no outbox row, and so
+// nothing for any relay to start.
+func TestRollbackLeavesNoOutboxRowAndStartsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	boom := errors.New("payment provider said no after the order write")
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("ord_rb")); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM orders`))
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM keyed_outbox`))
+
+	n, err := b.relay(t, nil).Poll(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	calls, _ := b.starter.counts()
+	require.Empty(t, calls)
+	_, err = b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, "ord_rb"), "")
+	var notFound *serviceerror.NotFound
+	require.ErrorAs(t, err, &notFound)
+}
+
+func TestCreateOrderTxRefusesBadInputAndConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := b.newOrder("ord_bad")
+	bad.AmountMinor = 0
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, bad)
+		return err
+	})
+	var verr *orders.ValidationError
+	require.ErrorAs(t, err, &verr)
+	require.Equal(t, "amount_minor", verr.Field)
+
+	b.createOrders(t, 1)
+	other := b.newOrder("ord_0000")
+	other.AmountMinor = 5
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, other)
+		return err
+	})
+	require.ErrorIs(t, err, orders.ErrConflict)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox`))
+
+	_, _, err = outbox.CreateOrderTx(b.ctx, nil, nil, b.newOrder("x"))
+	require.Error(t, err)
+}
+
+func TestEnqueueTxValidatesInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := outbox.EnqueueTx(b.ctx, tx, orders.CheckoutInput{V: 99, TenantID: b.tenant, OrderID: "o"})
+		return err
+	})
+	require.ErrorIs(t, err, outbox.ErrInvalid)
+	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
+
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		first, err := outbox.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"))
+		require.NoError(t, err)
+		require.True(t, first)
+		again, err := outbox.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"))
+		require.NoError(t, err)
+		require.False(t, again)
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+func TestStatsAndPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s, err := outbox.ReadStats(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{}, s)
+
+	b.createOrders(t, 3)
+	_, err = b.pool.Exec(b.ctx, `UPDATE keyed_outbox SET created_at = now() - interval '90 seconds' WHERE workflow_id LIKE '%ord_0000%'`)
+	require.NoError(t, err)
+	s, err = outbox.ReadStats(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, s.Depth)
+	require.InDelta(t, 90, s.OldestAge.Seconds(), 5)
+
+	_, err = b.relay(t, nil).Poll(b.ctx)
+	require.NoError(t, err)
+	s, err = outbox.ReadStats(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{}, s)
+
+	// Only rows sent before the retention go.
+	_, err = b.pool.Exec(b.ctx, `UPDATE keyed_outbox SET sent_at = now() - interval '8 days' WHERE workflow_id LIKE '%ord_0001%'`)
+	require.NoError(t, err)
+	n, err := outbox.Prune(b.ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM keyed_outbox`))
+
+	_, err = outbox.Prune(b.ctx, b.pool, &outbox.PruneOpts{Retention: time.Minute})
+	require.Error(t, err)
+}
+
+func TestNewRelayValidatesConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	starter := outbox.StarterFunc(func(context.Context, orders.CheckoutInput) (*outbox.Started, error) { return nil, nil })
+	_, err := outbox.NewRelay(nil, starter, nil)
+	require.Error(t, err)
+	_, err = outbox.NewRelay(b.pool, nil, nil)
+	require.Error(t, err)
+	for _, opts := range []*outbox.RelayOpts{
+		{BatchSize: 20_000},
+		{Lease: 500 * time.Millisecond},
+		{Lease: 5 * time.Second, StartTimeout: 4 * time.Second},
+		{MinBackoff: time.Minute, MaxBackoff: time.Second},
+		{PollInterval: -time.Second},
+		{Retention: time.Minute},
+	} {
+		_, err := outbox.NewRelay(b.pool, starter, opts)
+		require.Error(t, err, "%+v", opts)
+	}
+	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Name: "relay-a"})
+	require.NoError(t, err)
+	require.Equal(t, "relay-a", r.Name())
+}

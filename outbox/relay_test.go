@@ -1,0 +1,257 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+func TestRelayStartsEachCommittedOrderOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.createOrders(t, 5)
+	r := b.relay(t, nil)
+	n, err := r.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	require.Zero(t, b.unsent(t))
+	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE run_id <> '' AND claimed_by IS NULL`))
+	b.requireOneRunEach(t, ids)
+
+	// Nothing is due any more.
+	n, err = r.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	calls, created := b.starter.counts()
+	require.Len(t, calls, 5)
+	for _, id := range ids {
+		require.Equal(t, 1, calls[orders.WorkflowID(b.tenant, id)])
+		require.Equal(t, 1, created[orders.WorkflowID(b.tenant, id)])
+	}
+}
+
+// A Temporal error: the row goes back with a jittered backoff, the relay
+// reports the error, and the next poll after the backoff starts it.
+func TestRelayBacksOffWhenStartsFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createOrders(t, 3)
+	b.starter.setFail(func(orders.CheckoutInput) error { return errors.New("temporal: unavailable") })
+	reg := prometheus.NewRegistry()
+	metrics, err := outbox.NewMetrics(reg)
+	require.NoError(t, err)
+	r := b.relay(t, &outbox.RelayOpts{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Metrics: metrics})
+
+	n, err := r.Poll(b.ctx)
+	require.ErrorContains(t, err, "temporal: unavailable")
+	require.Zero(t, n)
+	calls, _ := b.starter.counts()
+	require.Len(t, calls, 1, "the first failure stops the batch instead of hammering Temporal")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE last_error LIKE '%unavailable%' AND attempts = 1`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts = 0 AND claimed_by IS NULL`),
+		"the rest of the batch is given back unclaimed")
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.FailuresForTest()))
+
+	b.starter.setFail(nil)
+	require.Eventually(t, func() bool {
+		_, err := r.Poll(b.ctx)
+		return err == nil && b.unsent(t) == 0
+	}, 5*time.Second, 20*time.Millisecond)
+	_, created := b.starter.counts()
+	require.Len(t, created, 3)
+}
+
+// A crash between the order commit and the workflow start, three ways: no
+// relay running at commit time, a relay killed right after claiming, and a
+// start that reached Temporal but was never marked sent. Each ends with the
+// workflow started exactly once.
+func TestCrashBetweenCommitAndStartStillStartsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.createOrders(t, 4)
+
+	// A relay claims everything and dies holding it.
+	dead := b.relay(t, &outbox.RelayOpts{Name: "dead", Lease: 2 * time.Second, StartTimeout: time.Second})
+	n, err := dead.ClaimAndDie(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+
+	// The live relay's first start reaches Temporal, then the reply is lost.
+	var once sync.Once
+	lossy := wrapAfter(b.starter, func(in orders.CheckoutInput) error {
+		var err error
+		once.Do(func() { err = errors.New("connection reset after the start was sent") })
+		return err
+	})
+	live, err := outbox.NewRelay(b.pool, lossy, &outbox.RelayOpts{Name: "live", Lease: 2 * time.Second,
+		StartTimeout: time.Second, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Logger: b.logger})
+	require.NoError(t, err)
+	n, err = live.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "rows under a live lease belong to the relay holding them")
+
+	require.Eventually(t, func() bool {
+		_, _ = live.Poll(b.ctx)
+		return b.unsent(t) == 0
+	}, 10*time.Second, 50*time.Millisecond, "the lease runs out and the live relay starts every row")
+
+	b.requireOneRunEach(t, ids)
+	calls, created := b.starter.counts()
+	total := 0
+	for _, id := range ids {
+		require.Equal(t, 1, created[orders.WorkflowID(b.tenant, id)], "one run for %s", id)
+		total += calls[orders.WorkflowID(b.tenant, id)]
+	}
+	require.Equal(t, 5, total, "four starts plus one repeat that collapsed")
+}
+
+// wrapAfter calls next and then after, returning after's error if any: the
+// start happened, the caller is told it failed.
+func wrapAfter(next outbox.Starter, after func(orders.CheckoutInput) error) outbox.Starter {
+	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+		st, err := next.Start(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		if err := after(in); err != nil {
+			return nil, err
+		}
+		return st, nil
+	})
+}
+
+// Two relays race over 500 committed rows. Every workflow is started exactly
+// once: counted at the starter, and counted in Temporal.
+func TestTwoRelaysRacingStartEachWorkflowOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.createOrders(t, 500)
+	reg := prometheus.NewRegistry()
+	metrics, err := outbox.NewMetrics(reg)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	var perRelay [2]atomic.Int64
+	for i, name := range []string{"relay-a", "relay-b"} {
+		counted := outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+			perRelay[i].Add(1)
+			return b.starter.Start(ctx, in)
+		})
+		r, err := outbox.NewRelay(b.pool, counted, &outbox.RelayOpts{Name: name, BatchSize: 25,
+			PollInterval: 10 * time.Millisecond, StatsInterval: 50 * time.Millisecond, Metrics: metrics, Logger: b.logger})
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			require.NoError(t, r.Run(ctx))
+		}()
+	}
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 60*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(metrics.DepthForTest()) == 0 }, 5*time.Second, 20*time.Millisecond)
+	cancel()
+	wg.Wait()
+
+	calls, created := b.starter.counts()
+	require.Len(t, calls, 500)
+	for _, id := range ids {
+		wf := orders.WorkflowID(b.tenant, id)
+		require.Equal(t, 1, calls[wf], "start calls for %s", wf)
+		require.Equal(t, 1, created[wf], "runs created for %s", wf)
+	}
+	require.Positive(t, perRelay[0].Load(), "relay-a did part of the work")
+	require.Positive(t, perRelay[1].Load(), "relay-b did part of the work")
+	require.EqualValues(t, 500, perRelay[0].Load()+perRelay[1].Load())
+	require.Zero(t, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE claimed_by IS NOT NULL OR run_id IS NULL`))
+	require.Equal(t, 500.0, testutil.ToFloat64(metrics.StartsForTest("started")))
+	b.requireOneRunEach(t, ids)
+}
+
+func TestRelayStartStopForFx(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	metrics, err := outbox.NewMetrics(reg)
+	require.NoError(t, err)
+	r := b.relay(t, &outbox.RelayOpts{PollInterval: 10 * time.Millisecond, StatsInterval: 10 * time.Millisecond, Metrics: metrics})
+
+	startCtx, cancel := context.WithCancel(b.ctx)
+	require.NoError(t, r.Start(startCtx))
+	cancel() // fx cancels the start context once OnStart returns; the relay must keep running
+	require.ErrorIs(t, r.Start(b.ctx), outbox.ErrRunning)
+	require.ErrorIs(t, r.Run(b.ctx), outbox.ErrRunning)
+
+	ids := b.createOrders(t, 3)
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 10*time.Second, 20*time.Millisecond)
+	b.requireOneRunEach(t, ids)
+
+	stopCtx, stopCancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer stopCancel()
+	require.NoError(t, r.Stop(stopCtx))
+	require.NoError(t, r.Stop(stopCtx), "a second stop is a no-op")
+
+	// Stopped: new rows wait, and the gauges say so once a relay runs again.
+	b.createOrdersWithPrefix(t, "late", 2)
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, 2, b.unsent(t))
+	require.NoError(t, r.Start(b.ctx))
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, r.Stop(stopCtx))
+	require.Equal(t, 5.0, testutil.ToFloat64(metrics.StartsForTest("started")))
+}
+
+// Stopping mid-batch gives the unstarted rows back at once instead of
+// leaving them to the lease.
+func TestRelayStopGivesBackUnstartedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createOrders(t, 10)
+	started := make(chan struct{})
+	var once sync.Once
+	b.starter.setFail(func(in orders.CheckoutInput) error {
+		if strings.HasSuffix(in.OrderID, "0003") {
+			once.Do(func() { close(started) })
+			time.Sleep(200 * time.Millisecond)
+		}
+		return nil
+	})
+	r := b.relay(t, &outbox.RelayOpts{PollInterval: time.Hour})
+	require.NoError(t, r.Start(b.ctx))
+	<-started
+	stopCtx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, r.Stop(stopCtx))
+	unsent := b.unsent(t)
+	require.Positive(t, unsent)
+	require.Equal(t, unsent, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL AND claimed_by IS NULL AND available_at <= now()`),
+		"every unsent row is claimable right away")
+}
+
+func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.relay(t, &outbox.RelayOpts{MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	for n := 1; n <= 40; n++ {
+		ceiling := min(time.Second, 100*time.Millisecond<<(min(n, 20)-1))
+		var sawLow, sawHigh bool
+		for range 200 {
+			d := r.Backoff(n)
+			require.GreaterOrEqual(t, d, time.Duration(0))
+			require.LessOrEqual(t, d, ceiling, "attempt %d", n)
+			sawLow = sawLow || d < ceiling/2
+			sawHigh = sawHigh || d >= ceiling/2
+		}
+		require.True(t, sawLow && sawHigh, "attempt %d: delays spread over [0, %s]", n, ceiling)
+	}
+}
