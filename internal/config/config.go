@@ -60,7 +60,7 @@ const (
 	DefaultStripeAPIBase     = "https://api.stripe.com"
 	DefaultSendGridAPIBase   = "https://api.sendgrid.com"
 	DefaultMetricsAddr       = "127.0.0.1:9464"
-	DefaultReceiptPolicy     = AtLeastOnce
+	DefaultReceiptPolicy     = AtMostOnce
 	DefaultCollapseWindow    = 10 * time.Minute
 	DefaultStopTimeout       = 30 * time.Second
 	DefaultMaxActivities     = 64
@@ -128,7 +128,7 @@ type Receipt struct {
 	// Policy is RECEIPT_POLICY, AtMostOnce or AtLeastOnce.
 	Policy string
 	// CollapseWindow is COLLAPSE_WINDOW: a repeat receipt to the same
-	// recipient for the same order within it is dropped. Zero disables it.
+	// recipient for the same order within it is dropped. It must be positive.
 	CollapseWindow time.Duration
 }
 
@@ -246,7 +246,7 @@ func (l *Loader) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SendGrid.APIBase, "sendgrid-api-base", c.SendGrid.APIBase, "SendGrid API base `URL` (env SENDGRID_API_BASE)")
 	fs.StringVar(&c.Receipt.From, "receipt-from", c.Receipt.From, "receipt sender `address` (env RECEIPT_FROM)")
 	fs.StringVar(&c.Receipt.Policy, "receipt-policy", c.Receipt.Policy, "receipt delivery `policy`: at_most_once or at_least_once (env RECEIPT_POLICY)")
-	fs.DurationVar(&c.Receipt.CollapseWindow, "collapse-window", c.Receipt.CollapseWindow, "drop a repeat receipt to the same recipient for the same order within this `duration`; 0 disables (env COLLAPSE_WINDOW)")
+	fs.DurationVar(&c.Receipt.CollapseWindow, "collapse-window", c.Receipt.CollapseWindow, "drop a repeat receipt to the same recipient for the same order within this `duration` (env COLLAPSE_WINDOW)")
 	fs.StringVar(&c.Metrics.Addr, "metrics-addr", c.Metrics.Addr, "`host:port` serving /metrics and /healthz (env METRICS_ADDR)")
 	fs.DurationVar(&c.Worker.StopTimeout, "stop-timeout", c.Worker.StopTimeout, "on SIGTERM, how long to wait for in-flight activities (env WORKER_STOP_TIMEOUT)")
 	fs.IntVar(&c.Worker.MaxConcurrentActivities, "max-activities", c.Worker.MaxConcurrentActivities, "most activities run at once by this worker (env WORKER_MAX_ACTIVITIES)")
@@ -311,8 +311,8 @@ func (l *Loader) Load() (*Config, error) {
 		if c.Receipt.Policy != AtMostOnce && c.Receipt.Policy != AtLeastOnce {
 			add("RECEIPT_POLICY", "%q is not %s or %s", c.Receipt.Policy, AtMostOnce, AtLeastOnce)
 		}
-		if c.Receipt.CollapseWindow < 0 {
-			add("COLLAPSE_WINDOW", "%s is negative (0 disables the window)", c.Receipt.CollapseWindow)
+		if c.Receipt.CollapseWindow <= 0 {
+			add("COLLAPSE_WINDOW", "%s must be positive", c.Receipt.CollapseWindow)
 		}
 		if err := checkHostPort(c.Metrics.Addr); err != nil {
 			add("METRICS_ADDR", "%q: %v", c.Metrics.Addr, err)

@@ -54,7 +54,7 @@ func TestWorkerDefaults(t *testing.T) {
 	require.Equal(t, "https://api.stripe.com", c.Stripe.APIBase)
 	require.Equal(t, "https://api.sendgrid.com", c.SendGrid.APIBase)
 	require.Equal(t, "127.0.0.1:9464", c.Metrics.Addr)
-	require.Equal(t, config.AtLeastOnce, c.Receipt.Policy)
+	require.Equal(t, config.AtMostOnce, c.Receipt.Policy)
 	require.Equal(t, 10*time.Minute, c.Receipt.CollapseWindow)
 	require.Equal(t, 30*time.Second, c.Worker.StopTimeout)
 	require.Equal(t, slog.LevelInfo, c.LogLevel)
@@ -74,11 +74,11 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 	m := workerEnv()
 	m["TEMPORAL_ADDRESS"] = "temporal:7233"
 	m["COLLAPSE_WINDOW"] = "5m"
-	c, err := load(t, config.Worker, m, "--temporal-address", "10.0.0.1:7233", "--collapse-window", "1m", "--receipt-policy", "at_most_once")
+	c, err := load(t, config.Worker, m, "--temporal-address", "10.0.0.1:7233", "--collapse-window", "1m", "--receipt-policy", "at_least_once")
 	require.NoError(t, err)
 	require.Equal(t, "10.0.0.1:7233", c.Temporal.Address)
 	require.Equal(t, time.Minute, c.Receipt.CollapseWindow)
-	require.Equal(t, config.AtMostOnce, c.Receipt.Policy)
+	require.Equal(t, config.AtLeastOnce, c.Receipt.Policy)
 }
 
 func TestSecretsHaveNoFlags(t *testing.T) {
