@@ -164,7 +164,7 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	l := &Loader{level: "info"}
+	l := &Loader{}
 	c := &l.cfg
 	c.Role = role
 	str := func(dst *string, name, def string) {
@@ -212,7 +212,12 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 	str(&c.Temporal.Address, "TEMPORAL_ADDRESS", DefaultTemporalAddress)
 	str(&c.Temporal.Namespace, "TEMPORAL_NAMESPACE", DefaultTemporalNamespace)
 	str(&c.Temporal.TaskQueue, "TEMPORAL_TASK_QUEUE", orders.TaskQueue)
-	str(&l.level, "LOG_LEVEL", "info")
+	// A one-shot CLI is quiet unless asked; a server logs its lifecycle.
+	defaultLevel := "info"
+	if role == Starter {
+		defaultLevel = "warn"
+	}
+	str(&l.level, "LOG_LEVEL", defaultLevel)
 	if role != Worker {
 		return l
 	}
@@ -258,6 +263,9 @@ func (l *Loader) Load() (*Config, error) {
 	c := l.cfg
 	problems := append([]string(nil), l.problems...)
 	add := func(name, format string, args ...any) {
+		if fl := flagOf[name]; fl != "" {
+			name += " (--" + fl + ")"
+		}
 		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
 	}
 
@@ -387,4 +395,21 @@ func Load(role Role, fs *flag.FlagSet, args []string, lookup func(string) (strin
 		return nil, fmt.Errorf("%s: unexpected arguments: %s", role, strings.Join(fs.Args(), " "))
 	}
 	return l.Load()
+}
+
+// flagOf names the flag that overrides an environment variable, for
+// messages.
+var flagOf = map[string]string{
+	"TEMPORAL_ADDRESS":      "temporal-address",
+	"TEMPORAL_NAMESPACE":    "temporal-namespace",
+	"TEMPORAL_TASK_QUEUE":   "task-queue",
+	"LOG_LEVEL":             "log-level",
+	"STRIPE_API_BASE":       "stripe-api-base",
+	"SENDGRID_API_BASE":     "sendgrid-api-base",
+	"RECEIPT_FROM":          "receipt-from",
+	"RECEIPT_POLICY":        "receipt-policy",
+	"COLLAPSE_WINDOW":       "collapse-window",
+	"METRICS_ADDR":          "metrics-addr",
+	"WORKER_STOP_TIMEOUT":   "stop-timeout",
+	"WORKER_MAX_ACTIVITIES": "max-activities",
 }
