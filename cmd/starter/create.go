@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// fieldFlags maps an orders.ValidationError field to the flag that sets it.
+var fieldFlags = map[string]string{
+	"tenant_id":      "--tenant",
+	"order_id":       "--order",
+	"amount_minor":   "--amount",
+	"currency":       "--currency",
+	"customer_email": "--email",
+	"payment_method": "--payment-method",
+}
+
+// orderFlags binds --tenant and --order.
+func orderFlags(f *flags) (tenant, order *string) {
+	tenant = f.String("tenant", "", "tenant `ID`, such as acme (required)")
+	order = f.String("order", "", "order `ID` within the tenant, such as 9f3a (required)")
+	return tenant, order
+}
+
+// requireFlags returns a usage error naming every flag in want whose value
+// is empty.
+func requireFlags(want [][2]string) error {
+	var missing []string
+	for _, w := range want {
+		if strings.TrimSpace(w[1]) == "" {
+			missing = append(missing, "--"+w[0])
+		}
+	}
+	if len(missing) > 0 {
+		return usagef("missing %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func runCreate(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "create", "--tenant ID --order ID --amount N --currency CODE --email ADDR --payment-method PM [flags]",
+		"Creates the order in Postgres (or finds the identical one already there) and starts its checkout\n"+
+			"workflow. Prints the workflow ID, the run ID, and whether this start was new or collapsed into\n"+
+			"an existing run. Bad input names the flag and creates nothing.")
+	tenant, order := orderFlags(f)
+	amount := f.Int64("amount", 0, "amount in minor `units` (cents): 1999 is 19.99 (required)")
+	currency := f.String("currency", "", "lower-case ISO 4217 `code`, such as usd or eur (required)")
+	email := f.String("email", "", "customer email `address` for the receipt (required)")
+	pm := f.String("payment-method", "", "Stripe payment method `ID`, such as pm_card_visa in test mode (required)")
+	asJSON := f.Bool("json", false, "print the result as JSON")
+	cfg, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	amountSet := ""
+	if f.isSet("amount") {
+		amountSet = "set"
+	}
+	if err := requireFlags([][2]string{{"tenant", *tenant}, {"order", *order}, {"amount", amountSet}, {"currency", *currency}, {"email", *email}, {"payment-method", *pm}}); err != nil {
+		return err
+	}
+	no := orders.NewOrder{
+		TenantID: *tenant, ID: *order, AmountMinor: *amount, Currency: strings.ToLower(*currency),
+		CustomerEmail: *email, PaymentMethod: *pm,
+	}
+	if err := no.Validate(); err != nil {
+		return validationUsage(err)
+	}
+
+	var (
+		store *orders.Store
+		tc    client.Client
+	)
+	return f.runApp(ctx, cfg, func(ctx context.Context) error {
+		o, created, err := store.Create(ctx, no)
+		switch {
+		case errors.Is(err, orders.ErrConflict):
+			return fmt.Errorf("order %s/%s already exists with a different amount, currency, email or payment method; "+
+				"use `starter start` to check out the existing one, or choose another --order", no.TenantID, no.ID)
+		case err != nil:
+			return migrationHint(err)
+		}
+		return startCheckout(ctx, e.stdout, cfg, tc, o, &created, *asJSON)
+	}, &store, &tc)
+}
+
+func runStart(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "start", "--tenant ID --order ID [flags]",
+		"Starts the checkout workflow of an order that already exists in Postgres. A start while a run\n"+
+			"is in flight joins that run; a start after the order completed starts nothing.")
+	tenant, order := orderFlags(f)
+	asJSON := f.Bool("json", false, "print the result as JSON")
+	cfg, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := requireFlags([][2]string{{"tenant", *tenant}, {"order", *order}}); err != nil {
+		return err
+	}
+	if err := orders.NewCheckoutInput(*tenant, *order).Validate(); err != nil {
+		return usagef("invalid --tenant or --order: %v", err)
+	}
+	var (
+		store *orders.Store
+		tc    client.Client
+	)
+	return f.runApp(ctx, cfg, func(ctx context.Context) error {
+		o, err := store.Get(ctx, *tenant, *order)
+		if err != nil {
+			return migrationHint(err)
+		}
+		return startCheckout(ctx, e.stdout, cfg, tc, o, nil, *asJSON)
+	}, &store, &tc)
+}
+
+// startResult is what create and start print with --json.
+type startResult struct {
+	TenantID string `json:"tenant_id"`
+	OrderID  string `json:"order_id"`
+	// OrderCreated is set by create only: false when an identical order
+	// already existed.
+	OrderCreated *bool  `json:"order_created,omitempty"`
+	WorkflowID   string `json:"workflow_id"`
+	RunID        string `json:"run_id"`
+	// Start is "new" or "collapsed" (joined an existing run).
+	Start string `json:"start"`
+}
+
+func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc client.Client, o *orders.Order, created *bool, asJSON bool) error {
+	st, err := workflows.Start(ctx, tc, orders.NewCheckoutInput(o.TenantID, o.ID), &workflows.StartOpts{
+		TaskQueue: cfg.Temporal.TaskQueue, Order: o,
+	})
+	if err != nil {
+		return fmt.Errorf("start checkout of order %s/%s on Temporal at %s: %w", o.TenantID, o.ID, cfg.Temporal.Address, err)
+	}
+	res := startResult{TenantID: o.TenantID, OrderID: o.ID, OrderCreated: created, WorkflowID: st.WorkflowID, RunID: st.RunID, Start: "new"}
+	if !st.Created {
+		res.Start = "collapsed"
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	orderLine := fmt.Sprintf("%s/%s  %d %s  %s", o.TenantID, o.ID, o.AmountMinor, o.Currency, o.Status)
+	if created != nil {
+		if *created {
+			orderLine += "  (created)"
+		} else {
+			orderLine += "  (already existed)"
+		}
+	}
+	fmt.Fprintf(tw, "order\t%s\n", orderLine)
+	fmt.Fprintf(tw, "workflow ID\t%s\n", st.WorkflowID)
+	fmt.Fprintf(tw, "run ID\t%s\n", st.RunID)
+	if st.Created {
+		fmt.Fprintf(tw, "start\tnew\n")
+	} else {
+		fmt.Fprintf(tw, "start\tcollapsed into existing run\n")
+	}
+	return tw.Flush()
+}
+
+// validationUsage turns an *orders.ValidationError into a usage error that
+// names the flag.
+func validationUsage(err error) error {
+	var ve *orders.ValidationError
+	if errors.As(err, &ve) {
+		if fl, ok := fieldFlags[ve.Field]; ok {
+			return usagef("invalid %s: %s", fl, ve.Reason)
+		}
+	}
+	return usagef("%v", err)
+}
+
+// migrationHint adds what to do when keyed's tables do not exist yet.
+func migrationHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w\nkeyed's tables are missing: start the worker once (it migrates on start) or run this command with --migrate", err)
+	}
+	return err
+}

@@ -1,0 +1,192 @@
+// Command starter creates orders and starts, inspects and serves their
+// checkout. It is what an operator or a script uses next to the worker:
+//
+//	starter create --tenant acme --order 9f3a --amount 1999 --currency usd \
+//	    --email ann@example.com --payment-method pm_card_visa
+//	starter start --tenant acme --order 9f3a
+//	starter show --tenant acme --order 9f3a
+//	starter serve
+//
+// It needs DATABASE_URL and the TEMPORAL_* settings only, never a provider
+// key. Run `starter help` or `starter COMMAND -h` for every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"go.uber.org/fx"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv})
+	stop()
+	os.Exit(code)
+}
+
+// env is the process around a command, replaceable in tests.
+type env struct {
+	stdout, stderr io.Writer
+	lookup         func(string) (string, bool)
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	// run parses args and does the work. It returns a *usageError for bad
+	// input (exit 2) and any other error for a failure (exit 1).
+	run func(ctx context.Context, e *env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"create", "create an order in Postgres and start its checkout", runCreate},
+		{"start", "start (or join) the checkout of an existing order", runStart},
+		{"show", "show an order, each of its effects, and the workflow's view of each step", runShow},
+		{"serve", "serve keyed's HTTP API and outbox relay", func(ctx context.Context, _ *env, args []string) error { return serve(ctx, args) }},
+	}
+}
+
+const topUsage = `Usage: starter COMMAND [flags]
+
+Creates orders and starts, inspects or serves their checkout on Temporal.
+
+Commands:
+%s
+Run 'starter COMMAND -h' for a command's flags.
+
+Environment (flags override the non-secret ones):
+  DATABASE_URL          Postgres connection string (default %s)
+  TEMPORAL_ADDRESS      Temporal frontend host:port (default %s)
+  TEMPORAL_NAMESPACE    Temporal namespace (default %s)
+  TEMPORAL_TASK_QUEUE   task queue of the order workflow (default keyed-orders)
+  LOG_LEVEL             debug, info, warn or error (default warn)
+
+Exit status: 0 on success, 1 when the command failed, 2 for bad input.
+`
+
+func printTopUsage(w io.Writer) {
+	var b strings.Builder
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, topUsage, b.String(), config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace)
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, e *env) int {
+	if len(args) == 0 {
+		printTopUsage(e.stderr)
+		return 2
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if name == "help" && len(rest) > 0 {
+			return run(ctx, []string{rest[0], "-h"}, e)
+		}
+		printTopUsage(e.stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		err := c.run(ctx, e, rest)
+		var uerr *usageError
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &uerr):
+			fmt.Fprintf(e.stderr, "starter %s: %v\n", name, err)
+			return 2
+		default:
+			fmt.Fprintf(e.stderr, "starter %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(e.stderr, "starter: unknown command %q\n\n", name)
+	printTopUsage(e.stderr)
+	return 2
+}
+
+// usageError is bad input: a missing or invalid flag, or invalid
+// configuration. Nothing was created.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// flags is a command's FlagSet together with the configuration's flags.
+type flags struct {
+	*flag.FlagSet
+	loader *config.Loader
+	e      *env
+}
+
+func newFlags(e *env, name, synopsis, description string) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	l := config.NewLoader(config.Starter, e.lookup)
+	f := &flags{FlagSet: fs, loader: l, e: e}
+	fs.Usage = func() {
+		fmt.Fprintf(e.stdout, "Usage: starter %s %s\n\n%s\n\nFlags:\n", name, synopsis, description)
+		fs.SetOutput(e.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(e.stderr)
+		fmt.Fprintf(e.stdout, "\nSee 'starter help' for the environment variables.\n")
+	}
+	return f
+}
+
+// parse parses args after binding the configuration flags, so that the
+// command's flags come first in -h, and returns the validated
+// configuration.
+func (f *flags) parse(args []string) (*config.Config, error) {
+	f.loader.BindFlags(f.FlagSet)
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usagef("%v", err)
+	}
+	if f.NArg() > 0 {
+		return nil, usagef("unexpected arguments: %s", strings.Join(f.Args(), " "))
+	}
+	cfg, err := f.loader.Load()
+	if err != nil {
+		return nil, &usageError{msg: err.Error()}
+	}
+	return cfg, nil
+}
+
+// runApp builds the starter's fx app, populates targets from it, and runs
+// fn between its start and stop.
+func (f *flags) runApp(ctx context.Context, cfg *config.Config, fn func(ctx context.Context) error, targets ...any) error {
+	logger := slog.New(slog.NewTextHandler(f.e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	app := fx.New(fxapp.Starter(cfg, logger, fx.Populate(targets...)))
+	return fxapp.Run(ctx, app, fn)
+}
+
+// isSet reports whether the flag name was given on the command line.
+func (f *flags) isSet(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// queryTimeout bounds the workflow query of show: it needs a worker, and
+// show must still print the database's view when none is running.
+const queryTimeout = 5 * time.Second
+
+// showResult is what show prints with --json.
+type showResult struct {
+	Order    *orders.Order     `json:"order"`
+	Effects  []*effects.Record `json:"effects"`
+	Workflow workflowView      `json:"workflow"`
+}
+
+type workflowView struct {
+	WorkflowID string              `json:"workflow_id"`
+	Steps      []orders.StepStatus `json:"steps,omitempty"`
+	// Error says why the workflow's view is missing: no run, no worker to
+	// answer the query, Temporal unreachable.
+	Error string `json:"error,omitempty"`
+}
+
+func runShow(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "show", "--tenant ID --order ID [flags]",
+		"Shows the order row, each of its effect records (key, state, attempts, stored outcome or error)\n"+
+			"and, when a worker can answer, the workflow's own view of each step.")
+	tenant, order := orderFlags(f)
+	asJSON := f.Bool("json", false, "print the result as JSON")
+	cfg, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := requireFlags([][2]string{{"tenant", *tenant}, {"order", *order}}); err != nil {
+		return err
+	}
+	prefix, err := orders.OrderKey(*tenant, *order)
+	if err != nil {
+		return usagef("invalid --tenant or --order: %v", err)
+	}
+	var (
+		store *orders.Store
+		fxc   *effects.Client
+		tc    client.Client
+	)
+	return f.runApp(ctx, cfg, func(ctx context.Context) error {
+		o, err := store.Get(ctx, *tenant, *order)
+		if err != nil {
+			return migrationHint(err)
+		}
+		recs, err := fxc.List(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		res := showResult{Order: o, Effects: recs, Workflow: queryWorkflow(ctx, tc, orders.WorkflowID(*tenant, *order))}
+		if res.Effects == nil {
+			res.Effects = []*effects.Record{}
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(res)
+		}
+		return printShow(e.stdout, res)
+	}, &store, &fxc, &tc)
+}
+
+func queryWorkflow(ctx context.Context, tc client.Client, workflowID string) workflowView {
+	view := workflowView{WorkflowID: workflowID}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	val, err := tc.QueryWorkflow(ctx, workflowID, "", orders.QueryStatus)
+	if err == nil {
+		err = val.Get(&view.Steps)
+	}
+	if err != nil {
+		view.Error = err.Error()
+		if ctx.Err() != nil {
+			view.Error = fmt.Sprintf("no answer within %s (is a worker running? is Temporal reachable?): %v", queryTimeout, err)
+		}
+	}
+	return view
+}
+
+func printShow(w io.Writer, res showResult) error {
+	o := res.Order
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "order\t%s/%s\n", o.TenantID, o.ID)
+	fmt.Fprintf(tw, "  status\t%s\n", o.Status)
+	fmt.Fprintf(tw, "  amount\t%d %s (minor units)\n", o.AmountMinor, o.Currency)
+	fmt.Fprintf(tw, "  email\t%s\n", o.CustomerEmail)
+	fmt.Fprintf(tw, "  payment method\t%s\n", o.PaymentMethod)
+	fmt.Fprintf(tw, "  created\t%s\n", o.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(tw, "  updated\t%s\n", o.UpdatedAt.UTC().Format(time.RFC3339))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\neffects (%d)\n", len(res.Effects))
+	if len(res.Effects) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  KEY\tSTATE\tATTEMPTS\tOUTCOME\n")
+		for _, r := range res.Effects {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", r.Key, r.State, r.Attempts, outcome(r))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(w, "\nworkflow %s\n", res.Workflow.WorkflowID)
+	if res.Workflow.Error != "" {
+		fmt.Fprintf(w, "  query unavailable: %s\n", res.Workflow.Error)
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  STEP\tSTATE\tEFFECT KEY\tERROR\n")
+	for _, s := range res.Workflow.Steps {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Step, s.State, s.EffectKey, s.Error)
+	}
+	return tw.Flush()
+}
+
+// outcome is a record's stored result, its error, or where its claim
+// stands.
+func outcome(r *effects.Record) string {
+	switch {
+	case len(r.Result) > 0 && string(r.Result) != "null":
+		return string(r.Result)
+	case r.ErrorCode != "" || r.ErrorMessage != "":
+		return fmt.Sprintf("error %s: %s", r.ErrorCode, r.ErrorMessage)
+	case r.State == effects.StateClaimed && r.LeaseUntil != nil:
+		return fmt.Sprintf("claimed by %s until %s", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339))
+	}
+	return "-"
+}

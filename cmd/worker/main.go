@@ -1,0 +1,75 @@
+// Command worker runs keyed's order pipeline: it applies the database
+// migrations, registers the order workflow and its activities on the
+// Temporal task queue, serves /metrics and /healthz, and on SIGTERM or
+// SIGINT stops polling and drains in-flight activities before exiting.
+//
+// Configuration comes from the environment, with flags for the settings
+// that are not secret; run `worker -h` for the list.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"go.uber.org/fx"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+}
+
+const usage = `Usage: worker [flags]
+
+Runs the keyed order workflow and its activities on Temporal.
+
+Environment (flags override the non-secret ones):
+  DATABASE_URL          Postgres connection string (default %s)
+  TEMPORAL_ADDRESS      Temporal frontend host:port (default %s)
+  TEMPORAL_NAMESPACE    Temporal namespace (default %s)
+  TEMPORAL_TASK_QUEUE   task queue (default %s)
+  STRIPE_SECRET_KEY     required: sk_… or rk_… (environment only)
+  STRIPE_API_BASE       Stripe API base URL (default %s)
+  SENDGRID_API_KEY      required (environment only)
+  SENDGRID_API_BASE     SendGrid API base URL (default %s)
+  RECEIPT_FROM          required: the receipts' sender address
+  RECEIPT_POLICY        at_most_once or at_least_once (default %s)
+  COLLAPSE_WINDOW       drop repeat receipts within this duration (default %s)
+  METRICS_ADDR          host:port for /metrics and /healthz (default %s)
+  MIGRATE_ON_START      apply migrations on start (default true)
+  WORKER_STOP_TIMEOUT   drain time for in-flight activities on SIGTERM (default %s)
+  WORKER_MAX_ACTIVITIES most concurrent activities (default %d)
+  LOG_LEVEL             debug, info, warn or error (default info)
+
+Flags:
+`
+
+// run is main without the process: it returns the exit code.
+func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), usage, config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace,
+			orders.TaskQueue, config.DefaultStripeAPIBase, config.DefaultSendGridAPIBase, config.DefaultReceiptPolicy,
+			config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout, config.DefaultMaxActivities)
+		fs.PrintDefaults()
+	}
+	cfg, err := config.Load(config.Worker, fs, args, lookup)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintln(stderr, "worker:", err)
+		return 2
+	}
+	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger.Info("starting worker", "config", cfg)
+	return fxapp.Serve(fx.New(fxapp.Worker(cfg, logger)), logger)
+}

@@ -1,0 +1,151 @@
+// Package fxapp wires keyed's programs together with fx. It is the only
+// package that imports fx: effects, orders, activities and workflows are
+// plain Go, and each module here turns one of them into a provider with
+// lifecycle hooks that never block.
+//
+// Worker and Starter assemble the modules for cmd/worker and cmd/starter;
+// tests build the same graphs, so what is tested is what ships.
+package fxapp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/keyedhq/keyed/internal/config"
+)
+
+// startTimeout bounds the start hooks: connecting, migrating, first poll.
+const startTimeout = time.Minute
+
+// Worker returns the options of the worker app: Postgres with migrations,
+// effects, Temporal, the Stripe and SendGrid providers, the Temporal worker
+// running the order workflow and its activities, /metrics and /healthz, and
+// the outbox relay. Extra options are appended, for tests.
+func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Option {
+	return fx.Options(
+		base(cfg, logger),
+		DatabaseModule,
+		EffectsModule,
+		TemporalModule,
+		ProvidersModule,
+		MetricsModule,
+		WorkerModule,
+		RelayModule,
+		// The stop hooks must outlast the worker's drain of in-flight activities.
+		fx.StopTimeout(cfg.Worker.StopTimeout+15*time.Second),
+		fx.Options(extra...),
+	)
+}
+
+// Starter returns the options of the starter app: Postgres, the order store,
+// effects (read-only use, no metrics) and a Temporal client. It needs no
+// provider keys. Extra options are appended, for tests and commands.
+func Starter(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Option {
+	return fx.Options(
+		base(cfg, logger),
+		DatabaseModule,
+		EffectsModule,
+		TemporalModule,
+		fx.Options(extra...),
+	)
+}
+
+func base(cfg *config.Config, logger *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.Supply(cfg, logger),
+		fx.WithLogger(func(l *slog.Logger) fxevent.Logger {
+			fl := &fxevent.SlogLogger{Logger: l.With("component", "fx")}
+			// The graph's own chatter (provided, invoked, hook ran) is debug
+			// output, and so are its errors: Serve and Run report each failure
+			// once, reduced to its root cause.
+			fl.UseLogLevel(slog.LevelDebug)
+			fl.UseErrorLevel(slog.LevelDebug)
+			return fl
+		}),
+		fx.StartTimeout(startTimeout),
+		ConfigModule,
+	)
+}
+
+// ConfigModule splits the supplied *config.Config into the parts the other
+// modules depend on, so that each module sees only its own settings.
+var ConfigModule = fx.Module("config", fx.Provide(splitConfig))
+
+type configParts struct {
+	fx.Out
+	Database config.Database
+	Temporal config.Temporal
+	Stripe   config.Stripe
+	SendGrid config.SendGrid
+	Receipt  config.Receipt
+	Metrics  config.Metrics
+	Worker   config.WorkerTuning
+}
+
+func splitConfig(c *config.Config) configParts {
+	return configParts{
+		Database: c.Database, Temporal: c.Temporal, Stripe: c.Stripe, SendGrid: c.SendGrid,
+		Receipt: c.Receipt, Metrics: c.Metrics, Worker: c.Worker,
+	}
+}
+
+// Serve runs app until SIGINT or SIGTERM (or an fx.Shutdowner) asks it to
+// stop: it starts it within its start timeout, waits, and stops it within
+// its stop timeout, logging any failure with its root cause. It returns the
+// process exit code: 0 after a clean stop, 1 when the app failed to build,
+// start or stop, or the exit code a Shutdowner asked for.
+func Serve(app *fx.App, logger *slog.Logger) int {
+	if err := app.Err(); err != nil {
+		logger.Error("cannot build the app", "err", RootCause(err))
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		logger.Error("cannot start", "err", RootCause(err))
+		return 1
+	}
+	sig := <-app.Wait()
+	logger.Info("stopping", "signal", sig.Signal.String(), "stop_timeout", app.StopTimeout().String())
+	stopCtx, cancel := context.WithTimeout(context.Background(), app.StopTimeout())
+	defer cancel()
+	if err := app.Stop(stopCtx); err != nil {
+		logger.Error("unclean stop", "err", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return sig.ExitCode
+}
+
+// Run starts app, calls fn, and stops app, for a command that does one
+// thing and exits. The error is fn's, or the start's
+// (reduced to its root cause), or the stop's.
+func Run(ctx context.Context, app *fx.App, fn func(ctx context.Context) error) error {
+	if err := app.Err(); err != nil {
+		return RootCause(err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, app.StartTimeout())
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		return RootCause(err)
+	}
+	err := fn(ctx)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), app.StopTimeout())
+	defer cancel()
+	return errors.Join(err, app.Stop(stopCtx))
+}
+
+// RootCause strips fx's and dig's wrapping ("could not build arguments for
+// function …") from err, leaving the constructor's or hook's own message.
+func RootCause(err error) error {
+	if err == nil {
+		return nil
+	}
+	return dig.RootCause(err)
+}

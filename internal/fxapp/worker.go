@@ -1,0 +1,106 @@
+package fxapp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	stripeclient "github.com/stripe/stripe-go/v76/client"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.uber.org/fx"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// WorkerModule provides the order activities and a Temporal worker on the
+// configured task queue with the order workflow and every activity
+// registered. The worker starts polling in OnStart, after Postgres is up and
+// migrated; in OnStop it stops polling and waits up to WORKER_STOP_TIMEOUT
+// for in-flight activities, which then see their context cancelled. A fatal
+// worker error (such as the namespace disappearing) shuts the app down with
+// exit code 1 instead of leaving a process that polls nothing.
+var WorkerModule = fx.Module("worker",
+	fx.Provide(newActivities, newWorker),
+	fx.Invoke(func(worker.Worker) {}),
+)
+
+type activitiesIn struct {
+	fx.In
+	Pool    *pgxpool.Pool
+	Effects *effects.Client
+	Orders  *orders.Store
+	Stripe  *stripeclient.API
+	Sender  *notify.Sender
+	Logger  *slog.Logger
+}
+
+func newActivities(in activitiesIn) (*activities.Activities, error) {
+	return activities.New(activities.Deps{
+		DB: in.Pool, Effects: in.Effects, Orders: in.Orders, Stripe: in.Stripe, Sender: in.Sender,
+		Logger: in.Logger.With("component", "activities"),
+	})
+}
+
+type workerIn struct {
+	fx.In
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+	Client     client.Client
+	Temporal   config.Temporal
+	Tuning     config.WorkerTuning
+	Activities *activities.Activities
+	Logger     *slog.Logger
+}
+
+func newWorker(in workerIn) (worker.Worker, error) {
+	logger := in.Logger.With("component", "worker", "task_queue", in.Temporal.TaskQueue)
+	w := worker.New(in.Client, in.Temporal.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize: in.Tuning.MaxConcurrentActivities,
+		WorkerStopTimeout:                  in.Tuning.StopTimeout,
+		OnFatalError: func(err error) {
+			logger.Error("temporal worker stopped on a fatal error", "err", err)
+			_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
+		},
+	})
+	workflows.Register(w)
+	if err := activities.Register(w, in.Activities.Definitions()...); err != nil {
+		return nil, fmt.Errorf("register activities: %w", err)
+	}
+	in.Lifecycle.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			// A clear error for the commonest misconfiguration, before the
+			// SDK's own start, which does not take a context.
+			if _, err := in.Client.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+				return fmt.Errorf("cannot reach Temporal at %s: %w", in.Temporal.Address, err)
+			}
+			if err := w.Start(); err != nil {
+				return fmt.Errorf("start worker on namespace %q, task queue %q: %w", in.Temporal.Namespace, in.Temporal.TaskQueue, err)
+			}
+			logger.Info("worker polling", "namespace", in.Temporal.Namespace, "address", in.Temporal.Address)
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			logger.Info("worker draining", "stop_timeout", in.Tuning.StopTimeout.String())
+			done := make(chan struct{})
+			go func() {
+				w.Stop() // waits for in-flight activities up to WorkerStopTimeout
+				close(done)
+			}()
+			select {
+			case <-done:
+				logger.Info("worker stopped")
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("worker did not stop in time: %w", ctx.Err())
+			}
+		},
+	})
+	return w, nil
+}
