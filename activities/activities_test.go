@@ -1,0 +1,711 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+	stripeclient "github.com/stripe/stripe-go/v76/client"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+)
+
+const (
+	stripeKey = "sk_test_keyed_123456789"
+	email     = "ada@example.com"
+	// testWorkflowID is the workflow ID the Temporal test activity
+	// environment puts in every activity's info.
+	testWorkflowID = "default-test-workflow-id"
+)
+
+var tables = []string{"keyed_effects", "orders", "order_transitions", "keyed_sends"}
+
+type bundle struct {
+	pool      *pgxpool.Pool
+	fx        *effects.Client
+	store     *orders.Store
+	stripe    *fakestripe.Server
+	stripeAPI *stripeclient.API
+	sendgrid  *fakesendgrid.Server
+	acts      *activities.Activities
+	env       *testsuite.TestActivityEnvironment
+	clock     *clock
+}
+
+type setupOpts struct {
+	stripe  *fakestripe.Opts
+	sender  *notify.SenderOpts
+	effects *effects.ClientOpts
+}
+
+func setup(t *testing.T) *bundle { return setupWith(t, setupOpts{}) }
+
+func setupWith(t *testing.T, o setupOpts) *bundle {
+	t.Helper()
+	b := &bundle{pool: effectstest.NewPool(t), clock: &clock{}}
+	quiet := slog.New(slog.DiscardHandler)
+	if o.effects == nil {
+		o.effects = &effects.ClientOpts{}
+	}
+	o.effects.Logger = quiet
+	b.fx = effectstest.NewClient(t, b.pool, o.effects)
+	var err error
+	b.store, err = orders.NewStore(b.pool)
+	require.NoError(t, err)
+
+	so := o.stripe
+	if so == nil {
+		so = &fakestripe.Opts{}
+	}
+	so.Now = b.clock.Now
+	b.stripe = fakestripe.New(so)
+	sts := httptest.NewServer(b.stripe)
+	t.Cleanup(sts.Close)
+	b.stripeAPI, err = activities.NewStripeClient(stripeKey, sts.URL, sts.Client())
+	require.NoError(t, err)
+
+	b.sendgrid = fakesendgrid.New(nil)
+	gts := httptest.NewServer(b.sendgrid)
+	t.Cleanup(gts.Close)
+	sendOpts := o.sender
+	if sendOpts == nil {
+		sendOpts = &notify.SenderOpts{}
+	}
+	sendOpts.APIKey, sendOpts.From, sendOpts.BaseURL, sendOpts.Logger = "SG.test", "receipts@example.com", gts.URL, quiet
+	sender, err := notify.NewSender(b.fx, b.pool, sendOpts)
+	require.NoError(t, err)
+
+	b.acts, err = activities.New(activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: b.stripeAPI, Sender: sender, Logger: quiet})
+	require.NoError(t, err)
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(quiet))
+	b.env = suite.NewTestActivityEnvironment()
+	require.NoError(t, activities.Register(b.env, b.acts.Definitions()...))
+	return b
+}
+
+// order creates an order and returns its checkout input.
+func (b *bundle) order(t *testing.T, id, paymentMethod string) orders.CheckoutInput {
+	t.Helper()
+	_, _, err := b.store.Create(context.Background(), orders.NewOrder{TenantID: "acme", ID: id, AmountMinor: 1250,
+		Currency: "eur", CustomerEmail: email, PaymentMethod: paymentMethod})
+	require.NoError(t, err)
+	return orders.NewCheckoutInput("acme", id)
+}
+
+func (b *bundle) charge(t *testing.T, in orders.CheckoutInput) (orders.ChargeResult, error) {
+	t.Helper()
+	var res orders.ChargeResult
+	val, err := b.env.ExecuteActivity(activities.NameCharge, in)
+	if err == nil {
+		require.NoError(t, val.Get(&res))
+	}
+	return res, err
+}
+
+func (b *bundle) markPaid(t *testing.T, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
+	t.Helper()
+	var res orders.MarkPaidResult
+	val, err := b.env.ExecuteActivity(activities.NameMarkPaid, in)
+	if err == nil {
+		require.NoError(t, val.Get(&res))
+	}
+	return res, err
+}
+
+func (b *bundle) receipt(t *testing.T, in orders.CheckoutInput) (orders.ReceiptResult, error) {
+	t.Helper()
+	var res orders.ReceiptResult
+	val, err := b.env.ExecuteActivity(activities.NameSendReceipt, in)
+	if err == nil {
+		require.NoError(t, val.Get(&res))
+	}
+	return res, err
+}
+
+func key(t *testing.T, in orders.CheckoutInput, step string) string {
+	t.Helper()
+	k, err := in.EffectKey(step)
+	require.NoError(t, err)
+	return k.String()
+}
+
+// appError returns err's *temporal.ApplicationError.
+func appError(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	return app
+}
+
+func requireTerminal(t *testing.T, err error, errType string) *temporal.ApplicationError {
+	t.Helper()
+	app := appError(t, err)
+	require.Equal(t, errType, app.Type(), "error: %v", err)
+	require.True(t, app.NonRetryable(), "error: %v", err)
+	return app
+}
+
+func requireRetryable(t *testing.T, err error, errType string) {
+	t.Helper()
+	app := appError(t, err)
+	require.Equal(t, errType, app.Type(), "error: %v", err)
+	require.False(t, app.NonRetryable(), "error: %v", err)
+}
+
+// clock is the fake Stripe's clock, which a test can move forward.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+func TestChargeTwiceChargesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+
+	var results []orders.ChargeResult
+	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
+		res, err := b.charge(t, in)
+		results = append(results, res)
+		return err
+	})
+	require.Equal(t, results[0], results[1])
+	require.True(t, strings.HasPrefix(results[0].PaymentIntentID, "pi_"))
+	require.Equal(t, orders.ChargeResult{PaymentIntentID: results[0].PaymentIntentID, Status: "succeeded", AmountMinor: 1250, Currency: "eur"}, results[0])
+
+	k := key(t, in, orders.StepCharge)
+	require.Equal(t, 1, b.stripe.Charges())
+	require.Equal(t, 1, b.stripe.ChargesForKey(k), "the effect key is the idempotency key")
+	require.Equal(t, 1, b.stripe.ChargesForMetadata("effect_key", k))
+	require.Equal(t, 1, b.stripe.ChargesForMetadata("order_id", "9f3a"))
+	require.Equal(t, 1, b.stripe.ChargesForMetadata("tenant_id", "acme"))
+	require.Equal(t, 1, b.stripe.Requests(), "the second run never reached Stripe")
+
+	rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
+	require.NoError(t, err)
+	require.Equal(t, effects.StateSucceeded, rec.State)
+	require.Equal(t, testWorkflowID+"/charge", rec.Owner)
+	require.Equal(t, activities.Fingerprint("1250", "eur", "pm_card_visa"), rec.Fingerprint)
+}
+
+func TestMarkPaidTwiceWritesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+
+	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
+		res, err := b.markPaid(t, in)
+		if err == nil {
+			require.Equal(t, orders.MarkPaidResult{Status: "paid"}, res)
+		}
+		return err
+	})
+	o, err := b.store.Get(context.Background(), "acme", "9f3a")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPaid, o.Status)
+	var events []string
+	rows, err := b.pool.Query(context.Background(), `SELECT event_id FROM order_transitions`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var e string
+		require.NoError(t, rows.Scan(&e))
+		events = append(events, e)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{key(t, in, orders.StepMarkPaid)}, events)
+}
+
+func TestMarkPaidNeedsACharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.markPaid(t, in)
+	app := requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Contains(t, app.Error(), "no charge recorded")
+	o, err := b.store.Get(context.Background(), "acme", "9f3a")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPending, o.Status)
+	_, err = b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_paid"))
+	require.ErrorIs(t, err, effects.ErrNotFound, "a failed transaction records nothing")
+}
+
+func TestSendReceiptTwiceSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+
+	var results []orders.ReceiptResult
+	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
+		res, err := b.receipt(t, in)
+		results = append(results, res)
+		return err
+	})
+	require.Equal(t, results[0], results[1])
+	require.NotEmpty(t, results[0].MessageID)
+	require.False(t, results[0].Collapsed)
+
+	k := key(t, in, orders.StepReceipt)
+	require.Equal(t, 1, b.sendgrid.Count())
+	sent := b.sendgrid.MessagesFor(notify.CustomArgEffectKey, k)
+	require.Len(t, sent, 1)
+	require.Equal(t, []string{email}, sent[0].To)
+	require.Equal(t, k, sent[0].Headers[notify.HeaderEffectKey])
+	require.Contains(t, sent[0].Body, "12.50 EUR")
+	require.Contains(t, sent[0].Subject, "9f3a")
+}
+
+func TestSendReceiptNeedsAPaidOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.receipt(t, in)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Zero(t, b.sendgrid.Requests())
+}
+
+func TestSendReceiptTransientThenSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+
+	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultRateLimit})
+	_, err = b.receipt(t, in)
+	requireRetryable(t, err, activities.ErrTypeTransient)
+	_, err = b.receipt(t, in)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.sendgrid.Count())
+}
+
+func TestSendReceiptAfterCrashIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+
+	// The first attempt's response was lost after SendGrid accepted it.
+	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
+	_, err = b.receipt(t, in)
+	requireTerminal(t, err, activities.ErrTypeAmbiguous)
+	_, err = b.receipt(t, in)
+	requireTerminal(t, err, activities.ErrTypeAmbiguous)
+	require.Equal(t, 1, b.sendgrid.Count())
+}
+
+func TestChargeDroppedResponseThenRetryChargesOnce(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string]*fakestripe.Opts{
+		"found by search":         {},
+		"replayed by idempotency": {SearchLag: time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWith(t, setupOpts{stripe: opts})
+			in := b.order(t, "9f3a", "pm_card_visa")
+			b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse})
+
+			_, err := b.charge(t, in)
+			requireRetryable(t, err, activities.ErrTypeTransient)
+			require.Equal(t, 1, b.stripe.Charges(), "Stripe charged; we never heard")
+
+			res, err := b.charge(t, in)
+			require.NoError(t, err)
+			require.Equal(t, "succeeded", res.Status)
+			require.Equal(t, 1, b.stripe.Charges())
+			require.Equal(t, 1, b.stripe.ChargesForKey(key(t, in, orders.StepCharge)))
+		})
+	}
+}
+
+func TestChargeServerErrorsAreTransient(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []fakestripe.FaultKind{fakestripe.FaultServerError, fakestripe.FaultRateLimit} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			in := b.order(t, "9f3a", "pm_card_visa")
+			b.stripe.Inject(fakestripe.Fault{Kind: kind})
+
+			_, err := b.charge(t, in)
+			requireRetryable(t, err, activities.ErrTypeTransient)
+			require.Equal(t, 1, b.stripe.Requests(), "stripe-go must not retry by itself")
+			require.Zero(t, b.stripe.Charges())
+
+			res, err := b.charge(t, in)
+			require.NoError(t, err)
+			require.Equal(t, "succeeded", res.Status)
+			require.Equal(t, 1, b.stripe.Charges())
+		})
+	}
+}
+
+func TestChargeDeclineIsTerminal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
+
+	var errs []error
+	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
+		_, err := b.charge(t, in)
+		errs = append(errs, err)
+		return err
+	})
+	for _, err := range errs {
+		app := requireTerminal(t, err, activities.ErrTypeCardDeclined)
+		require.Contains(t, app.Error(), "card_declined")
+		require.NotContains(t, app.Error(), "secret", "no Stripe payload in the error")
+	}
+	require.Zero(t, b.stripe.Charges())
+	require.Equal(t, 1, b.stripe.Requests())
+	rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
+	require.NoError(t, err)
+	require.Equal(t, effects.StateFailedTerminal, rec.State)
+	require.Equal(t, "card_declined", rec.ErrorCode)
+}
+
+// prior charges the order at Stripe as an earlier owner would have, under
+// the effect key, and returns the payment intent.
+func (b *bundle) prior(t *testing.T, in orders.CheckoutInput) *stripe.PaymentIntent {
+	t.Helper()
+	k := key(t, in, orders.StepCharge)
+	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(1250), Currency: stripe.String("eur"),
+		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+	p.SetIdempotencyKey(k)
+	p.AddMetadata("effect_key", k)
+	pi, err := b.stripeAPI.PaymentIntents.New(p)
+	require.NoError(t, err)
+	return pi
+}
+
+// leaveClaim leaves the charge claim of a crashed attempt by owner.
+func (b *bundle) leaveClaim(t *testing.T, in orders.CheckoutInput, owner string, lease time.Duration) {
+	t.Helper()
+	k, err := in.EffectKey(orders.StepCharge)
+	require.NoError(t, err)
+	_, err = b.fx.Claim(context.Background(), effects.ClaimParams{Key: k, Owner: owner, Lease: lease,
+		Fingerprint: activities.Fingerprint("1250", "eur", "pm_card_visa")})
+	require.NoError(t, err)
+}
+
+func TestChargeTakeoverFindsEarlierCharge(t *testing.T) {
+	t.Parallel()
+	for name, owner := range map[string]string{
+		"takeover": "order:acme:9f3a:fulfil-previous/charge",
+		"reentry":  testWorkflowID + "/charge",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			in := b.order(t, "9f3a", "pm_card_visa")
+			pi := b.prior(t, in)
+			lease := time.Hour
+			if name == "takeover" {
+				lease = time.Millisecond
+			}
+			b.leaveClaim(t, in, owner, lease)
+			time.Sleep(5 * time.Millisecond)
+			// Two days later Stripe has forgotten the idempotency key: only
+			// the search stands between the retry and a second charge.
+			b.clock.Advance(48 * time.Hour)
+
+			res, err := b.charge(t, in)
+			require.NoError(t, err)
+			require.Equal(t, pi.ID, res.PaymentIntentID)
+			require.Equal(t, 1, b.stripe.Charges())
+			rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
+			require.NoError(t, err)
+			require.Equal(t, effects.StateSucceeded, rec.State)
+			require.Equal(t, testWorkflowID+"/charge", rec.Owner)
+		})
+	}
+}
+
+func TestChargeTakeoverWithoutEarlierChargeCreates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	b.leaveClaim(t, in, "someone-else/charge", time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	res, err := b.charge(t, in)
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", res.Status)
+	require.Equal(t, 1, b.stripe.Charges())
+}
+
+func TestChargeLiveClaimElsewhereIsInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	b.leaveClaim(t, in, "someone-else/charge", time.Hour)
+	_, err := b.charge(t, in)
+	requireRetryable(t, err, activities.ErrTypeInProgress)
+	require.Zero(t, b.stripe.Requests())
+}
+
+func TestChargeHeartbeatsWhileStripeIsSlow(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, setupOpts{effects: &effects.ClientOpts{Lease: 1500 * time.Millisecond}})
+	in := b.order(t, "9f3a", "pm_card_visa")
+	var beats atomic.Int32
+	b.env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { beats.Add(1) })
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 1500 * time.Millisecond})
+
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	// The lease was renewed every 500ms while Stripe took 1.5s; the SDK
+	// throttles the heartbeats it passes on.
+	require.GreaterOrEqual(t, beats.Load(), int32(1))
+	require.Equal(t, 1, b.stripe.Charges())
+}
+
+func TestChargeRequiresActionIsTerminal(t *testing.T) {
+	t.Parallel()
+	// A payment intent that needs 3-D Secure ends in requires_action. The
+	// fake has no such card, so this serves one from a stub Stripe.
+	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"pi_3ds","object":"payment_intent","amount":1250,"currency":"eur","status":"requires_action"}`))
+	}))
+	t.Cleanup(stub.Close)
+	b := setup(t)
+	api, err := activities.NewStripeClient(stripeKey, stub.URL, nil)
+	require.NoError(t, err)
+	quiet := slog.New(slog.DiscardHandler)
+	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	require.NoError(t, err)
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(quiet))
+	env := suite.NewTestActivityEnvironment()
+	require.NoError(t, activities.Register(env, acts.Definitions()...))
+	in := b.order(t, "9f3a", "pm_card_visa")
+
+	_, err = env.ExecuteActivity(activities.NameCharge, in)
+	app := requireTerminal(t, err, activities.ErrTypePaymentIncomplete)
+	require.Contains(t, app.Error(), "requires_action")
+}
+
+func senderFor(t *testing.T, b *bundle) *notify.Sender {
+	t.Helper()
+	s, err := notify.NewSender(b.fx, b.pool, &notify.SenderOpts{APIKey: "SG.x", From: "r@example.com"})
+	require.NoError(t, err)
+	return s
+}
+
+func TestBadInputIsTerminal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "9f3a", "pm_card_visa")
+	unknown := orders.NewCheckoutInput("acme", "nope")
+	future := orders.NewCheckoutInput("acme", "9f3a")
+	future.V = 2
+	badTenant := orders.NewCheckoutInput("ac me", "9f3a")
+
+	for _, step := range []string{activities.NameCharge, activities.NameMarkPaid, activities.NameSendReceipt} {
+		_, err := b.env.ExecuteActivity(step, unknown)
+		app := requireTerminal(t, err, activities.ErrTypeOrderNotFound)
+		require.Contains(t, app.Error(), "acme/nope", step)
+
+		_, err = b.env.ExecuteActivity(step, future)
+		app = requireTerminal(t, err, activities.ErrTypeInvalidInput)
+		require.Contains(t, app.Error(), "v=2", step)
+
+		_, err = b.env.ExecuteActivity(step, badTenant)
+		requireTerminal(t, err, activities.ErrTypeInvalidInput)
+	}
+	require.Zero(t, b.stripe.Requests())
+	require.Zero(t, b.sendgrid.Requests())
+	n := 0
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM keyed_effects`).Scan(&n))
+	require.Zero(t, n)
+}
+
+func TestChargeRefusesASettledOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.pool.Exec(context.Background(), `UPDATE orders SET status = 'paid'`)
+	require.NoError(t, err)
+	_, err = b.charge(t, in)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Zero(t, b.stripe.Requests())
+}
+
+func TestChargeKeyReused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	// The order's amount changes under the same key.
+	_, err = b.pool.Exec(context.Background(), `UPDATE orders SET amount_minor = 999`)
+	require.NoError(t, err)
+	_, err = b.charge(t, in)
+	requireTerminal(t, err, activities.ErrTypeKeyReused)
+	require.Equal(t, 1, b.stripe.Charges())
+}
+
+type registry struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *registry) RegisterActivity(any) { panic("use RegisterActivityWithOptions") }
+func (r *registry) RegisterActivityWithOptions(_ any, o activity.RegisterOptions) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.names = append(r.names, o.Name)
+}
+func (r *registry) RegisterDynamicActivity(any, activity.DynamicRegisterOptions) {
+	panic("no dynamic activities")
+}
+
+func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
+	t.Parallel()
+	fn := func(context.Context, orders.CheckoutInput) error { return nil }
+	good := activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Step: "refund", Fn: fn}
+
+	for name, tc := range map[string]struct {
+		def  activities.Definition
+		want string
+	}{
+		"no class":      {activities.Definition{Name: "Refund", Step: "refund", Fn: fn}, "effect class"},
+		"unknown class": {activities.Definition{Name: "Refund", Class: "maybe", Step: "refund", Fn: fn}, "effect class"},
+		"no step":       {activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Fn: fn}, "Step"},
+		"no name":       {activities.Definition{Class: effects.ClassExternalCreate, Step: "refund", Fn: fn}, "Name"},
+		"no fn":         {activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Step: "refund"}, "function"},
+		"not a fn":      {activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Step: "refund", Fn: 42}, "function"},
+	} {
+		r := &registry{}
+		err := activities.Register(r, good, tc.def)
+		require.ErrorContains(t, err, tc.want, name)
+		require.Empty(t, r.names, "%s: nothing registered when one definition is bad", name)
+	}
+
+	r := &registry{}
+	require.ErrorContains(t, activities.Register(r, good, good), "twice")
+	require.NoError(t, activities.Register(r, good))
+	require.Equal(t, []string{"Refund"}, r.names)
+
+	var acts *activities.Activities
+	r = &registry{}
+	defs := acts.Definitions()
+	require.NoError(t, activities.Register(r, defs...))
+	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, r.names)
+	for _, d := range defs {
+		require.True(t, d.Class.Valid())
+		require.NotEmpty(t, d.Step)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	full := activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: b.stripeAPI, Sender: senderFor(t, b)}
+	for name, mutate := range map[string]func(*activities.Deps){
+		"DB":      func(d *activities.Deps) { d.DB = nil },
+		"Effects": func(d *activities.Deps) { d.Effects = nil },
+		"Orders":  func(d *activities.Deps) { d.Orders = nil },
+		"Stripe":  func(d *activities.Deps) { d.Stripe = nil },
+		"Sender":  func(d *activities.Deps) { d.Sender = nil },
+	} {
+		d := full
+		mutate(&d)
+		_, err := activities.New(d)
+		require.ErrorContains(t, err, name+" is nil")
+	}
+}
+
+func TestNewStripeClientValidates(t *testing.T) {
+	t.Parallel()
+	_, err := activities.NewStripeClient(" ", "", nil)
+	require.ErrorContains(t, err, "secret key is empty")
+	_, err = activities.NewStripeClient(stripeKey, "api.stripe.com", nil)
+	require.ErrorContains(t, err, "not an http(s) URL")
+	api, err := activities.NewStripeClient(stripeKey, "", nil)
+	require.NoError(t, err)
+	require.NotNil(t, api.PaymentIntents)
+}
+
+func TestErrorType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err   error
+		typ   string
+		retry bool
+	}{
+		{errors.New("boom"), activities.ErrTypeTerminal, false},
+		{effects.Transient(errors.New("reset")), activities.ErrTypeTransient, true},
+		{&effects.InProgressError{Key: "k"}, activities.ErrTypeInProgress, true},
+		{effects.ErrLeaseLost, activities.ErrTypeLeaseLost, true},
+		{&effects.KeyReusedError{Key: "k"}, activities.ErrTypeKeyReused, false},
+		{&effects.TerminalError{Code: "card_declined"}, activities.ErrTypeCardDeclined, false},
+		{&effects.TerminalError{Code: "ambiguous"}, activities.ErrTypeAmbiguous, false},
+		{&effects.TerminalError{Code: notify.CodeRejected}, activities.ErrTypeProviderRejected, false},
+		{&effects.TerminalError{Code: "unclassified"}, activities.ErrTypeTerminal, false},
+		{effects.ErrAmbiguous, activities.ErrTypeAmbiguous, false},
+		{orders.ErrNotFound, activities.ErrTypeOrderNotFound, false},
+		{orders.ErrUnsupportedVersion, activities.ErrTypeInvalidInput, false},
+		{orders.ErrBadTransition, activities.ErrTypeInvalidState, false},
+		{notify.ErrInvalidMessage, activities.ErrTypeInvalidInput, false},
+		{&pgconn.PgError{Code: "40001"}, activities.ErrTypeTransient, true},
+		{&pgconn.PgError{Code: "23505"}, activities.ErrTypeTerminal, false},
+		{context.DeadlineExceeded, activities.ErrTypeTransient, true},
+		{temporal.NewNonRetryableApplicationError("x", "Custom", nil), "Custom", false},
+	} {
+		typ, retry := activities.ErrorType(tc.err)
+		require.Equal(t, tc.typ, typ, "%v", tc.err)
+		require.Equal(t, tc.retry, retry, "%v", tc.err)
+		if tc.typ != "Custom" {
+			app := appError(t, activities.ToTemporal(tc.err))
+			require.Equal(t, tc.typ, app.Type())
+			require.Equal(t, !tc.retry, app.NonRetryable())
+			require.ErrorIs(t, app, tc.err, "the cause is kept")
+		}
+	}
+	require.NoError(t, activities.ToTemporal(nil))
+	for _, typ := range activities.NonRetryableErrorTypes() {
+		require.NotContains(t, []string{activities.ErrTypeTransient, activities.ErrTypeInProgress, activities.ErrTypeLeaseLost}, typ)
+	}
+}
+
+func TestFormatAmount(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "12.50 EUR", activities.FormatAmount(1250, "eur"))
+	require.Equal(t, "0.05 USD", activities.FormatAmount(5, "usd"))
+	require.Equal(t, "1250 JPY", activities.FormatAmount(1250, "jpy"))
+}

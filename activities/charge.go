@@ -1,0 +1,134 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Charge charges the order's payment method for its amount, once.
+//
+// Effect class: external create. The effect key ("…:charge") is claimed in
+// Postgres and sent to Stripe as the Idempotency-Key of a PaymentIntent
+// created with confirm=true, and as its metadata effect_key. A repeat after
+// success returns the stored ChargeResult without calling Stripe. An attempt
+// that finds the claim from an earlier attempt (re-entry, takeover, retry
+// after a transient failure) first searches Stripe for a payment intent with
+// that metadata and uses a succeeded one, because Stripe forgets idempotency
+// keys after 24 hours; otherwise it creates with the same key, which Stripe
+// answers with the first outcome. While Stripe is slow the lease is renewed
+// and a Temporal heartbeat recorded; a lost lease cancels the request.
+//
+// Errors (through ToTemporal): InvalidInput, OrderNotFound, InvalidState
+// (the order is not pending), CardDeclined, PaymentIncomplete (a status
+// other than succeeded, such as requires_action), KeyReused, ProviderRejected
+// and Terminal are non-retryable; Transient (timeouts, resets, 429, 5xx, 409
+// idempotency_key_in_use or lock_timeout), InProgress and LeaseLost are
+// retryable with the same key.
+func (a *Activities) Charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
+	res, err := a.charge(ctx, in)
+	return res, ToTemporal(err)
+}
+
+func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
+	r, err := a.begin(ctx, in, orders.StepCharge)
+	if err != nil {
+		return orders.ChargeResult{}, err
+	}
+	o := r.order
+	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
+		Fingerprint: fingerprint(strconv.FormatInt(o.AmountMinor, 10), o.Currency, o.PaymentMethod)}
+	res, err := effects.Do(ctx, a.fx, p, func(ctx context.Context, claim *effects.Claim) (orders.ChargeResult, error) {
+		if o.Status != orders.StatusPending {
+			// No charge record, yet the order moved on: the record was
+			// pruned or the order was settled elsewhere. Never charge again.
+			return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+				Message: fmt.Sprintf("charge %s: order is %s, not pending; refusing to charge", r.key, o.Status)}
+		}
+		if claim.Mode != effects.ModeNew {
+			pi, err := a.findCharge(ctx, r)
+			if err != nil {
+				return orders.ChargeResult{}, err
+			}
+			if pi != nil {
+				r.log.InfoContext(ctx, "found the charge of an earlier attempt; not charging again",
+					"mode", string(claim.Mode), "payment_intent", pi.ID)
+				return chargeResult(pi), nil
+			}
+		}
+		pi, err := a.createCharge(ctx, r)
+		if err != nil {
+			return orders.ChargeResult{}, err
+		}
+		if pi.Status != stripe.PaymentIntentStatusSucceeded {
+			return orders.ChargeResult{}, &Error{Type: ErrTypePaymentIncomplete, kind: ErrPaymentIncomplete,
+				Message: fmt.Sprintf("charge %s: payment intent %s is %s, not succeeded", r.key, pi.ID, pi.Status)}
+		}
+		r.log.InfoContext(ctx, "charged", "payment_intent", pi.ID, "mode", string(claim.Mode))
+		return chargeResult(pi), nil
+	}, &effects.DoOpts{Heartbeat: heartbeat, ExtendEvery: heartbeatEvery(ctx)})
+	if err != nil {
+		r.log.WarnContext(ctx, "charge failed", "error", err)
+		return orders.ChargeResult{}, err
+	}
+	return res, nil
+}
+
+// createCharge creates and confirms the payment intent under the effect key.
+func (a *Activities) createCharge(ctx context.Context, r *run) (*stripe.PaymentIntent, error) {
+	o := r.order
+	params := &stripe.PaymentIntentParams{
+		Amount:             stripe.Int64(o.AmountMinor),
+		Currency:           stripe.String(o.Currency),
+		PaymentMethod:      stripe.String(o.PaymentMethod),
+		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
+		Confirm:            stripe.Bool(true),
+		Description:        stripe.String("order " + o.ID),
+	}
+	params.Context = ctx
+	// The effect key, never a key stripe-go generates per request: every
+	// attempt of this charge must send the same one.
+	params.SetIdempotencyKey(r.key.String())
+	params.AddMetadata("effect_key", r.key.String())
+	params.AddMetadata("tenant_id", o.TenantID)
+	params.AddMetadata("order_id", o.ID)
+	pi, err := a.stripe.PaymentIntents.New(params)
+	if err != nil {
+		return nil, stripeError("charge "+r.key.String(), err)
+	}
+	return pi, nil
+}
+
+// findCharge returns a succeeded payment intent created under the effect
+// key by an earlier attempt, or nil. Stripe's search index lags creation by
+// up to about a minute; a charge too recent to be found is still caught by
+// the idempotency key, which Stripe keeps for 24 hours.
+func (a *Activities) findCharge(ctx context.Context, r *run) (*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: searchQuery(r.key.String()), Context: ctx}}
+	it := a.stripe.PaymentIntents.Search(params)
+	for it.Next() {
+		pi := it.PaymentIntent()
+		if pi.Metadata["effect_key"] != r.key.String() || pi.Status != stripe.PaymentIntentStatusSucceeded {
+			continue
+		}
+		if pi.Amount != r.order.AmountMinor || string(pi.Currency) != r.order.Currency {
+			return nil, &Error{Type: ErrTypeKeyReused, kind: effects.ErrKeyReused, Message: fmt.Sprintf(
+				"charge %s: payment intent %s under this key is for %s, the order for %s", r.key, pi.ID,
+				FormatAmount(pi.Amount, string(pi.Currency)), FormatAmount(r.order.AmountMinor, r.order.Currency))}
+		}
+		return pi, nil
+	}
+	if err := it.Err(); err != nil {
+		return nil, stripeError("search charges for "+r.key.String(), err)
+	}
+	return nil, nil
+}
+
+func chargeResult(pi *stripe.PaymentIntent) orders.ChargeResult {
+	return orders.ChargeResult{PaymentIntentID: pi.ID, Status: string(pi.Status), AmountMinor: pi.Amount, Currency: string(pi.Currency)}
+}

@@ -1,0 +1,220 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Temporal error types of the activities' failures. They are stable: the
+// workflow lists the terminal ones in its retry policy, and operators search
+// histories for them.
+const (
+	// ErrTypeInvalidInput: the input has an unsupported version or cannot
+	// form an effect key, or a message could not be built. Terminal.
+	ErrTypeInvalidInput = "InvalidInput"
+	// ErrTypeOrderNotFound: the tenant has no such order. Terminal.
+	ErrTypeOrderNotFound = "OrderNotFound"
+	// ErrTypeCardDeclined: Stripe declined the card (card_error). Terminal.
+	ErrTypeCardDeclined = "CardDeclined"
+	// ErrTypePaymentIncomplete: the payment intent ended in a status other
+	// than succeeded, such as requires_action. Terminal.
+	ErrTypePaymentIncomplete = "PaymentIncomplete"
+	// ErrTypeProviderRejected: Stripe or SendGrid refused the request as
+	// invalid (a 4xx that is not a decline, a 409 or a 429). Terminal.
+	ErrTypeProviderRejected = "ProviderRejected"
+	// ErrTypeKeyReused: the effect key came back with other inputs, at keyed
+	// or at Stripe (idempotency_error). Terminal.
+	ErrTypeKeyReused = "KeyReused"
+	// ErrTypeAmbiguous: an at-most-once effect may or may not have happened
+	// and will not be repeated; an operator must look. Terminal.
+	ErrTypeAmbiguous = "Ambiguous"
+	// ErrTypeInvalidState: the order is not in the state the step needs,
+	// such as a charge for an order that is already paid. Terminal.
+	ErrTypeInvalidState = "InvalidState"
+	// ErrTypeTerminal: any other failure. Unclassified errors are terminal,
+	// so that they surface instead of looping. Terminal.
+	ErrTypeTerminal = "Terminal"
+
+	// ErrTypeTransient: a timeout, a reset connection, a 429 or a 5xx, from
+	// a provider or from Postgres. Retryable, with the same effect key.
+	ErrTypeTransient = "Transient"
+	// ErrTypeInProgress: another owner holds a live claim on the effect.
+	// Retryable: it finishes, or its lease runs out.
+	ErrTypeInProgress = "InProgress"
+	// ErrTypeLeaseLost: this attempt's claim was taken over while it
+	// worked, so it stopped. Retryable: the next attempt finds the outcome.
+	ErrTypeLeaseLost = "LeaseLost"
+)
+
+// NonRetryableErrorTypes returns the terminal error types, for a retry
+// policy's NonRetryableErrorTypes.
+func NonRetryableErrorTypes() []string {
+	return []string{ErrTypeInvalidInput, ErrTypeOrderNotFound, ErrTypeCardDeclined, ErrTypePaymentIncomplete,
+		ErrTypeProviderRejected, ErrTypeKeyReused, ErrTypeAmbiguous, ErrTypeInvalidState, ErrTypeTerminal}
+}
+
+// Sentinel errors wrapped by the activities' *Error values.
+var (
+	// ErrInvalidInput means the input or the data it points to is unusable.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrCardDeclined means the card was declined.
+	ErrCardDeclined = errors.New("card declined")
+	// ErrPaymentIncomplete means the payment did not reach succeeded.
+	ErrPaymentIncomplete = errors.New("payment not completed")
+	// ErrProviderRejected means a provider refused the request.
+	ErrProviderRejected = errors.New("request rejected by provider")
+	// ErrProviderUnavailable means a provider did not answer, or answered
+	// 429 or 5xx. It is always marked transient.
+	ErrProviderUnavailable = errors.New("provider unavailable")
+	// ErrInvalidState means the order is not in the state the step needs.
+	ErrInvalidState = errors.New("order in wrong state for this step")
+)
+
+// Error is a classified failure of a step. Type is its Temporal error type
+// (one of the ErrType constants); its Code, the snake_case form of Type, is
+// what the effect record stores, so that a second run that reads the stored
+// failure reports the same Type. Message never holds card data, addresses or
+// secrets.
+type Error struct {
+	Type    string
+	Message string
+	kind    error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Code returns the code stored with the failed effect, such as
+// "card_declined" for ErrTypeCardDeclined.
+func (e *Error) Code() string {
+	for code, t := range typeByCode {
+		if t == e.Type {
+			return code
+		}
+	}
+	return "terminal"
+}
+
+// Unwrap returns the sentinel error of the failure's kind.
+func (e *Error) Unwrap() error { return e.kind }
+
+// typeByCode maps stored effect failure codes back to error types.
+var typeByCode = map[string]string{
+	"invalid_input":      ErrTypeInvalidInput,
+	"order_not_found":    ErrTypeOrderNotFound,
+	"card_declined":      ErrTypeCardDeclined,
+	"payment_incomplete": ErrTypePaymentIncomplete,
+	"provider_rejected":  ErrTypeProviderRejected,
+	"key_reused":         ErrTypeKeyReused,
+	"ambiguous":          ErrTypeAmbiguous, // Also effects.Do's and notify.CodeAmbiguous.
+	"invalid_state":      ErrTypeInvalidState,
+	"terminal":           ErrTypeTerminal,
+	"transient":          ErrTypeTransient,
+	notify.CodeRejected:  ErrTypeProviderRejected,
+}
+
+var retryable = map[string]bool{ErrTypeTransient: true, ErrTypeInProgress: true, ErrTypeLeaseLost: true}
+
+// ErrorType classifies err: its Temporal error type and whether Temporal may
+// retry it. Transient errors (effects.IsTransient, a lost Postgres
+// connection, a deadline) and claims in progress are retryable; everything
+// else, including anything unrecognised, is terminal.
+func ErrorType(err error) (errType string, retry bool) {
+	var app *temporal.ApplicationError
+	var own *Error
+	var stored *effects.TerminalError
+	var pgErr *pgconn.PgError
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	switch {
+	case err == nil:
+		return "", false
+	case errors.As(err, &app):
+		return app.Type(), !app.NonRetryable()
+	case errors.Is(err, effects.ErrLeaseLost):
+		return ErrTypeLeaseLost, true
+	case errors.As(err, &own):
+		return own.Type, retryable[own.Type]
+	case errors.Is(err, effects.ErrInProgress):
+		return ErrTypeInProgress, true
+	case effects.IsTransient(err):
+		return ErrTypeTransient, true
+	case errors.Is(err, effects.ErrAmbiguous):
+		return ErrTypeAmbiguous, false
+	case errors.As(err, &stored):
+		if t, ok := typeByCode[stored.Code]; ok {
+			return t, retryable[t]
+		}
+		return ErrTypeTerminal, false
+	case errors.Is(err, effects.ErrKeyReused):
+		return ErrTypeKeyReused, false
+	case errors.Is(err, orders.ErrNotFound):
+		return ErrTypeOrderNotFound, false
+	case errors.Is(err, orders.ErrUnsupportedVersion), errors.Is(err, effects.ErrInvalidKey),
+		errors.Is(err, orders.ErrInvalid), errors.Is(err, notify.ErrInvalidMessage):
+		return ErrTypeInvalidInput, false
+	case errors.Is(err, orders.ErrBadTransition):
+		return ErrTypeInvalidState, false
+	case errors.Is(err, notify.ErrRejected):
+		return ErrTypeProviderRejected, false
+	case errors.As(err, &pgErr):
+		// Class 08 connection exception, 40 transaction rollback
+		// (serialization failure, deadlock), 53 insufficient resources,
+		// 57 operator intervention (shutdown): another attempt may pass.
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "57":
+			return ErrTypeTransient, true
+		}
+		return ErrTypeTerminal, false
+	case errors.As(err, &connectErr), pgconn.Timeout(err), pgconn.SafeToRetry(err),
+		errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ErrTypeTransient, true
+	}
+	return ErrTypeTerminal, false
+}
+
+// describe is the short message of each error type, used as the message of
+// the Temporal error whose cause is the step's error.
+var describe = map[string]string{
+	ErrTypeInvalidInput:      "invalid input",
+	ErrTypeOrderNotFound:     "order not found",
+	ErrTypeCardDeclined:      "card declined",
+	ErrTypePaymentIncomplete: "payment not completed",
+	ErrTypeProviderRejected:  "provider rejected the request",
+	ErrTypeKeyReused:         "effect key reused with different inputs",
+	ErrTypeAmbiguous:         "effect outcome unknown; not repeating it",
+	ErrTypeInvalidState:      "order in wrong state",
+	ErrTypeTerminal:          "step failed",
+	ErrTypeTransient:         "temporary failure; retrying with the same effect key",
+	ErrTypeInProgress:        "effect in progress elsewhere",
+	ErrTypeLeaseLost:         "effect claim lost to another attempt",
+}
+
+// ToTemporal turns a step's error into the error an activity returns to
+// Temporal: a retryable *temporal.ApplicationError for transient failures, a
+// non-retryable one (temporal.NewNonRetryableApplicationError) for all
+// others, with the type from ErrorType and err as its cause. It returns nil
+// for nil, and an error that already is an ApplicationError unchanged. Every
+// activity returns its errors through it.
+func ToTemporal(err error) error {
+	if err == nil {
+		return nil
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return err
+	}
+	errType, retry := ErrorType(err)
+	msg := describe[errType]
+	if retry {
+		return temporal.NewApplicationErrorWithCause(msg, errType, err)
+	}
+	return temporal.NewNonRetryableApplicationError(msg, errType, err)
+}

@@ -1,0 +1,82 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// MarkPaid moves the order from pending to paid, once.
+//
+// Effect class: absolute write, guarded by a unique state transition. In one
+// Postgres transaction (effects.DoTx) it claims the effect key
+// ("…:mark_paid"), records the transition pending→paid with the effect key
+// as its event ID, updates the order and completes the effect record, so
+// that the three commit or roll back together. A second run returns the
+// stored result and writes nothing. The order's charge effect must have
+// succeeded.
+//
+// Errors (through ToTemporal): InvalidInput, OrderNotFound and InvalidState
+// (no successful charge, or the order is neither pending nor already paid
+// by this step) are non-retryable; Transient (a lost connection, a
+// serialization failure) and InProgress are retryable.
+func (a *Activities) MarkPaid(ctx context.Context, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
+	res, err := a.markPaid(ctx, in)
+	return res, ToTemporal(err)
+}
+
+func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
+	r, err := a.begin(ctx, in, orders.StepMarkPaid)
+	if err != nil {
+		return orders.MarkPaidResult{}, err
+	}
+	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
+		Fingerprint: fingerprint(string(orders.StatusPending), string(orders.StatusPaid))}
+	var out orders.MarkPaidResult
+	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+		res, err := effects.DoTx(ctx, a.fx, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (orders.MarkPaidResult, error) {
+			if err := a.requireCharged(ctx, r); err != nil {
+				return orders.MarkPaidResult{}, err
+			}
+			if _, err := a.orders.TransitionTx(ctx, tx, in.TenantID, in.OrderID, orders.StatusPending, orders.StatusPaid, r.key.String()); err != nil {
+				return orders.MarkPaidResult{}, fmt.Errorf("mark paid %s: %w", r.key, err)
+			}
+			return orders.MarkPaidResult{Status: string(orders.StatusPaid)}, nil
+		})
+		out = res
+		return err
+	})
+	if err != nil {
+		r.log.WarnContext(ctx, "mark paid failed", "error", err)
+		return orders.MarkPaidResult{}, err
+	}
+	r.log.InfoContext(ctx, "order paid")
+	return out, nil
+}
+
+// requireCharged returns an InvalidState error unless the order's charge
+// effect succeeded.
+func (a *Activities) requireCharged(ctx context.Context, r *run) error {
+	chargeKey, err := r.in.EffectKey(orders.StepCharge)
+	if err != nil {
+		return err
+	}
+	rec, err := a.fx.Get(ctx, chargeKey)
+	if errors.Is(err, effects.ErrNotFound) {
+		return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("mark paid %s: no charge recorded under %s", r.key, chargeKey)}
+	}
+	if err != nil {
+		return fmt.Errorf("mark paid %s: %w", r.key, err)
+	}
+	if rec.State != effects.StateSucceeded {
+		return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("mark paid %s: charge %s is %s, not succeeded", r.key, chargeKey, rec.State)}
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// SendReceipt emails the customer a receipt for the paid order, once.
+//
+// Effect class: irreversible send. It goes through notify.Sender with
+// template "receipt", the order's email as recipient, the order ID as
+// entity and the effect key "…:receipt", under the policy the Sender has for
+// the template (at most once unless configured otherwise) and its collapse
+// window. The stored outcome is the message ID and the collapsed flag.
+//
+// Errors (through ToTemporal): InvalidInput, OrderNotFound, InvalidState
+// (the order is not paid), Ambiguous (an at-most-once receipt may already
+// have gone out; it is not sent again), ProviderRejected (SendGrid 4xx),
+// KeyReused and Terminal are non-retryable; Transient (429, 5xx, SendGrid
+// unreachable), InProgress and LeaseLost are retryable.
+func (a *Activities) SendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
+	res, err := a.sendReceipt(ctx, in)
+	return res, ToTemporal(err)
+}
+
+func (a *Activities) sendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
+	r, err := a.begin(ctx, in, orders.StepReceipt)
+	if err != nil {
+		return orders.ReceiptResult{}, err
+	}
+	o := r.order
+	if o.Status != orders.StatusPaid {
+		return orders.ReceiptResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("receipt %s: order is %s, not paid", r.key, o.Status)}
+	}
+	amount := FormatAmount(o.AmountMinor, o.Currency)
+	res, err := a.sender.Send(ctx, notify.Message{
+		Template: ReceiptTemplate,
+		To:       o.CustomerEmail,
+		Subject:  "Your receipt for order " + o.ID,
+		Text: fmt.Sprintf("Thank you for your order %s.\n\nWe charged %s to your card.\n\nReference: %s\n",
+			o.ID, amount, r.key),
+		Key:            r.key,
+		Entity:         o.ID,
+		Owner:          r.owner,
+		Heartbeat:      heartbeat,
+		HeartbeatEvery: heartbeatEvery(ctx),
+	})
+	if err != nil {
+		r.log.WarnContext(ctx, "receipt failed", "error", err)
+		return orders.ReceiptResult{}, err
+	}
+	r.log.InfoContext(ctx, "receipt done", "message_id", res.MessageID, "collapsed", res.Collapsed)
+	return orders.ReceiptResult{MessageID: res.MessageID, Collapsed: res.Collapsed}, nil
+}
