@@ -142,29 +142,34 @@ type flags struct {
 
 func newFlags(e *env, name, synopsis, description string) *flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	// The flag package prints its errors and the usage itself; parse
+	// reports errors once and prints the usage only for -h.
+	fs.SetOutput(io.Discard)
 	l := config.NewLoader(config.Starter, e.lookup)
 	f := &flags{FlagSet: fs, loader: l, e: e}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, "Usage: starter %s %s\n\n%s\n\nFlags:\n", name, synopsis, description)
 		fs.SetOutput(e.stdout)
 		fs.PrintDefaults()
-		fs.SetOutput(e.stderr)
+		fs.SetOutput(io.Discard)
 		fmt.Fprintf(e.stdout, "\nSee 'starter help' for the environment variables.\n")
 	}
 	return f
 }
 
-// parse parses args after binding the configuration flags, so that the
-// command's flags come first in -h, and returns the validated
-// configuration.
+// parse binds the configuration flags next to the command's, parses args,
+// and returns the validated configuration. Bad input is a *usageError; -h
+// prints the usage to stdout and returns flag.ErrHelp.
 func (f *flags) parse(args []string) (*config.Config, error) {
 	f.loader.BindFlags(f.FlagSet)
+	usage := f.Usage
+	f.Usage = func() {}
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return nil, err
 		}
-		return nil, usagef("%v", err)
+		return nil, usagef("%v (see 'starter %s -h')", err, f.Name())
 	}
 	if f.NArg() > 0 {
 		return nil, usagef("unexpected arguments: %s", strings.Join(f.Args(), " "))

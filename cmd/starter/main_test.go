@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// starter runs the CLI in-process with env and returns its exit code,
+// stdout and stderr.
+func starter(t *testing.T, vars map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code := run(ctx, args, &env{stdout: &stdout, stderr: &stderr, lookup: fxapptest.Lookup(vars)})
+	return code, stdout.String(), stderr.String()
+}
+
+func TestHelpDocumentsEveryCommandAndFlag(t *testing.T) {
+	t.Parallel()
+	code, out, _ := starter(t, nil, "--help")
+	require.Equal(t, 0, code)
+	for _, c := range commands() {
+		require.Contains(t, out, "  "+c.name+" ")
+	}
+	for _, v := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE"} {
+		require.Contains(t, out, v)
+	}
+	want := map[string][]string{
+		"create": {"-tenant", "-order", "-amount", "-currency", "-email", "-payment-method", "-json", "-temporal-address", "-task-queue"},
+		"start":  {"-tenant", "-order", "-json"},
+		"show":   {"-tenant", "-order", "-json"},
+	}
+	for cmd, flags := range want {
+		code, out, _ := starter(t, nil, cmd, "-h")
+		require.Equal(t, 0, code, cmd)
+		require.Contains(t, out, "Usage: starter "+cmd)
+		for _, f := range flags {
+			require.Regexp(t, `(?m)^  `+f+`( |$)`, out, "%s -h documents %s", cmd, f)
+		}
+		code, out2, _ := starter(t, nil, "help", cmd)
+		require.Equal(t, 0, code)
+		require.Equal(t, out, out2)
+	}
+	code, _, errOut := starter(t, nil, "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown command "frobnicate"`)
+	code, _, _ = starter(t, nil)
+	require.Equal(t, 2, code)
+}
+
+func TestBadInputNamesTheFlagAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := effectstest.Connect(t, url)
+	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	good := []string{"--tenant", "acme", "--order", "o1", "--amount", "1999", "--currency", "usd",
+		"--email", "ann@example.com", "--payment-method", "pm_card_visa"}
+	with := func(flag, value string) []string {
+		args := append([]string{"create"}, good...)
+		for i := range args {
+			if args[i] == flag {
+				args[i+1] = value
+			}
+		}
+		return args
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{with("--amount", "-5"), "invalid --amount: -5 is not a positive amount"},
+		{with("--amount", "0"), "invalid --amount"},
+		{with("--currency", "xyz"), "invalid --currency"},
+		{with("--email", "not-an-email"), "invalid --email"},
+		{with("--payment-method", "card_123"), "invalid --payment-method"},
+		{with("--tenant", "ac:me"), "invalid --tenant"},
+		{with("--order", "a b"), "invalid --order"},
+		{with("--amount", "ten"), `invalid value "ten" for flag -amount`},
+		{[]string{"create", "--tenant", "acme"}, "missing --order, --amount, --currency, --email, --payment-method"},
+		{[]string{"start"}, "missing --tenant, --order"},
+		{[]string{"show", "--tenant", "acme"}, "missing --order"},
+		{append(with("--tenant", "acme"), "extra"), "unexpected arguments: extra"},
+	}
+	for _, c := range cases {
+		code, out, errOut := starter(t, env, c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
+		require.Contains(t, errOut, c.want, "%v", c.args)
+		require.Empty(t, out)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n))
+	require.Zero(t, n, "bad input creates nothing")
+
+	code, _, errOut := starter(t, map[string]string{"TEMPORAL_ADDRESS": "nope", "DATABASE_URL": "postgres://u:sekrit@h:x/db"}, good...)
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "TEMPORAL_ADDRESS")
+	require.Contains(t, errOut, "DATABASE_URL")
+	require.NotContains(t, errOut, "sekrit")
+}
+
+func TestCreateStartShowAgainstAWorker(t *testing.T) {
+	t.Parallel()
+	w := fxapptest.Start(t, nil)
+	env := map[string]string{}
+	for _, k := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE"} {
+		env[k] = w.Env[k]
+	}
+	args := []string{"--tenant", "acme", "--order", "cli-1", "--amount", "2500", "--currency", "EUR",
+		"--email", "bob@example.com", "--payment-method", "pm_card_visa"}
+
+	code, out, errOut := starter(t, env, append([]string{"create"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "workflow ID  order:acme:cli-1:fulfil")
+	require.Contains(t, out, "start        new")
+	require.Contains(t, out, "(created)")
+	require.Regexp(t, `run ID\s+\S+`, out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, w.Client.GetWorkflow(ctx, orders.WorkflowID("acme", "cli-1"), "").Get(ctx, nil))
+
+	// The same create again finds the order and starts no second checkout.
+	code, out, errOut = starter(t, env, append([]string{"create", "--json"}, args...)...)
+	if code == 0 {
+		var res startResult
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		require.Equal(t, "collapsed", res.Start)
+		require.NotNil(t, res.OrderCreated)
+		require.False(t, *res.OrderCreated)
+	} else {
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut, "order:acme:cli-1:fulfil")
+	}
+	require.Equal(t, 1, w.Stripe.Charges())
+	require.Len(t, w.SendGrid.Messages(), 1)
+
+	// A different order under the same ID is refused.
+	code, _, errOut = starter(t, env, "create", "--tenant", "acme", "--order", "cli-1", "--amount", "1",
+		"--currency", "eur", "--email", "bob@example.com", "--payment-method", "pm_card_visa")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "already exists with a different amount")
+
+	code, out, errOut = starter(t, env, "show", "--tenant", "acme", "--order", "cli-1", "--json")
+	require.Equal(t, 0, code, errOut)
+	var shown showResult
+	require.NoError(t, json.Unmarshal([]byte(out), &shown), out)
+	require.Equal(t, orders.StatusPaid, shown.Order.Status)
+	require.Len(t, shown.Effects, 3)
+	for _, r := range shown.Effects {
+		require.Equal(t, effects.StateSucceeded, r.State, r.Key)
+		require.NotEmpty(t, r.Result, r.Key)
+	}
+	require.Empty(t, shown.Workflow.Error)
+	require.Len(t, shown.Workflow.Steps, 3)
+	for _, s := range shown.Workflow.Steps {
+		require.Equal(t, "done", s.State, s.Step)
+		require.True(t, strings.HasPrefix(s.EffectKey, "acme:order:cli-1:"), s.EffectKey)
+	}
+
+	code, out, errOut = starter(t, env, "show", "--tenant", "acme", "--order", "cli-1")
+	require.Equal(t, 0, code, errOut)
+	for _, want := range []string{"status          paid", "acme:order:cli-1:charge", "acme:order:cli-1:mark_paid", "acme:order:cli-1:receipt", "succeeded", "payment_intent_id"} {
+		require.Contains(t, out, want)
+	}
+
+	code, _, errOut = starter(t, env, "show", "--tenant", "acme", "--order", "missing")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "order not found")
+}

@@ -1,0 +1,157 @@
+// Package fxapptest runs keyed's real worker app in a test: a Temporal dev
+// server (internal/devserver), a fresh Postgres schema, and the Stripe and
+// SendGrid fakes on httptest servers, wired by fxapp.Worker exactly as
+// cmd/worker wires them.
+package fxapptest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Opts configures Start. A nil *Opts means all defaults.
+type Opts struct {
+	// Server is a running dev server to share. Nil starts a headless one
+	// for this test and stops it at cleanup.
+	Server *devserver.Server
+	// Env overrides or adds worker environment variables.
+	Env map[string]string
+	// Logger receives the app's logs. Nil logs warnings and errors to
+	// stderr.
+	Logger *slog.Logger
+}
+
+// Worker is a started worker app and what it talks to.
+type Worker struct {
+	App      *fx.App
+	Config   *config.Config
+	Server   *devserver.Server
+	Stripe   *fakestripe.Server
+	SendGrid *fakesendgrid.Server
+	// Env is the complete worker environment, for a starter or a second
+	// worker pointed at the same database and task queue.
+	Env map[string]string
+
+	Client  client.Client
+	Pool    *pgxpool.Pool
+	Orders  *orders.Store
+	Effects *effects.Client
+	Metrics *fxapp.MetricsServer
+
+	stopped bool
+}
+
+// StartServer starts a headless Temporal dev server and stops it when the
+// test ends. It fails the test, saying how to build the binary, when bin/
+// has none.
+func StartServer(t testing.TB) *devserver.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	require.NoError(t, err, "start the Temporal dev server (run `make tools` to build bin/temporal)")
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv
+}
+
+// Start builds and starts the worker app on its own schema and task queue,
+// and stops it (if the test did not) when the test ends.
+func Start(t testing.TB, opts *Opts) *Worker {
+	t.Helper()
+	if opts == nil {
+		opts = &Opts{}
+	}
+	srv := opts.Server
+	if srv == nil {
+		srv = StartServer(t)
+	}
+	_, dbURL := effectstest.NewSchema(t)
+	w := &Worker{Server: srv, Stripe: fakestripe.New(nil), SendGrid: fakesendgrid.New(nil)}
+	stripeSrv := httptest.NewServer(w.Stripe)
+	t.Cleanup(stripeSrv.Close)
+	sendgridSrv := httptest.NewServer(w.SendGrid)
+	t.Cleanup(sendgridSrv.Close)
+
+	w.Env = map[string]string{
+		"DATABASE_URL":        dbURL,
+		"TEMPORAL_ADDRESS":    srv.Address(),
+		"TEMPORAL_NAMESPACE":  srv.Namespace(),
+		"TEMPORAL_TASK_QUEUE": "keyed-test-" + randomHex(),
+		"STRIPE_SECRET_KEY":   "sk_test_fxapptest",
+		"STRIPE_API_BASE":     stripeSrv.URL,
+		"SENDGRID_API_KEY":    "SG.fxapptest",
+		"SENDGRID_API_BASE":   sendgridSrv.URL,
+		"RECEIPT_FROM":        "Keyed Receipts <receipts@keyed.test>",
+		"METRICS_ADDR":        "127.0.0.1:0",
+		"WORKER_STOP_TIMEOUT": "10s",
+	}
+	for k, v := range opts.Env {
+		w.Env[k] = v
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg, err := config.Load(config.Worker, fs, nil, Lookup(w.Env))
+	require.NoError(t, err)
+	w.Config = cfg
+
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	w.App = fx.New(fxapp.Worker(cfg, logger,
+		fx.Populate(&w.Client, &w.Pool, &w.Orders, &w.Effects, &w.Metrics)))
+	require.NoError(t, fxapp.RootCause(w.App.Err()), "build the worker app")
+	ctx, cancel := context.WithTimeout(context.Background(), w.App.StartTimeout())
+	defer cancel()
+	require.NoError(t, fxapp.RootCause(w.App.Start(ctx)), "start the worker app")
+	t.Cleanup(func() {
+		if !w.stopped {
+			_ = w.Stop()
+		}
+	})
+	return w
+}
+
+// Stop stops the app within its stop timeout and returns the stop's error.
+func (w *Worker) Stop() error {
+	w.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), w.App.StopTimeout())
+	defer cancel()
+	return w.App.Stop(ctx)
+}
+
+// Lookup returns an os.LookupEnv over env.
+func Lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	}
+}
+
+func randomHex() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,92 @@
+package fxapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// TestWorkerAppRunsAnOrder starts the real worker app against a dev
+// server, a fresh schema and the provider fakes, runs one order through
+// checkout, and stops the app.
+func TestWorkerAppRunsAnOrder(t *testing.T) {
+	t.Parallel()
+	w := fxapptest.Start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	order, created, err := w.Orders.Create(ctx, orders.NewOrder{
+		TenantID: "acme", ID: "smoke-1", AmountMinor: 1999, Currency: "usd",
+		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa",
+	})
+	require.NoError(t, err)
+	require.True(t, created)
+	in := orders.NewCheckoutInput("acme", "smoke-1")
+	st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
+	require.NoError(t, err)
+	require.True(t, st.Created)
+	require.Equal(t, in.WorkflowID(), st.WorkflowID)
+
+	var res orders.CheckoutResult
+	require.NoError(t, w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &res))
+	require.NotEmpty(t, res.Charge.PaymentIntentID)
+	require.Equal(t, int64(1999), res.Charge.AmountMinor)
+
+	require.Equal(t, 1, w.Stripe.Charges(), "one charge")
+	require.Len(t, w.SendGrid.Messages(), 1, "one receipt")
+	require.Equal(t, []string{"ann@example.com"}, w.SendGrid.Messages()[0].To)
+	got, err := w.Orders.Get(ctx, "acme", "smoke-1")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPaid, got.Status)
+	prefix, err := orders.OrderKey("acme", "smoke-1")
+	require.NoError(t, err)
+	recs, err := w.Effects.List(ctx, prefix)
+	require.NoError(t, err)
+	require.Len(t, recs, 3)
+	for _, r := range recs {
+		require.Equal(t, effects.StateSucceeded, r.State, r.Key)
+	}
+
+	// /healthz sees both dependencies; /metrics carries the effect counters.
+	base := "http://" + w.Metrics.Addr()
+	resp, err := http.Get(base + "/healthz")
+	require.NoError(t, err)
+	var health struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&health))
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "ok", health.Status)
+	require.Equal(t, map[string]string{"postgres": "ok", "temporal": "ok"}, health.Checks)
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `keyed_effect_claims_acquired_total{kind="charge",mode="new"} 1`)
+
+	// A duplicate start after success starts nothing and charges nothing.
+	again, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})
+	if err == nil {
+		require.False(t, again.Created)
+	}
+	require.Equal(t, 1, w.Stripe.Charges())
+
+	stopped := time.Now()
+	require.NoError(t, w.Stop(), "the app stops cleanly")
+	require.Less(t, time.Since(stopped), 10*time.Second, "an idle worker stops at once")
+	_, err = http.Get(base + "/healthz")
+	require.Error(t, err, "the metrics server is closed after stop")
+}
