@@ -1,0 +1,154 @@
+// Package workflows holds the order pipeline's Temporal workflow and the one
+// way to start it.
+//
+// OrderWorkflow runs three steps, each its own activity with its own effect
+// key: charge, mark paid, send receipt. The workflow carries only the
+// versioned orders.CheckoutInput; the activities load the order when they
+// run and make their effects exactly once (see package activities). A step
+// that fails terminally fails the workflow; later steps do not run.
+//
+// Start starts it under a workflow ID derived from the order, so that a
+// duplicate start collapses into the run already going, a start after a
+// success is refused, and a start after a failure is a deliberate re-run.
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Step states reported by the status query.
+const (
+	StatePending = "pending"
+	StateRunning = "running"
+	StateDone    = "done"
+	StateFailed  = "failed"
+)
+
+// Activity timeouts and retries. A killed worker is noticed through the
+// heartbeat timeout of the external calls, so it is short; the retry then
+// re-enters the same effect claim at once.
+const (
+	// ExternalStartToClose bounds one attempt of a provider call (charge,
+	// receipt): a request is capped at 30s, plus the claim and the record.
+	ExternalStartToClose = time.Minute
+	// HeartbeatTimeout is how long a provider call may go without a
+	// heartbeat before Temporal retries it on another worker.
+	HeartbeatTimeout = 15 * time.Second
+	// DatabaseStartToClose bounds one attempt of mark paid.
+	DatabaseStartToClose = 30 * time.Second
+	// MaxAttempts caps the attempts of each step.
+	MaxAttempts = 10
+)
+
+// RetryPolicy returns the retry policy of every step: exponential backoff
+// from 1s doubling up to 30s, at most MaxAttempts attempts, and no retry for
+// the activities' terminal error types.
+func RetryPolicy() *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{
+		InitialInterval:        time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        30 * time.Second,
+		MaximumAttempts:        MaxAttempts,
+		NonRetryableErrorTypes: activities.NonRetryableErrorTypes(),
+	}
+}
+
+// ActivityOptions returns the options of step (orders.StepCharge,
+// StepMarkPaid or StepReceipt) whose effect key is key. The Summary, shown
+// in the Web UI and the CLI, names the effect key.
+func ActivityOptions(step, key string) workflow.ActivityOptions {
+	o := workflow.ActivityOptions{
+		StartToCloseTimeout: ExternalStartToClose,
+		HeartbeatTimeout:    HeartbeatTimeout,
+		RetryPolicy:         RetryPolicy(),
+		Summary:             step + " · effect " + key,
+	}
+	if step == orders.StepMarkPaid {
+		o.StartToCloseTimeout, o.HeartbeatTimeout = DatabaseStartToClose, 0
+	}
+	return o
+}
+
+// Register registers OrderWorkflow with r under orders.WorkflowName.
+func Register(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(OrderWorkflow, workflow.RegisterOptions{Name: orders.WorkflowName})
+}
+
+// OrderWorkflow charges the order, marks it paid and sends the receipt, each
+// step once. It answers the orders.QueryStatus query with []orders.StepStatus.
+//
+// It returns a non-retryable application error of type
+// activities.ErrTypeInvalidInput, before any activity runs, for an input
+// version it does not understand or IDs that cannot form an effect key; and
+// the activity error of the first step that fails for good (a decline, an
+// ambiguous receipt, retries exhausted), in which case later steps do not
+// run.
+func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
+	var out orders.CheckoutResult
+	if err := in.Validate(); err != nil {
+		return out, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("order workflow %s/%s: %v", in.TenantID, in.OrderID, err), activities.ErrTypeInvalidInput, nil)
+	}
+	steps := []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt}
+	status := make([]orders.StepStatus, len(steps))
+	for i, step := range steps {
+		key, err := in.EffectKey(step)
+		if err != nil { // Validate checked the key; this cannot happen.
+			return out, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+		}
+		status[i] = orders.StepStatus{Step: step, EffectKey: key.String(), State: StatePending}
+	}
+	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
+		return append([]orders.StepStatus(nil), status...), nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("register status query: %w", err)
+	}
+
+	var a *activities.Activities // Names the activities; never called.
+	run := func(i int, fn, result any) error {
+		s := &status[i]
+		s.State = StateRunning
+		actx := workflow.WithActivityOptions(ctx, ActivityOptions(s.Step, s.EffectKey))
+		if err := workflow.ExecuteActivity(actx, fn, in).Get(ctx, result); err != nil {
+			s.State, s.Error = StateFailed, stepError(err)
+			workflow.GetLogger(ctx).Error("order step failed", "step", s.Step, "effect_key", s.EffectKey, "error", s.Error)
+			return err
+		}
+		s.State = StateDone
+		return nil
+	}
+	if err := run(0, a.Charge, &out.Charge); err != nil {
+		return out, err
+	}
+	if err := run(1, a.MarkPaid, &out.Paid); err != nil {
+		return out, err
+	}
+	if err := run(2, a.SendReceipt, &out.Receipt); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// stepError renders a step's failure for the status query: the activity's
+// error type and message, without the activity error's envelope.
+func stepError(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Type() + ": " + app.Error()
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "Timeout: " + timeout.Error()
+	}
+	return err.Error()
+}
