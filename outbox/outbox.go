@@ -116,6 +116,42 @@ func CreateOrderTx(ctx context.Context, tx pgx.Tx, store *orders.Store, o orders
 	return order, created, nil
 }
 
+// ErrNotFound means the outbox holds no row for the workflow ID: it was
+// never enqueued, or it was sent and pruned.
+var ErrNotFound = errors.New("outbox row not found")
+
+// Entry is an outbox row as stored.
+type Entry struct {
+	WorkflowID string
+	TenantID   string
+	CreatedAt  time.Time
+	// Attempts counts the relay's claims of the row.
+	Attempts int
+	// LastError is the error of the last failed start, if any.
+	LastError string
+	// SentAt is when the workflow was started, nil while the row waits.
+	SentAt *time.Time
+	// RunID is the run the start created or collapsed into.
+	RunID string
+}
+
+// Get returns the outbox row for workflowID. It returns an error wrapping
+// ErrNotFound when there is none, and the database error otherwise.
+func Get(ctx context.Context, db effects.DB, workflowID string) (*Entry, error) {
+	var e Entry
+	err := db.QueryRow(ctx, `
+SELECT workflow_id, tenant_id, created_at, attempts, coalesce(last_error, ''), sent_at, coalesce(run_id, '')
+FROM keyed_outbox WHERE workflow_id = $1`, workflowID).
+		Scan(&e.WorkflowID, &e.TenantID, &e.CreatedAt, &e.Attempts, &e.LastError, &e.SentAt, &e.RunID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("outbox %s: %w", workflowID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get outbox %s: %w", workflowID, err)
+	}
+	return &e, nil
+}
+
 // Stats describes the unsent rows of the outbox.
 type Stats struct {
 	// Depth is the number of unsent rows, due or backing off.

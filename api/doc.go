@@ -1,0 +1,47 @@
+// Package api is keyed's HTTP API: create an order and queue its checkout,
+// and read an order with each of its effects.
+//
+//	POST /v1/orders       create an order and queue its checkout
+//	GET  /v1/orders/{id}  the order, its workflow start, and each effect's key, state and outcome
+//	GET  /healthz         200 when the database answers, 503 when not
+//
+// # Authentication
+//
+// Every /v1 request carries "Authorization: Bearer <API key>". Keys are
+// configured per tenant (KeysFromEnv: KEYED_API_KEYS="acme=sk_…,globex=sk_…"
+// or a file named by KEYED_API_KEYS_FILE) and compared in constant time. The
+// tenant comes from the key, never from the request. A missing or unknown
+// key gets 401 unauthorized.
+//
+// # Idempotency-Key
+//
+// POST requires an Idempotency-Key header: 1 to 255 bytes of printable
+// ASCII without spaces, such as a UUID, chosen once per logical request and
+// sent unchanged on every retry. Keys belong to the authenticated tenant, so
+// one tenant can neither replay nor block another's requests.
+//
+//   - First use: the order, the start request for its workflow (an outbox
+//     row) and the response are written in one transaction. 201 when the
+//     order was created, 200 when an identical order already existed.
+//   - Same key, same request: the stored response, same status and same
+//     body, with "Idempotent-Replayed: true".
+//   - Same key, different request (compared by a SHA-256 of the canonical
+//     request, so member order and whitespace do not count): 422
+//     idempotency_key_reused.
+//   - Same key while the first request still runs: 409 request_in_progress
+//     with Retry-After.
+//
+// Only successful responses are stored, for Retention (24 hours) at least.
+// A request that fails (bad input, order_conflict, a database error) writes
+// nothing and may be retried with the same key. Bad input gets 400 (413 for
+// a body over 64 KiB, 415 for a non-JSON Content-Type) with a JSON error
+// naming the field: {"error":{"code":…,"field":…,"message":…}}.
+//
+// # Starting workflows
+//
+// The API never calls Temporal. It writes an outbox row in the order's
+// transaction, and an outbox.Relay, running in the worker or alone, starts
+// the workflow under its business-derived ID. So a crash between the
+// commit and the start delays the start; it never loses it, and a rollback
+// never starts anything.
+package api

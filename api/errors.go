@@ -1,0 +1,66 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// Error codes in the "code" member of an error response. Clients branch on
+// these, never on the message.
+const (
+	CodeUnauthorized          = "unauthorized"            // 401: missing or unknown API key
+	CodeMissingIdempotencyKey = "missing_idempotency_key" // 400
+	CodeInvalidIdempotencyKey = "invalid_idempotency_key" // 400: empty, over 255 bytes, or bad characters
+	CodeUnsupportedMediaType  = "unsupported_media_type"  // 415: a Content-Type other than application/json
+	CodeBodyTooLarge          = "body_too_large"          // 413: body over MaxBodyBytes
+	CodeInvalidJSON           = "invalid_json"            // 400: not one JSON object
+	CodeUnknownField          = "unknown_field"           // 400: a member the API does not know
+	CodeMissingField          = "missing_field"           // 400
+	CodeInvalidField          = "invalid_field"           // 400: wrong type or value
+	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422: the key was first used with another request
+	CodeRequestInProgress     = "request_in_progress"     // 409: the key's first request is still running
+	CodeOrderConflict         = "order_conflict"          // 409: the order ID exists with other details
+	CodeNotFound              = "not_found"               // 404
+	CodeMethodNotAllowed      = "method_not_allowed"      // 405
+	CodeUnavailable           = "unavailable"             // 503: the database cannot be reached
+	CodeInternal              = "internal"                // 500
+)
+
+// Error is an API error: the HTTP status and the JSON body
+// {"error":{"code":…,"field":…,"message":…}}. Field names the request member
+// or header at fault, when there is one.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%d %s: %s: %s", e.Status, e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+func newError(status int, code, field, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	body, _ := json.Marshal(ErrorBody{Error: e})
+	writeJSON(w, e.Status, append(body, '\n'))
+}

@@ -1,0 +1,656 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// Headers the API reads and writes.
+const (
+	// HeaderIdempotencyKey is required on POST: 1 to 255 bytes of printable
+	// ASCII without spaces, chosen by the client once per logical request
+	// and sent unchanged on every retry.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderReplayed is "true" on a response replayed from the first
+	// request with the same Idempotency-Key.
+	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderRequestID carries the request's ID, echoed from the client if it
+	// sent a sane one, else generated. It appears in the server's logs.
+	HeaderRequestID = "X-Request-Id"
+)
+
+// Defaults of HandlerOpts.
+const (
+	DefaultMaxBodyBytes   = 64 << 10
+	DefaultRequestTimeout = 10 * time.Second
+	// RetryAfterSeconds is the Retry-After sent with 409
+	// request_in_progress: the first request usually finishes in
+	// milliseconds. A holder that died keeps the key for at most the
+	// request lease.
+	RetryAfterSeconds = 1
+)
+
+// Route patterns, as they appear in the "route" metric label.
+const (
+	RouteCreateOrder = "POST /v1/orders"
+	RouteGetOrder    = "GET /v1/orders/{id}"
+	RouteHealthz     = "GET /healthz"
+	RouteMetrics     = "GET /metrics"
+)
+
+// DB is what the Handler needs from Postgres. *pgxpool.Pool satisfies it.
+type DB interface {
+	effects.DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// HandlerOpts configures a Handler. A nil *HandlerOpts means all defaults.
+type HandlerOpts struct {
+	// Effects lists an order's effect records for GET. Nil means a client
+	// on the Handler's db.
+	Effects *effects.Client
+	// Logger receives one access-log record per request (never the
+	// Authorization header) and failures. Nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics receives request counts, latencies and idempotency outcomes.
+	// Nil means none.
+	Metrics *Metrics
+	// Gatherer, if set, is served at GET /metrics without authentication.
+	// Leave it nil when metrics are served on a separate, private port.
+	Gatherer prometheus.Gatherer
+	// MaxBodyBytes caps a request body. Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// RequestLease is how long a request holds its Idempotency-Key. Zero
+	// means DefaultRequestLease. It must exceed RequestTimeout.
+	RequestLease time.Duration
+	// RequestTimeout bounds the database work of one request, which keeps
+	// running when the client disconnects so that its retry finds the
+	// response stored. Zero means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// Handler serves keyed's HTTP API:
+//
+//	POST /v1/orders       create an order and queue its checkout (Idempotency-Key required)
+//	GET  /v1/orders/{id}  the order, its workflow start and each effect's key, state and outcome
+//	GET  /healthz         200 when the database answers, else 503
+//
+// Every /v1 route needs "Authorization: Bearer <API key>"; the key decides
+// the tenant. Errors are JSON: {"error":{"code":…,"field":…,"message":…}}.
+type Handler struct {
+	db      DB
+	keys    *Keys
+	store   *orders.Store
+	effects *effects.Client
+	idem    *idemStore
+	logger  *slog.Logger
+	metrics *Metrics
+	maxBody int64
+	timeout time.Duration
+	mux     *http.ServeMux
+}
+
+// NewHandler returns a Handler over db, authenticating with keys. db must
+// have keyed's migrations applied. It returns an error if db or keys is nil
+// or an option is out of range.
+func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
+	if db == nil {
+		return nil, errors.New("api: NewHandler: db is nil")
+	}
+	if keys == nil || len(keys.entries) == 0 {
+		return nil, fmt.Errorf("api: NewHandler: %w", ErrNoKeys)
+	}
+	if opts == nil {
+		opts = &HandlerOpts{}
+	}
+	h := &Handler{db: db, keys: keys, effects: opts.Effects, logger: opts.Logger, metrics: opts.Metrics,
+		maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout}
+	lease := opts.RequestLease
+	if lease == 0 {
+		lease = DefaultRequestLease
+	}
+	if h.maxBody == 0 {
+		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.timeout == 0 {
+		h.timeout = DefaultRequestTimeout
+	}
+	switch {
+	case h.maxBody < 1024:
+		return nil, fmt.Errorf("api: NewHandler: max body %d bytes is under 1 KiB", h.maxBody)
+	case h.timeout < 0:
+		return nil, fmt.Errorf("api: NewHandler: request timeout %s is negative", h.timeout)
+	case lease <= h.timeout:
+		return nil, fmt.Errorf("api: NewHandler: request lease %s must exceed the request timeout %s", lease, h.timeout)
+	}
+	if h.logger == nil {
+		h.logger = slog.Default()
+	}
+	var err error
+	if h.store, err = orders.NewStore(db); err != nil {
+		return nil, fmt.Errorf("api: NewHandler: %w", err)
+	}
+	if h.effects == nil {
+		if h.effects, err = effects.NewClient(db, &effects.ClientOpts{Logger: h.logger}); err != nil {
+			return nil, fmt.Errorf("api: NewHandler: %w", err)
+		}
+	}
+	h.idem = &idemStore{db: db, lease: lease}
+
+	mux := http.NewServeMux()
+	mux.Handle(RouteCreateOrder, h.authed(h.createOrder))
+	mux.Handle(RouteGetOrder, h.authed(h.getOrder))
+	mux.HandleFunc(RouteHealthz, h.healthz)
+	if opts.Gatherer != nil {
+		mux.Handle(RouteMetrics, promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	// Method-less patterns catch the other methods on the same paths, and
+	// "/" everything else, so that every error is JSON.
+	mux.HandleFunc("/v1/orders", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/orders/{id}", methodNotAllowed("GET"))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
+	})
+	h.mux = mux
+	return h, nil
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "%s is not allowed here; use %s", r.Method, allow))
+	}
+}
+
+// statusWriter records the status written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type ctxKey int
+
+const (
+	tenantKey ctxKey = iota + 1
+	requestIDKey
+)
+
+// ServeHTTP serves the API, recording metrics and an access-log record.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id := r.Header.Get(HeaderRequestID)
+	if !validRequestID(id) {
+		id = randomHex(8)
+	}
+	w.Header().Set(HeaderRequestID, id)
+	var tenant string // set by authed, for the access log
+	ctx := context.WithValue(r.Context(), requestIDKey, id)
+	r = r.WithContext(context.WithValue(ctx, tenantKey, &tenant))
+	sw := &statusWriter{ResponseWriter: w}
+	h.mux.ServeHTTP(sw, r)
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	route := r.Pattern
+	if route == "" || route == "/" || !strings.Contains(route, " ") {
+		route = "other" // 404s and 405s: bounded label values
+	}
+	d := time.Since(start)
+	h.metrics.request(route, sw.status, d)
+	attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method),
+		slog.String("route", route), slog.Int("status", sw.status), slog.Duration("duration", d)}
+	if tenant != "" {
+		attrs = append(attrs, slog.String("tenant", tenant))
+	}
+	if k := r.Header.Get(HeaderIdempotencyKey); k != "" && len(k) <= MaxIdempotencyKeyLen {
+		attrs = append(attrs, slog.String("idempotency_key", k))
+	}
+	level := slog.LevelInfo
+	if sw.status >= 500 {
+		level = slog.LevelError
+	}
+	h.logger.LogAttrs(r.Context(), level, "http request", attrs...)
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// authed resolves the bearer API key to a tenant, or answers 401. The
+// tenant comes from the key only, never from the request.
+func (h *Handler) authed(next func(w http.ResponseWriter, r *http.Request, tenant string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="keyed"`)
+			writeError(w, newError(http.StatusUnauthorized, CodeUnauthorized, "", "send your API key as Authorization: Bearer <key>"))
+			return
+		}
+		tenant, ok := h.keys.Tenant(token)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="keyed", error="invalid_token"`)
+			writeError(w, newError(http.StatusUnauthorized, CodeUnauthorized, "", "unknown API key"))
+			return
+		}
+		// ServeHTTP reads the tenant back for the access log.
+		if p, ok := r.Context().Value(tenantKey).(*string); ok {
+			*p = tenant
+		}
+		next(w, r, tenant)
+	})
+}
+
+// createOrderRequest is the body of POST /v1/orders. Pointers tell a
+// missing member from a zero one.
+type createOrderRequest struct {
+	OrderID       *string `json:"order_id"`
+	AmountMinor   *int64  `json:"amount_minor"`
+	Currency      *string `json:"currency"`
+	CustomerEmail *string `json:"customer_email"`
+	PaymentMethod *string `json:"payment_method"`
+}
+
+// OrderCreated is the body of a 201 or 200 answer to POST /v1/orders: 201
+// when this request created the order, 200 when an identical order already
+// existed. Its checkout is queued in the same transaction.
+type OrderCreated struct {
+	Order      *orders.Order `json:"order"`
+	WorkflowID string        `json:"workflow_id"`
+}
+
+// OrderDetail is the body of GET /v1/orders/{id}.
+type OrderDetail struct {
+	Order      *orders.Order `json:"order"`
+	WorkflowID string        `json:"workflow_id"`
+	// Start is the state of the workflow start, or nil once its outbox row
+	// was pruned.
+	Start *StartView `json:"start,omitempty"`
+	// Effects are the order's effect records, in the order they were
+	// first claimed.
+	Effects []EffectView `json:"effects"`
+}
+
+// StartView is the workflow start of an order, from the outbox.
+type StartView struct {
+	// State is "queued" until the relay has started the workflow, then
+	// "started".
+	State     string     `json:"state"`
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"last_error,omitempty"`
+	RunID     string     `json:"run_id,omitempty"`
+	QueuedAt  time.Time  `json:"queued_at"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+}
+
+// EffectView is one effect of an order: its key, state and stored outcome.
+type EffectView struct {
+	Key        string          `json:"key"`
+	Kind       string          `json:"kind"`
+	State      effects.State   `json:"state"`
+	Outcome    json.RawMessage `json:"outcome,omitempty"`
+	ErrorCode  string          `json:"error_code,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Attempts   int             `json:"attempts"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+}
+
+func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant string) {
+	key, aerr := idempotencyKey(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	no, aerr := h.decodeCreate(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	no.TenantID = tenant
+	if err := no.Validate(); err != nil {
+		var verr *orders.ValidationError
+		if errors.As(err, &verr) {
+			writeError(w, newError(http.StatusBadRequest, CodeInvalidField, verr.Field, "%s", verr.Reason))
+			return
+		}
+		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "", "%v", err))
+		return
+	}
+
+	hash := requestHash(RouteCreateOrder, no)
+	owner, _ := r.Context().Value(requestIDKey).(string)
+	owner += "/" + randomHex(6) // request IDs come from clients; owners must be unique
+	outcome, prev, err := h.idem.claim(r.Context(), tenant, key, RouteCreateOrder, hash, owner)
+	switch {
+	case errors.Is(err, errKeyReused):
+		h.metrics.idem("key_reused")
+		writeError(w, newError(http.StatusUnprocessableEntity, CodeIdempotencyKeyReused, HeaderIdempotencyKey,
+			"Idempotency-Key %q was first used with a different request body; use a new key for a new request", key))
+		return
+	case errors.Is(err, errInProgress):
+		h.metrics.idem("in_progress")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
+			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
+		return
+	case err != nil:
+		h.internal(w, r, "claim idempotency key", err)
+		return
+	case outcome == claimReplay:
+		h.metrics.idem("replayed")
+		w.Header().Set(HeaderReplayed, "true")
+		writeJSON(w, prev.status, prev.body)
+		return
+	case outcome == claimTakeover:
+		h.metrics.idem("takeover")
+	default:
+		h.metrics.idem("new")
+	}
+
+	// From here the work runs to the end even if the client goes away, so
+	// that its retry finds the response stored rather than a claim to wait
+	// out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
+	defer cancel()
+	resp, err := h.createTx(ctx, tenant, key, owner, no)
+	if err != nil {
+		if rerr := h.idem.release(ctx, tenant, key, owner); rerr != nil {
+			h.logger.WarnContext(ctx, "release idempotency key; it frees when its lease runs out", "error", rerr)
+		}
+		switch {
+		case errors.Is(err, orders.ErrConflict):
+			writeError(w, newError(http.StatusConflict, CodeOrderConflict, "order_id",
+				"order %q exists with different details", no.ID))
+		case errors.Is(err, errLeaseLost):
+			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+			writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
+				"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
+		default:
+			h.internal(w, r, "create order", err)
+		}
+		return
+	}
+	writeJSON(w, resp.status, resp.body)
+}
+
+// createTx writes the order, its outbox row and the stored response in one
+// transaction: all of them or none.
+func (h *Handler) createTx(ctx context.Context, tenant, key, owner string, no orders.NewOrder) (stored, error) {
+	var resp stored
+	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+		order, created, err := outbox.CreateOrderTx(ctx, tx, h.store, no)
+		if err != nil {
+			return err
+		}
+		body, err := json.Marshal(OrderCreated{Order: order, WorkflowID: orders.WorkflowID(tenant, order.ID)})
+		if err != nil {
+			return fmt.Errorf("encode response: %w", err)
+		}
+		resp = stored{status: http.StatusOK, body: append(body, '\n')}
+		if created {
+			resp.status = http.StatusCreated
+		}
+		return h.idem.finishTx(ctx, tx, tenant, key, owner, resp)
+	})
+	return resp, err
+}
+
+// idempotencyKey returns the request's Idempotency-Key, or a 400.
+func idempotencyKey(r *http.Request) (string, *Error) {
+	vals := r.Header.Values(HeaderIdempotencyKey)
+	if len(vals) == 0 {
+		return "", newError(http.StatusBadRequest, CodeMissingIdempotencyKey, HeaderIdempotencyKey,
+			"POST needs an Idempotency-Key header: a unique value per logical request, sent unchanged on every retry")
+	}
+	if len(vals) > 1 {
+		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "send one Idempotency-Key header, not %d", len(vals))
+	}
+	key := vals[0]
+	switch {
+	case key == "":
+		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "Idempotency-Key is empty")
+	case len(key) > MaxIdempotencyKeyLen:
+		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey,
+			"Idempotency-Key is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c >= 0x7f {
+			return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey,
+				"Idempotency-Key byte %d is 0x%02x; use printable ASCII without spaces, such as a UUID", i, c)
+		}
+	}
+	return key, nil
+}
+
+// decodeCreate reads one JSON object of known members, all present.
+func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.NewOrder, *Error) {
+	var no orders.NewOrder
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return no, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type",
+				"send the body as application/json, not %q", ct)
+		}
+	}
+	if r.ContentLength > h.maxBody {
+		return no, tooLarge(h.maxBody)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return no, tooLarge(h.maxBody)
+		}
+		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "read body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var req createOrderRequest
+	if err := dec.Decode(&req); err != nil {
+		return no, jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "unexpected data after the JSON object")
+	}
+	for _, f := range []struct {
+		name    string
+		present bool
+	}{
+		{"order_id", req.OrderID != nil},
+		{"amount_minor", req.AmountMinor != nil},
+		{"currency", req.Currency != nil},
+		{"customer_email", req.CustomerEmail != nil},
+		{"payment_method", req.PaymentMethod != nil},
+	} {
+		if !f.present {
+			return no, newError(http.StatusBadRequest, CodeMissingField, f.name, "%s is required", f.name)
+		}
+	}
+	no.ID, no.AmountMinor = *req.OrderID, *req.AmountMinor
+	no.Currency = strings.ToLower(*req.Currency)
+	no.CustomerEmail, no.PaymentMethod = *req.CustomerEmail, *req.PaymentMethod
+	return no, nil
+}
+
+func tooLarge(limit int64) *Error {
+	return newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "the body is over the %d-byte limit", limit)
+}
+
+func jsonError(err error) *Error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "malformed JSON at byte %d: %v", syn.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the JSON object is cut short")
+	case errors.As(err, &typ) && typ.Field != "":
+		return newError(http.StatusBadRequest, CodeInvalidField, typ.Field, "want a JSON %s, got %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &typ):
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body must be a JSON object, not %s", typ.Value)
+	}
+	// encoding/json reports unknown members only as text.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field, _ := strconv.Unquote(name)
+		return newError(http.StatusBadRequest, CodeUnknownField, field, "%s is not a member of this request", name)
+	}
+	return newError(http.StatusBadRequest, CodeInvalidJSON, "", "%v", err)
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int64":
+		return "integer (minor units, such as 1999 for 19.99)"
+	case "string":
+		return "string"
+	}
+	return goKind
+}
+
+// requestHash is the fingerprint of a create request: the route and the
+// validated order, in a fixed member order, so that member order and
+// whitespace do not matter but every value does.
+func requestHash(route string, no orders.NewOrder) string {
+	canon, _ := json.Marshal(struct {
+		Route         string `json:"route"`
+		OrderID       string `json:"order_id"`
+		AmountMinor   int64  `json:"amount_minor"`
+		Currency      string `json:"currency"`
+		CustomerEmail string `json:"customer_email"`
+		PaymentMethod string `json:"payment_method"`
+	}{route, no.ID, no.AmountMinor, no.Currency, no.CustomerEmail, no.PaymentMethod})
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:])
+}
+
+func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string) {
+	id := r.PathValue("id")
+	prefix, err := orders.OrderKey(tenant, id)
+	if err != nil {
+		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "id", "%q is not a valid order ID", id))
+		return
+	}
+	ctx := r.Context()
+	order, err := h.store.Get(ctx, tenant, id)
+	if errors.Is(err, orders.ErrNotFound) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
+		return
+	}
+	if err != nil {
+		h.internal(w, r, "get order", err)
+		return
+	}
+	detail := OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}
+	entry, err := outbox.Get(ctx, h.db, detail.WorkflowID)
+	switch {
+	case err == nil:
+		detail.Start = &StartView{State: "queued", Attempts: entry.Attempts, LastError: entry.LastError,
+			RunID: entry.RunID, QueuedAt: entry.CreatedAt, StartedAt: entry.SentAt}
+		if entry.SentAt != nil {
+			detail.Start.State = "started"
+		}
+	case !errors.Is(err, outbox.ErrNotFound):
+		h.internal(w, r, "get order start", err)
+		return
+	}
+	recs, err := h.effects.List(ctx, prefix)
+	if err != nil {
+		h.internal(w, r, "list order effects", err)
+		return
+	}
+	for _, rec := range recs {
+		detail.Effects = append(detail.Effects, EffectView{Key: rec.Key, Kind: rec.Kind, State: rec.State,
+			Outcome: rec.Result, ErrorCode: rec.ErrorCode, Error: rec.ErrorMessage, Attempts: rec.Attempts,
+			UpdatedAt: rec.UpdatedAt, FinishedAt: rec.FinishedAt})
+	}
+	body, err := json.Marshal(detail)
+	if err != nil {
+		h.internal(w, r, "encode order", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, append(body, '\n'))
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := h.db.Exec(ctx, "SELECT 1"); err != nil {
+		h.logger.WarnContext(ctx, "health check: database unreachable", "error", err)
+		writeError(w, newError(http.StatusServiceUnavailable, CodeUnavailable, "", "the database does not answer"))
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+}
+
+// internal logs err and answers 500 (503 when the context ran out) without
+// revealing err to the client.
+func (h *Handler) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
+	h.logger.ErrorContext(r.Context(), what, "error", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeError(w, newError(http.StatusServiceUnavailable, CodeUnavailable, "", "%s timed out; retry with the same Idempotency-Key", what))
+		return
+	}
+	writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "%s failed; retry with the same Idempotency-Key", what))
+}
+
+// Prune deletes the Handler's expired idempotency records; see Prune.
+func (h *Handler) Prune(ctx context.Context) (int64, error) {
+	return Prune(ctx, h.db, nil)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

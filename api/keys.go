@@ -1,0 +1,179 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// Environment variables KeysFromEnv reads.
+const (
+	// EnvKeys holds the API keys inline: "acme=sk_acme_…,globex=sk_globex_…".
+	EnvKeys = "KEYED_API_KEYS"
+	// EnvKeysFile names a file holding one "tenant=key" per line.
+	EnvKeysFile = "KEYED_API_KEYS_FILE"
+)
+
+// MinKeyLen is the shortest API key accepted: 16 bytes, so that a key
+// cannot be guessed by trying.
+const MinKeyLen = 16
+
+// ErrNoKeys means no API key is configured: neither EnvKeys nor EnvKeysFile
+// is set, or they hold no entry.
+var ErrNoKeys = errors.New("no API keys configured")
+
+// ErrBadKeys is wrapped by every error about a malformed key list. The
+// errors name the entry by its position and tenant, never by the key.
+var ErrBadKeys = errors.New("bad API key configuration")
+
+// Keys maps bearer API keys to tenants. It keeps only SHA-256 digests of the
+// keys, and Tenant compares a presented key against every digest in
+// constant time, so neither memory dumps nor response timing reveal a key.
+// A tenant may have several keys, for rotation. Keys is safe for concurrent
+// use.
+type Keys struct {
+	entries []keyEntry
+}
+
+type keyEntry struct {
+	digest [sha256.Size]byte
+	tenant string
+}
+
+// ParseKeys parses a key list: entries "tenant=key" separated by commas or
+// newlines, with surrounding spaces, blank lines and lines starting with #
+// ignored. Tenants must be valid effect-key parts (printable ASCII, no
+// spaces or ':'); keys must be at least MinKeyLen bytes of printable ASCII
+// without spaces or commas. It returns an error wrapping ErrBadKeys for a
+// malformed entry or a key given to two tenants, and ErrNoKeys for a list
+// without entries.
+func ParseKeys(s string) (*Keys, error) {
+	k := &Keys{}
+	seen := map[[sha256.Size]byte]string{}
+	n := 0
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, entry := range strings.Split(line, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			n++
+			tenant, key, ok := strings.Cut(entry, "=")
+			tenant, key = strings.TrimSpace(tenant), strings.TrimSpace(key)
+			if !ok || tenant == "" || key == "" {
+				return nil, fmt.Errorf("%w: entry %d: want tenant=key", ErrBadKeys, n)
+			}
+			if _, err := effects.NewKey(tenant, "api"); err != nil {
+				return nil, fmt.Errorf("%w: entry %d: tenant %q is not a valid effect-key part", ErrBadKeys, n, tenant)
+			}
+			if len(key) < MinKeyLen {
+				return nil, fmt.Errorf("%w: entry %d (tenant %s): key is shorter than %d bytes", ErrBadKeys, n, tenant, MinKeyLen)
+			}
+			for i := 0; i < len(key); i++ {
+				if key[i] <= ' ' || key[i] >= 0x7f {
+					return nil, fmt.Errorf("%w: entry %d (tenant %s): key has a byte outside printable ASCII at %d", ErrBadKeys, n, tenant, i)
+				}
+			}
+			d := sha256.Sum256([]byte(key))
+			if other, dup := seen[d]; dup {
+				if other == tenant {
+					continue
+				}
+				return nil, fmt.Errorf("%w: entry %d: one key is configured for tenants %s and %s", ErrBadKeys, n, other, tenant)
+			}
+			seen[d] = tenant
+			k.entries = append(k.entries, keyEntry{digest: d, tenant: tenant})
+		}
+	}
+	if len(k.entries) == 0 {
+		return nil, ErrNoKeys
+	}
+	return k, nil
+}
+
+// LoadKeysFile reads a key list in ParseKeys's format from path. It returns
+// the read error, or ParseKeys's.
+func LoadKeysFile(path string) (*Keys, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read API keys: %w", err)
+	}
+	k, err := ParseKeys(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
+
+// KeysFromEnv loads the keys from EnvKeysFile if set, else from EnvKeys,
+// reading variables through lookup (normally os.LookupEnv). It returns an
+// error wrapping ErrNoKeys when neither is set, an error when both are,
+// and LoadKeysFile's or ParseKeys's errors otherwise. Error messages never
+// contain a key.
+func KeysFromEnv(lookup func(string) (string, bool)) (*Keys, error) {
+	file, hasFile := lookup(EnvKeysFile)
+	inline, hasInline := lookup(EnvKeys)
+	hasFile = hasFile && strings.TrimSpace(file) != ""
+	hasInline = hasInline && strings.TrimSpace(inline) != ""
+	switch {
+	case hasFile && hasInline:
+		return nil, fmt.Errorf("%w: set %s or %s, not both", ErrBadKeys, EnvKeys, EnvKeysFile)
+	case hasFile:
+		return LoadKeysFile(strings.TrimSpace(file))
+	case hasInline:
+		k, err := ParseKeys(inline)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvKeys, err)
+		}
+		return k, nil
+	}
+	return nil, fmt.Errorf("%w: set %s (tenant=key,…) or %s", ErrNoKeys, EnvKeys, EnvKeysFile)
+}
+
+// Tenant returns the tenant that key belongs to. It compares key's digest
+// with every configured digest without stopping at a match, so the time
+// taken does not depend on which key, if any, matched.
+func (k *Keys) Tenant(key string) (tenant string, ok bool) {
+	if k == nil || key == "" {
+		return "", false
+	}
+	d := sha256.Sum256([]byte(key))
+	found := -1
+	for i := range k.entries {
+		eq := subtle.ConstantTimeCompare(d[:], k.entries[i].digest[:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
+	}
+	if found < 0 {
+		return "", false
+	}
+	return k.entries[found].tenant, true
+}
+
+// Tenants returns the configured tenants, sorted, without duplicates.
+func (k *Keys) Tenants() []string {
+	set := map[string]bool{}
+	for _, e := range k.entries {
+		set[e.tenant] = true
+	}
+	out := make([]string, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// String describes the key set without revealing any key.
+func (k *Keys) String() string {
+	return fmt.Sprintf("%d API keys for tenants %s", len(k.entries), strings.Join(k.Tenants(), ","))
+}

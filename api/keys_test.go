@@ -1,0 +1,87 @@
+package api_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/api"
+)
+
+func TestParseKeys(t *testing.T) {
+	t.Parallel()
+	k, err := api.ParseKeys(" acme=sk_acme_0123456789abcdef , globex=sk_globex_0123456789abcdef,\nacme=sk_acme_rotated_0123456789")
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme", "globex"}, k.Tenants())
+	for key, want := range map[string]string{
+		"sk_acme_0123456789abcdef":       "acme",
+		"sk_acme_rotated_0123456789":     "acme",
+		"sk_globex_0123456789abcdef":     "globex",
+		"sk_globex_0123456789abcdeF":     "",
+		"sk_acme_0123456789abcde":        "",
+		"sk_acme_0123456789abcdef ":      "",
+		"":                               "",
+		"acme=sk_acme_0123456789abcdef":  "",
+		"sk_acme_0123456789abcdefsuffix": "",
+	} {
+		got, ok := k.Tenant(key)
+		require.Equal(t, want != "", ok, "%q", key)
+		require.Equal(t, want, got, "%q", key)
+	}
+	require.NotContains(t, k.String(), "sk_", "String never shows a key")
+
+	// The file format: one entry a line, comments and blanks ignored.
+	k, err = api.ParseKeys("# production keys\n\nacme=sk_acme_0123456789abcdef\n  # rotated 2026-06\nacme=sk_acme_0123456789abcdeg\n")
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme"}, k.Tenants())
+
+	secret := "sk_secret_0123456789abcdef"
+	for _, bad := range []string{
+		"acme",
+		"acme=",
+		"=" + secret,
+		"ac me=" + secret,
+		"ac:me=" + secret,
+		"acme=short",
+		"acme=sk_with space_0123456789",
+		"acme=" + secret + ",globex=" + secret,
+	} {
+		_, err := api.ParseKeys(bad)
+		require.ErrorIs(t, err, api.ErrBadKeys, "%q", bad)
+		require.NotContains(t, err.Error(), "0123456789", "errors never show a key: %v", err)
+	}
+	_, err = api.ParseKeys(" # nothing\n ,, ")
+	require.ErrorIs(t, err, api.ErrNoKeys)
+}
+
+func TestKeysFromEnv(t *testing.T) {
+	t.Parallel()
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	k, err := api.KeysFromEnv(env(map[string]string{api.EnvKeys: "acme=sk_acme_0123456789abcdef,globex=sk_globex_0123456789abcdef"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme", "globex"}, k.Tenants())
+
+	path := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(path, []byte("acme=sk_acme_0123456789abcdef\n"), 0o600))
+	k, err = api.KeysFromEnv(env(map[string]string{api.EnvKeysFile: path, api.EnvKeys: " "}))
+	require.NoError(t, err)
+	tenant, ok := k.Tenant("sk_acme_0123456789abcdef")
+	require.True(t, ok)
+	require.Equal(t, "acme", tenant)
+
+	_, err = api.KeysFromEnv(env(nil))
+	require.ErrorIs(t, err, api.ErrNoKeys)
+	require.Contains(t, err.Error(), api.EnvKeys)
+	_, err = api.KeysFromEnv(env(map[string]string{api.EnvKeysFile: path, api.EnvKeys: "acme=sk_acme_0123456789abcdef"}))
+	require.ErrorIs(t, err, api.ErrBadKeys)
+	_, err = api.KeysFromEnv(env(map[string]string{api.EnvKeysFile: filepath.Join(t.TempDir(), "missing")}))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = api.KeysFromEnv(env(map[string]string{api.EnvKeys: "acme=sk_short"}))
+	require.ErrorIs(t, err, api.ErrBadKeys)
+	require.False(t, strings.Contains(err.Error(), "sk_short"))
+}

@@ -1,0 +1,330 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// temporalAddr is the dev server the package's tests share; they keep apart
+// by tenant and task queue.
+var temporalAddr string
+
+// childEnv makes the test binary serve the API instead of running tests, so
+// that a test can kill a real process mid-request. See startChild.
+const childEnv = "KEYED_API_TEST_CHILD_DB"
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(childEnv); url != "" {
+		runChild(url)
+		return
+	}
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "api tests need a Temporal dev server: %v\n"+
+			"Run `make tools` to build bin/temporal, or set KEYED_TEMPORAL_BIN.\n", err)
+		return 1
+	}
+	defer srv.Stop()
+	temporalAddr = srv.Address()
+	return m.Run()
+}
+
+// runChild serves the API on a free port over the database at url, prints
+// "ADDR host:port", and serves until killed.
+func runChild(url string) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	keys, err := api.KeysFromEnv(os.LookupEnv)
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	h, err := api.NewHandler(pool, keys, &api.HandlerOpts{RequestTimeout: time.Second, RequestLease: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	srv, err := api.NewServer("127.0.0.1:0", h, nil)
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	fmt.Println("ADDR", srv.Addr())
+	select {}
+}
+
+// child is the API served by another process.
+type child struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// startChild runs the test binary as an API server over the bundle's
+// schema and keys.
+func (b *bundle) startChild(t *testing.T) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+b.url, api.EnvKeys+"="+b.keyList, api.EnvKeysFile+"=")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "child API server did not report its address")
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
+	require.True(t, ok, "child API server: %s", line)
+	return &child{cmd: cmd, addr: addr}
+}
+
+type bundle struct {
+	ctx       context.Context
+	url       string
+	pool      *pgxpool.Pool
+	handler   *api.Handler
+	srv       *httptest.Server
+	reg       *prometheus.Registry
+	metrics   *api.Metrics
+	temporal  client.Client
+	taskQueue string
+	starter   *countingStarter
+	logger    *slog.Logger
+
+	// Two tenants with one key each.
+	tenantA, tenantB string
+	keyA, keyB       string
+	keyList          string
+}
+
+type setupOpts struct {
+	handler *api.HandlerOpts
+}
+
+func setup(t testing.TB, opts ...setupOpts) *bundle {
+	t.Helper()
+	schema, url := effectstest.NewSchema(t)
+	_ = schema
+	pool := effectstest.Connect(t, url, &effectstest.PoolOpts{MaxConns: 32})
+	b := &bundle{
+		ctx:       context.Background(),
+		url:       url,
+		pool:      pool,
+		reg:       prometheus.NewRegistry(),
+		taskQueue: "api-test-" + randomHex(4),
+		tenantA:   "a" + randomHex(4),
+		tenantB:   "b" + randomHex(4),
+		keyA:      "sk_test_" + randomHex(12),
+		keyB:      "sk_test_" + randomHex(12),
+		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	b.keyList = b.tenantA + "=" + b.keyA + "," + b.tenantB + "=" + b.keyB
+	keys, err := api.ParseKeys(b.keyList)
+	require.NoError(t, err)
+	metrics, err := api.NewMetrics(b.reg)
+	require.NoError(t, err)
+	b.metrics = metrics
+	hopts := &api.HandlerOpts{}
+	if len(opts) > 0 && opts[0].handler != nil {
+		hopts = opts[0].handler
+	}
+	hopts.Metrics, hopts.Logger, hopts.Gatherer = metrics, b.logger, b.reg
+	b.handler, err = api.NewHandler(pool, keys, hopts)
+	require.NoError(t, err)
+	b.srv = httptest.NewServer(b.handler)
+	t.Cleanup(b.srv.Close)
+	b.srv.Client().Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	b.temporal = c
+	b.starter = &countingStarter{next: temporalStarter(c, b.taskQueue), calls: map[string]int{}}
+	return b
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends one request to the bundle's server. An empty apiKey or idemKey
+// leaves the header out.
+func (b *bundle) do(t testing.TB, method, path, apiKey, idemKey, body string) response {
+	t.Helper()
+	return doAt(t, b.srv.Client(), b.srv.URL, method, path, apiKey, idemKey, body)
+}
+
+func doAt(t testing.TB, c *http.Client, base, method, path, apiKey, idemKey, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	require.NoError(t, err)
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if idemKey != "" {
+		req.Header.Set(api.HeaderIdempotencyKey, idemKey)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{status: resp.StatusCode, header: resp.Header, body: got}
+}
+
+func orderBody(id string, amount int64) string {
+	return fmt.Sprintf(`{"order_id":%q,"amount_minor":%d,"currency":"usd","customer_email":"ada@example.com","payment_method":"pm_card_visa"}`, id, amount)
+}
+
+func (b *bundle) count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+// rows counts the rows of the tables an API request may write.
+func (b *bundle) rows(t testing.TB) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, table := range []string{"orders", "keyed_outbox", "keyed_api_requests", "keyed_effects"} {
+		out[table] = b.count(t, "SELECT count(*) FROM "+table)
+	}
+	return out
+}
+
+func (b *bundle) relay(t testing.TB, opts *outbox.RelayOpts) *outbox.Relay {
+	t.Helper()
+	if opts == nil {
+		opts = &outbox.RelayOpts{}
+	}
+	opts.Logger = b.logger
+	r, err := outbox.NewRelay(b.pool, b.starter, opts)
+	require.NoError(t, err)
+	return r
+}
+
+// temporalStarter starts the order workflow by name on a task queue no
+// worker polls, so that the run exists in Temporal and nothing executes
+// it. A second start of the same ID collapses.
+func temporalStarter(c client.Client, taskQueue string) outbox.Starter {
+	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:                                       in.WorkflowID(),
+			TaskQueue:                                taskQueue,
+			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
+		}, orders.WorkflowName, in)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &already) {
+			return &outbox.Started{WorkflowID: in.WorkflowID(), RunID: already.RunId}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &outbox.Started{WorkflowID: run.GetID(), RunID: run.GetRunID(), Created: true}, nil
+	})
+}
+
+// countingStarter counts start calls per workflow ID.
+type countingStarter struct {
+	next  outbox.Starter
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (s *countingStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+	s.mu.Lock()
+	s.calls[in.WorkflowID()]++
+	s.mu.Unlock()
+	return s.next.Start(ctx, in)
+}
+
+func (s *countingStarter) count(workflowID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[workflowID]
+}
+
+func (s *countingStarter) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.calls {
+		n += c
+	}
+	return n
+}
+
+// workflowExists reports whether Temporal has a run for the workflow ID.
+func (b *bundle) workflowExists(t testing.TB, workflowID string) bool {
+	t.Helper()
+	_, err := b.temporal.DescribeWorkflowExecution(b.ctx, workflowID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
