@@ -56,6 +56,7 @@ func commands() []command {
 		{"create", "create an order in Postgres and start its checkout", runCreate},
 		{"start", "start (or join) the checkout of an existing order", runStart},
 		{"show", "show an order, each of its effects, and the workflow's view of each step", runShow},
+		{"migrate", "apply keyed's database migrations", runMigrate},
 		{"serve", "serve keyed's HTTP API and outbox relay", func(ctx context.Context, _ *env, args []string) error { return serve(ctx, args) }},
 	}
 }
