@@ -1,0 +1,202 @@
+package workflows_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+var (
+	in      = orders.NewCheckoutInput("acme", "9f3a")
+	charged = orders.ChargeResult{PaymentIntentID: "pi_123", Status: "succeeded", AmountMinor: 1250, Currency: "eur"}
+	paid    = orders.MarkPaidResult{Status: "paid"}
+	sent    = orders.ReceiptResult{MessageID: "msg_123"}
+)
+
+type bundle struct {
+	env     *testsuite.TestWorkflowEnvironment
+	started []string
+	options map[string]activity.Info
+}
+
+// setup returns a workflow test environment with the workflow and the
+// activity names registered; tests mock each activity with OnActivity.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	b := &bundle{env: suite.NewTestWorkflowEnvironment(), options: map[string]activity.Info{}}
+	workflows.Register(b.env)
+	var a *activities.Activities
+	require.NoError(t, activities.Register(b.env, a.Definitions()...))
+	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
+	b.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		b.started = append(b.started, info.ActivityType.Name)
+		b.options[info.ActivityType.Name] = *info
+	})
+	t.Cleanup(func() { b.env.AssertExpectations(t) })
+	return b
+}
+
+func (b *bundle) status(t *testing.T) []orders.StepStatus {
+	t.Helper()
+	val, err := b.env.QueryWorkflow(orders.QueryStatus)
+	require.NoError(t, err)
+	var st []orders.StepStatus
+	require.NoError(t, val.Get(&st))
+	return st
+}
+
+func states(st []orders.StepStatus) []string {
+	var out []string
+	for _, s := range st {
+		out = append(out, s.Step+"="+s.State)
+	}
+	return out
+}
+
+func TestHappyPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	require.True(t, b.env.IsWorkflowCompleted())
+	require.NoError(t, b.env.GetWorkflowError())
+	var res orders.CheckoutResult
+	require.NoError(t, b.env.GetWorkflowResult(&res))
+	require.Equal(t, orders.CheckoutResult{Charge: charged, Paid: paid, Receipt: sent}, res)
+	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started)
+
+	require.Equal(t, []orders.StepStatus{
+		{Step: "charge", EffectKey: "acme:order:9f3a:charge", State: "done"},
+		{Step: "mark_paid", EffectKey: "acme:order:9f3a:mark_paid", State: "done"},
+		{Step: "receipt", EffectKey: "acme:order:9f3a:receipt", State: "done"},
+	}, b.status(t))
+
+	// The external calls heartbeat; a killed worker is noticed within 15s.
+	require.Equal(t, workflows.HeartbeatTimeout, b.options["Charge"].HeartbeatTimeout)
+	require.Equal(t, workflows.HeartbeatTimeout, b.options["SendReceipt"].HeartbeatTimeout)
+	require.Zero(t, b.options["MarkPaid"].HeartbeatTimeout)
+}
+
+func TestDeclineFailsWithoutReceipt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)).Once()
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	require.True(t, b.env.IsWorkflowCompleted())
+	err := b.env.GetWorkflowError()
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	require.Equal(t, []string{"Charge"}, b.started, "one attempt, no mark paid, no receipt")
+
+	st := b.status(t)
+	require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending"}, states(st))
+	require.Contains(t, st[0].Error, "CardDeclined")
+}
+
+func TestTransientChargeIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient)).Twice()
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	require.NoError(t, b.env.GetWorkflowError())
+	require.Equal(t, []string{"Charge", "Charge", "Charge", "MarkPaid", "SendReceipt"}, b.started)
+}
+
+func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	// The retry policy lists the terminal types, so even a retryable error
+	// of such a type stops.
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).
+		Return(orders.ReceiptResult{}, temporal.NewApplicationError("maybe sent", activities.ErrTypeAmbiguous)).Once()
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
+	require.Equal(t, activities.ErrTypeAmbiguous, app.Type())
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=failed"}, states(b.status(t)))
+}
+
+func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	future := in
+	future.V = 2
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, future)
+	require.True(t, b.env.IsWorkflowCompleted())
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
+	require.Equal(t, activities.ErrTypeInvalidInput, app.Type())
+	require.True(t, app.NonRetryable())
+	require.Contains(t, app.Error(), "unsupported input version: v=2")
+	require.Empty(t, b.started)
+}
+
+func TestStatusQueryWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).After(time.Minute).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+
+	var during []string
+	b.env.RegisterDelayedCallback(func() { during = states(b.status(t)) }, 30*time.Second)
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	require.NoError(t, b.env.GetWorkflowError())
+	require.Equal(t, []string{"charge=done", "mark_paid=running", "receipt=pending"}, during)
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, states(b.status(t)))
+}
+
+func TestActivityOptions(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt} {
+		k, err := in.EffectKey(step)
+		require.NoError(t, err)
+		o := workflows.ActivityOptions(step, k.String())
+		require.Contains(t, o.Summary, k.String())
+		require.NotZero(t, o.StartToCloseTimeout)
+		rp := o.RetryPolicy
+		require.Equal(t, time.Second, rp.InitialInterval)
+		require.InDelta(t, 2.0, rp.BackoffCoefficient, 0)
+		require.Equal(t, 30*time.Second, rp.MaximumInterval)
+		require.EqualValues(t, workflows.MaxAttempts, rp.MaximumAttempts)
+		require.ElementsMatch(t, activities.NonRetryableErrorTypes(), rp.NonRetryableErrorTypes)
+		require.NotContains(t, rp.NonRetryableErrorTypes, activities.ErrTypeTransient)
+		if step == orders.StepMarkPaid {
+			require.Zero(t, o.HeartbeatTimeout)
+		} else {
+			require.Equal(t, workflows.HeartbeatTimeout, o.HeartbeatTimeout)
+			require.Less(t, o.HeartbeatTimeout, o.StartToCloseTimeout)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package workflows_test
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// TestReplay replays histories recorded on a Temporal dev server with the
+// real activities against the fake Stripe and SendGrid: a change to
+// OrderWorkflow that would break runs in flight (a step added, removed or
+// reordered without workflow.GetVersion) fails here. To record a new one,
+// run the workflow on bin/temporal and save
+// `bin/temporal workflow show --workflow-id ID --output json`.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json"} {
+		r := worker.NewWorkflowReplayer()
+		workflows.Register(r)
+		err := r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file)
+		require.NoError(t, err, file)
+	}
+}

@@ -1,0 +1,152 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+func TestStartOptions(t *testing.T) {
+	t.Parallel()
+	o := workflows.StartOptions(in, nil)
+	require.Equal(t, "order:acme:9f3a:fulfil", o.ID)
+	require.Equal(t, orders.TaskQueue, o.TaskQueue)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, o.WorkflowIDConflictPolicy)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY, o.WorkflowIDReusePolicy)
+	require.Equal(t, "tenant acme · order 9f3a", o.StaticSummary)
+	tenant, ok := o.TypedSearchAttributes.GetKeyword(workflows.SearchAttrTenantID)
+	require.True(t, ok)
+	require.Equal(t, "acme", tenant)
+	order, ok := o.TypedSearchAttributes.GetKeyword(workflows.SearchAttrOrderID)
+	require.True(t, ok)
+	require.Equal(t, "9f3a", order)
+
+	ord := &orders.Order{TenantID: "acme", ID: "9f3a", AmountMinor: 1250, Currency: "eur"}
+	o = workflows.StartOptions(in, &workflows.StartOpts{TaskQueue: "q", Order: ord})
+	require.Equal(t, "q", o.TaskQueue)
+	require.Equal(t, "tenant acme · order 9f3a · 12.50 EUR", o.StaticSummary)
+
+	other := &orders.Order{TenantID: "acme", ID: "other", AmountMinor: 1, Currency: "eur"}
+	require.Equal(t, "tenant acme · order 9f3a", workflows.StartOptions(in, &workflows.StartOpts{Order: other}).StaticSummary)
+}
+
+func TestStartRefusesBadInputBeforeTemporal(t *testing.T) {
+	t.Parallel()
+	future := in
+	future.V = 2
+	_, err := workflows.Start(context.Background(), nil, future, nil)
+	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
+	_, err = workflows.Start(context.Background(), nil, orders.NewCheckoutInput("ac me", "1"), nil)
+	require.ErrorIs(t, err, effects.ErrInvalidKey)
+	_, err = workflows.Start(context.Background(), nil, in, nil)
+	require.ErrorContains(t, err, "client is nil")
+}
+
+// stubs are activities for a real worker: Charge declines order "declined".
+type stubs struct{}
+
+func (stubs) Charge(_ context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
+	if in.OrderID == "declined" {
+		return orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)
+	}
+	return charged, nil
+}
+
+func (stubs) MarkPaid(context.Context, orders.CheckoutInput) (orders.MarkPaidResult, error) {
+	return paid, nil
+}
+
+func (stubs) SendReceipt(context.Context, orders.CheckoutInput) (orders.ReceiptResult, error) {
+	return sent, nil
+}
+
+// TestStartAgainstDevServer checks, on a real Temporal dev server, that
+// Start reports Created exactly: a duplicate start while the run is going
+// collapses into it, a start after a success is refused, and a start after
+// a failure creates a new run.
+func TestStartAgainstDevServer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	if errors.Is(err, devserver.ErrNoBinary) {
+		t.Fatalf("%v", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	quiet := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	c, err := client.Dial(client.Options{HostPort: srv.Address(), Namespace: srv.Namespace(), Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	const tq = "start-test"
+	opts := &workflows.StartOpts{TaskQueue: tq, Order: &orders.Order{TenantID: "acme", ID: "9f3a", AmountMinor: 1250, Currency: "eur"}}
+
+	// No worker yet, so the run stays open.
+	first, err := workflows.Start(ctx, c, in, opts)
+	require.NoError(t, err)
+	require.True(t, first.Created)
+	require.Equal(t, in.WorkflowID(), first.WorkflowID)
+	require.NotEmpty(t, first.RunID)
+
+	dup, err := workflows.Start(ctx, c, in, opts)
+	require.NoError(t, err)
+	require.Equal(t, workflows.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *dup)
+
+	desc, err := c.DescribeWorkflow(ctx, first.WorkflowID, first.RunID)
+	require.NoError(t, err)
+	summary, err := desc.GetStaticSummary()
+	require.NoError(t, err)
+	require.Equal(t, "tenant acme · order 9f3a · 12.50 EUR", summary)
+	tenant, _ := desc.TypedSearchAttributes.GetKeyword(workflows.SearchAttrTenantID)
+	require.Equal(t, "acme", tenant)
+
+	w := worker.New(c, tq, worker.Options{})
+	workflows.Register(w)
+	w.RegisterActivity(&stubs{})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	var res orders.CheckoutResult
+	require.NoError(t, c.GetWorkflow(ctx, first.WorkflowID, first.RunID).Get(ctx, &res))
+	require.Equal(t, charged, res.Charge)
+
+	// The order completed: a new start is refused and names that run.
+	after, err := workflows.Start(ctx, c, in, opts)
+	require.NoError(t, err)
+	require.Equal(t, workflows.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *after)
+
+	// A failed order may be re-run deliberately.
+	declined := orders.NewCheckoutInput("acme", "declined")
+	failed, err := workflows.Start(ctx, c, declined, opts)
+	require.NoError(t, err)
+	require.True(t, failed.Created)
+	err = c.GetWorkflow(ctx, failed.WorkflowID, failed.RunID).Get(ctx, nil)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	rerun, err := workflows.Start(ctx, c, declined, opts)
+	require.NoError(t, err)
+	require.True(t, rerun.Created)
+	require.NotEqual(t, failed.RunID, rerun.RunID)
+
+	// StartOptions with ExecuteWorkflow, as a starter might use it, returns
+	// the existing run too (USE_EXISTING).
+	run, err := c.ExecuteWorkflow(ctx, workflows.StartOptions(in, opts), orders.WorkflowName, in)
+	require.NoError(t, err)
+	require.Equal(t, first.RunID, run.GetRunID())
+}
