@@ -1,7 +1,77 @@
 package fxapp
 
-import "go.uber.org/fx"
+import (
+	"errors"
+	"log/slog"
 
-// APIModule serves keyed's HTTP API. It is a placeholder until the api
-// package is wired in.
-var APIModule = fx.Module("api")
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+
+	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/effects"
+)
+
+// APIConfig is what APIModule needs beyond the shared configuration. The
+// program supplies it (fx.Supply), because the API keys are secrets read
+// from the environment by the command that serves.
+type APIConfig struct {
+	// Addr is the listen address, host:port; port 0 picks a free one.
+	Addr string
+	// Keys maps bearer API keys to tenants (api.KeysFromEnv).
+	Keys *api.Keys
+	// ServeMetrics mounts the app's prometheus.Gatherer at /metrics on the
+	// API's port, for an app with no MetricsModule serving it elsewhere.
+	ServeMetrics bool
+}
+
+// APIModule serves keyed's HTTP API (package api) on APIConfig.Addr. OnStart
+// binds the port, so a taken port fails the start, and serves in the
+// background; OnStop stops accepting connections and waits for in-flight
+// requests within the stop timeout. The server prunes idempotency records
+// older than api.Retention hourly. When the app has a
+// prometheus.Registerer, request metrics are registered on it.
+var APIModule = fx.Module("api",
+	fx.Provide(newAPIHandler, newAPIServer),
+	fx.Invoke(func(*api.Server) {}),
+)
+
+type apiIn struct {
+	fx.In
+	Config     APIConfig
+	Pool       *pgxpool.Pool
+	Effects    *effects.Client
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer `optional:"true"`
+	Gatherer   prometheus.Gatherer   `optional:"true"`
+}
+
+func newAPIHandler(in apiIn) (*api.Handler, error) {
+	if in.Config.Keys == nil {
+		return nil, errors.New("api: no API keys: set " + api.EnvKeys + " or " + api.EnvKeysFile)
+	}
+	opts := &api.HandlerOpts{Effects: in.Effects, Logger: in.Logger.With("component", "api")}
+	if in.Registerer != nil {
+		m, err := api.NewMetrics(in.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		opts.Metrics = m
+	}
+	if in.Config.ServeMetrics {
+		if in.Gatherer == nil {
+			return nil, errors.New("api: ServeMetrics is set but the app has no prometheus.Gatherer")
+		}
+		opts.Gatherer = in.Gatherer
+	}
+	return api.NewHandler(in.Pool, in.Config.Keys, opts)
+}
+
+func newAPIServer(lc fx.Lifecycle, cfg APIConfig, h *api.Handler, logger *slog.Logger) (*api.Server, error) {
+	s, err := api.NewServer(cfg.Addr, h, &api.ServerOpts{Logger: logger.With("component", "api")})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
+	return s, nil
+}

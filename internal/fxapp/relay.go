@@ -1,7 +1,75 @@
 package fxapp
 
-import "go.uber.org/fx"
+import (
+	"context"
+	"log/slog"
 
-// RelayModule runs the outbox relay. It is a placeholder until the outbox
-// package is wired in.
-var RelayModule = fx.Module("relay")
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// RelayModule runs the outbox relay: it moves committed outbox rows to
+// Temporal, starting each order run with workflows.Start on the configured
+// task queue. OnStart launches it and returns at once; OnStop stops it
+// after its current batch and gives back the rows it claimed but did not
+// start. When the app has a prometheus.Registerer, the outbox depth, the
+// age of the oldest unsent row and the start counters are registered on it.
+// Any number of relays may run against one database; each row is started
+// by one of them. An optional *outbox.RelayOpts in the graph tunes it.
+var RelayModule = fx.Module("relay",
+	fx.Provide(newRelay),
+	fx.Invoke(func(*outbox.Relay) {}),
+)
+
+type relayIn struct {
+	fx.In
+	Lifecycle  fx.Lifecycle
+	Pool       *pgxpool.Pool
+	Client     client.Client
+	Temporal   config.Temporal
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer `optional:"true"`
+	Opts       *outbox.RelayOpts     `optional:"true"`
+}
+
+func newRelay(in relayIn) (*outbox.Relay, error) {
+	var opts outbox.RelayOpts
+	if in.Opts != nil {
+		opts = *in.Opts
+	}
+	if opts.Logger == nil {
+		opts.Logger = in.Logger.With("component", "relay")
+	}
+	if in.Registerer != nil && opts.Metrics == nil {
+		m, err := outbox.NewMetrics(in.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		opts.Metrics = m
+	}
+	r, err := outbox.NewRelay(in.Pool, TemporalStarter(in.Client, &workflows.StartOpts{TaskQueue: in.Temporal.TaskQueue}), &opts)
+	if err != nil {
+		return nil, err
+	}
+	in.Lifecycle.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
+	return r, nil
+}
+
+// TemporalStarter returns the outbox.Starter that starts order runs with
+// workflows.Start, so that a repeated start collapses into the first run.
+func TemporalStarter(c client.Client, opts *workflows.StartOpts) outbox.Starter {
+	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+		st, err := workflows.Start(ctx, c, in, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
+	})
+}
