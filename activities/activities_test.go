@@ -709,3 +709,21 @@ func TestFormatAmount(t *testing.T) {
 	require.Equal(t, "0.05 USD", activities.FormatAmount(5, "usd"))
 	require.Equal(t, "1250 JPY", activities.FormatAmount(1250, "jpy"))
 }
+
+func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, setupOpts{effects: &effects.ClientOpts{Lease: 1200 * time.Millisecond}})
+	in := b.order(t, "9f3a", "pm_card_visa")
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 3 * time.Second})
+
+	// While Stripe is slow, another attempt takes the claim over.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_, _ = b.pool.Exec(context.Background(),
+			`UPDATE keyed_effects SET generation = generation + 1, owner = 'someone-else/charge'`)
+	}()
+	start := time.Now()
+	_, err := b.charge(t, in)
+	requireRetryable(t, err, activities.ErrTypeLeaseLost)
+	require.Less(t, time.Since(start), 2*time.Second, "the lost lease cancelled the Stripe request")
+}
