@@ -34,8 +34,7 @@
 // Only successful responses are stored, for Retention (24 hours) at least.
 // A request that fails (bad input, order_conflict, a database error) writes
 // nothing and may be retried with the same key. Bad input gets 400 (413 for
-// a body over 64 KiB, 415 for a non-JSON Content-Type) with a JSON error
-// naming the field: {"error":{"code":…,"field":…,"message":…}}.
+// a body over 64 KiB) with a JSON error naming the field: {"error":{"code":…,"field":…,"message":…}}.
 //
 // # Starting workflows
 //

@@ -45,7 +45,7 @@ func TestBadInputGetsItsStatusAndWritesNothing(t *testing.T) {
 		{name: "Idempotency-Key with a control byte", idemKey: []string{"k\x01"}, body: valid, status: 400, code: api.CodeInvalidIdempotencyKey, field: "Idempotency-Key"},
 		{name: "Idempotency-Key non-ASCII", idemKey: []string{"clé"}, body: valid, status: 400, code: api.CodeInvalidIdempotencyKey, field: "Idempotency-Key"},
 		{name: "two Idempotency-Keys", idemKey: []string{"a", "b"}, body: valid, status: 400, code: api.CodeInvalidIdempotencyKey, field: "Idempotency-Key"},
-		{name: "form content type", contentType: "application/x-www-form-urlencoded", body: valid, status: 415, code: api.CodeUnsupportedMediaType, field: "Content-Type"},
+		{name: "form-encoded body", contentType: "application/x-www-form-urlencoded", body: "order_id=ord_1&amount_minor=1999", status: 400, code: api.CodeInvalidJSON},
 		{name: "body over 64 KiB", body: `{"order_id":"` + strings.Repeat("x", 64<<10) + `"}`, status: 413, code: api.CodeBodyTooLarge},
 		{name: "empty body", body: "", status: 400, code: api.CodeInvalidJSON},
 		{name: "invalid JSON", body: `{"order_id":"ord_1",`, status: 400, code: api.CodeInvalidJSON},
@@ -116,6 +116,15 @@ func TestBadInputGetsItsStatusAndWritesNothing(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	r := b.do(t, "POST", "/v1/orders", b.keyA, "fix-me", valid)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	// curl -d's default Content-Type does not matter; the body is JSON.
+	req = httptest.NewRequest("POST", "/v1/orders", strings.NewReader(orderBody("ord_curl", 5)))
+	req.Header.Set("Authorization", "Bearer "+b.keyA)
+	req.Header.Set(api.HeaderIdempotencyKey, "curl")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec = httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusCreated, rec.Code, "%s", rec.Body)
 
 	// Upper-case currency is accepted and stored as Stripe writes it.
 	r = b.do(t, "POST", "/v1/orders", b.keyA, "upper", strings.Replace(orderBody("ord_2", 5), `"usd"`, `"EUR"`, 1))
