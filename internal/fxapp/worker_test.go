@@ -79,9 +79,9 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 
 	// A duplicate start after success starts nothing and charges nothing.
 	again, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})
-	if err == nil {
-		require.False(t, again.Created)
-	}
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.Equal(t, st.RunID, again.RunID)
 	require.Equal(t, 1, w.Stripe.Charges())
 
 	stopped := time.Now()
