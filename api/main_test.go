@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
@@ -30,11 +29,15 @@ import (
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/workflows"
 )
 
-// temporalAddr is the dev server the package's tests share; they keep apart
+// devServer is the dev server the package's tests share; they keep apart
 // by tenant and task queue.
-var temporalAddr string
+var (
+	devServer    *devserver.Server
+	temporalAddr string
+)
 
 // childEnv makes the test binary serve the API instead of running tests, so
 // that a test can kill a real process mid-request. See startChild.
@@ -58,7 +61,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer srv.Stop()
-	temporalAddr = srv.Address()
+	devServer, temporalAddr = srv, srv.Address()
 	return m.Run()
 }
 
@@ -252,25 +255,17 @@ func (b *bundle) relay(t testing.TB, opts *outbox.RelayOpts) *outbox.Relay {
 	return r
 }
 
-// temporalStarter starts the order workflow by name on a task queue no
-// worker polls, so that the run exists in Temporal and nothing executes
-// it. A second start of the same ID collapses.
+// temporalStarter starts order runs the way the worker's relay does, with
+// workflows.Start, on a task queue no worker polls: the run exists in
+// Temporal, which is what these tests count, and nothing executes it.
 func temporalStarter(c client.Client, taskQueue string) outbox.Starter {
+	opts := &workflows.StartOpts{TaskQueue: taskQueue}
 	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-			ID:                                       in.WorkflowID(),
-			TaskQueue:                                taskQueue,
-			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-			WorkflowExecutionErrorWhenAlreadyStarted: true,
-		}, orders.WorkflowName, in)
-		var already *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &already) {
-			return &outbox.Started{WorkflowID: in.WorkflowID(), RunID: already.RunId}, nil
-		}
+		st, err := workflows.Start(ctx, c, in, opts)
 		if err != nil {
 			return nil, err
 		}
-		return &outbox.Started{WorkflowID: run.GetID(), RunID: run.GetRunID(), Created: true}, nil
+		return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,8 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -25,6 +22,7 @@ import (
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // temporalAddr is the dev server every test in the package shares. Tests
@@ -81,25 +79,17 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-// temporalStarter starts the order workflow by name on a task queue no
-// worker polls: the run exists in Temporal, which is what these tests
-// count, and nothing executes it. A second start of the same ID collapses.
+// temporalStarter starts order runs the way the worker's relay does, with
+// workflows.Start, on a task queue no worker polls: the run exists in
+// Temporal, which is what these tests count, and nothing executes it.
 func temporalStarter(c client.Client, taskQueue string) outbox.Starter {
+	opts := &workflows.StartOpts{TaskQueue: taskQueue}
 	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-			ID:                                       in.WorkflowID(),
-			TaskQueue:                                taskQueue,
-			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-			WorkflowExecutionErrorWhenAlreadyStarted: true,
-		}, orders.WorkflowName, in)
-		var already *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &already) {
-			return &outbox.Started{WorkflowID: in.WorkflowID(), RunID: already.RunId}, nil
-		}
+		st, err := workflows.Start(ctx, c, in, opts)
 		if err != nil {
 			return nil, err
 		}
-		return &outbox.Started{WorkflowID: run.GetID(), RunID: run.GetRunID(), Created: true}, nil
+		return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
 	})
 }
 

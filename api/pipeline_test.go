@@ -1,0 +1,113 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// The whole path, as deployed: the API in front, the worker app (its
+// Temporal worker, activities and outbox relay, wired by fxapp exactly as
+// cmd/worker wires them) behind, fake Stripe and SendGrid at the edge. A
+// client retries the same POST 20 times, the first eight at once: one
+// order, one workflow run, one charge, one receipt, and every 2xx response
+// identical.
+func TestRetriedPostsRunThePipelineOnce(t *testing.T) {
+	t.Parallel()
+	w := fxapptest.Start(t, &fxapptest.Opts{Server: devServer,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	tenant, key := "p"+randomHex(4), "sk_test_"+randomHex(12)
+	keys, err := api.ParseKeys(tenant + "=" + key)
+	require.NoError(t, err)
+	h, err := api.NewHandler(w.Pool, keys, &api.HandlerOpts{Effects: w.Effects,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	body := orderBody("ord_pipeline", 2599)
+	var mu sync.Mutex
+	var oks []response
+	send := func() {
+		for {
+			r := doAt(t, srv.Client(), srv.URL, "POST", "/v1/orders", key, "checkout-attempt-1", body)
+			if r.status == http.StatusConflict {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			mu.Lock()
+			oks = append(oks, r)
+			mu.Unlock()
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); send() }()
+	}
+	wg.Wait()
+	for range 12 {
+		send()
+	}
+	require.Len(t, oks, 20)
+	for _, r := range oks {
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+		require.Equal(t, string(oks[0].body), string(r.body))
+	}
+
+	// The relay inside the worker starts the run; the worker runs it.
+	var detail api.OrderDetail
+	require.Eventually(t, func() bool {
+		r := doAt(t, srv.Client(), srv.URL, "GET", "/v1/orders/ord_pipeline", key, "", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.NoError(t, json.Unmarshal(r.body, &detail))
+		if detail.Order.Status != orders.StatusPaid || len(detail.Effects) != 3 {
+			return false
+		}
+		for _, e := range detail.Effects {
+			if e.State != effects.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "the order is paid and its three effects succeeded")
+
+	require.Equal(t, "started", detail.Start.State)
+	kinds := map[string]string{}
+	for _, e := range detail.Effects {
+		kinds[e.Kind] = e.Key
+		require.NotEmpty(t, e.Outcome, "%s has a stored outcome", e.Key)
+	}
+	require.Equal(t, map[string]string{
+		orders.StepCharge:   tenant + ":order:ord_pipeline:charge",
+		orders.StepMarkPaid: tenant + ":order:ord_pipeline:mark_paid",
+		orders.StepReceipt:  tenant + ":order:ord_pipeline:receipt",
+	}, kinds)
+
+	wf := orders.WorkflowID(tenant, "ord_pipeline")
+	runs, err := w.Client.CountWorkflow(t.Context(), &workflowservice.CountWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = '%s'", wf),
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, runs.GetCount(), "one workflow run")
+	require.Equal(t, 1, w.Stripe.Charges(), "one charge")
+	require.Equal(t, 1, w.SendGrid.Count(), "one receipt")
+	var orderRows int
+	require.NoError(t, w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM orders`).Scan(&orderRows))
+	require.Equal(t, 1, orderRows, "one order")
+}
