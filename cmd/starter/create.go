@@ -143,7 +143,14 @@ func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc clie
 		TaskQueue: cfg.Temporal.TaskQueue, Order: o,
 	})
 	if err != nil {
-		return fmt.Errorf("start checkout of order %s/%s on Temporal at %s: %w", o.TenantID, o.ID, cfg.Temporal.Address, err)
+		err = fmt.Errorf("start checkout of order %s/%s on Temporal at %s: %w", o.TenantID, o.ID, cfg.Temporal.Address, err)
+		if strings.Contains(err.Error(), "no mapping defined for search attribute") {
+			err = fmt.Errorf("%w\nregister keyed's search attributes on namespace %q first:\n"+
+				"  temporal operator search-attribute create --namespace %s --name TenantID --type Keyword\n"+
+				"  temporal operator search-attribute create --namespace %s --name OrderID --type Keyword",
+				err, cfg.Temporal.Namespace, cfg.Temporal.Namespace, cfg.Temporal.Namespace)
+		}
+		return fmt.Errorf("%w\nthe order is saved; once fixed, run: starter start --tenant %s --order %s", err, o.TenantID, o.ID)
 	}
 	res := startResult{TenantID: o.TenantID, OrderID: o.ID, OrderCreated: created, WorkflowID: st.WorkflowID, RunID: st.RunID, Start: "new"}
 	if !st.Created {

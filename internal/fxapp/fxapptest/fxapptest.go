@@ -43,16 +43,22 @@ type Opts struct {
 	Logger *slog.Logger
 }
 
-// Worker is a started worker app and what it talks to.
-type Worker struct {
-	App      *fx.App
-	Config   *config.Config
+// Deps is what a worker talks to: a dev server, a fresh schema and the
+// provider fakes, described by a complete worker environment.
+type Deps struct {
 	Server   *devserver.Server
 	Stripe   *fakestripe.Server
 	SendGrid *fakesendgrid.Server
-	// Env is the complete worker environment, for a starter or a second
-	// worker pointed at the same database and task queue.
+	// Env is the complete worker environment, for this app, a starter, or a
+	// worker process pointed at the same database and task queue.
 	Env map[string]string
+}
+
+// Worker is a started worker app and what it talks to.
+type Worker struct {
+	*Deps
+	App    *fx.App
+	Config *config.Config
 
 	Client  client.Client
 	Pool    *pgxpool.Pool
@@ -76,9 +82,10 @@ func StartServer(t testing.TB) *devserver.Server {
 	return srv
 }
 
-// Start builds and starts the worker app on its own schema and task queue,
-// and stops it (if the test did not) when the test ends.
-func Start(t testing.TB, opts *Opts) *Worker {
+// Prepare starts (or shares) a dev server, creates a fresh schema, serves
+// the fakes on httptest servers, and returns them with the environment of
+// a worker using them on its own task queue.
+func Prepare(t testing.TB, opts *Opts) *Deps {
 	t.Helper()
 	if opts == nil {
 		opts = &Opts{}
@@ -88,13 +95,13 @@ func Start(t testing.TB, opts *Opts) *Worker {
 		srv = StartServer(t)
 	}
 	_, dbURL := effectstest.NewSchema(t)
-	w := &Worker{Server: srv, Stripe: fakestripe.New(nil), SendGrid: fakesendgrid.New(nil)}
-	stripeSrv := httptest.NewServer(w.Stripe)
+	d := &Deps{Server: srv, Stripe: fakestripe.New(nil), SendGrid: fakesendgrid.New(nil)}
+	stripeSrv := httptest.NewServer(d.Stripe)
 	t.Cleanup(stripeSrv.Close)
-	sendgridSrv := httptest.NewServer(w.SendGrid)
+	sendgridSrv := httptest.NewServer(d.SendGrid)
 	t.Cleanup(sendgridSrv.Close)
 
-	w.Env = map[string]string{
+	d.Env = map[string]string{
 		"DATABASE_URL":        dbURL,
 		"TEMPORAL_ADDRESS":    srv.Address(),
 		"TEMPORAL_NAMESPACE":  srv.Namespace(),
@@ -108,8 +115,19 @@ func Start(t testing.TB, opts *Opts) *Worker {
 		"WORKER_STOP_TIMEOUT": "10s",
 	}
 	for k, v := range opts.Env {
-		w.Env[k] = v
+		d.Env[k] = v
 	}
+	return d
+}
+
+// Start builds and starts the worker app on Prepare's dependencies, and
+// stops it (if the test did not) when the test ends.
+func Start(t testing.TB, opts *Opts) *Worker {
+	t.Helper()
+	if opts == nil {
+		opts = &Opts{}
+	}
+	w := &Worker{Deps: Prepare(t, opts)}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg, err := config.Load(config.Worker, fs, nil, Lookup(w.Env))

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+func TestMissingConfigurationIsOneMessage(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := run(nil, fxapptest.Lookup(map[string]string{"STRIPE_SECRET_KEY": "pk_live_oops"}), &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout.String())
+	msg := stderr.String()
+	require.Equal(t, 1, strings.Count(msg, "invalid worker configuration"))
+	for _, v := range []string{"STRIPE_SECRET_KEY: must start with sk_ or rk_", "SENDGRID_API_KEY: required", "RECEIPT_FROM (--receipt-from): required"} {
+		require.Contains(t, msg, v)
+	}
+	require.NotContains(t, msg, "pk_live_oops", "a secret is never echoed")
+}
+
+func TestHelpListsTheEnvironment(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run([]string{"-h"}, fxapptest.Lookup(nil), &stdout, &stderr))
+	for _, v := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE", "STRIPE_SECRET_KEY",
+		"STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_BASE", "RECEIPT_FROM", "METRICS_ADDR", "-stop-timeout"} {
+		require.Contains(t, stderr.String(), v)
+	}
+}
+
+// TestSIGTERMDrainsAnInFlightActivity runs the worker binary, sends it
+// SIGTERM while a charge is in flight, and checks that it waits for the
+// charge to finish and record its effect, then exits 0.
+func TestSIGTERMDrainsAnInFlightActivity(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	metricsAddr := freeAddr(t)
+	deps := fxapptest.Prepare(t, &fxapptest.Opts{Env: map[string]string{"METRICS_ADDR": metricsAddr}})
+
+	bin := filepath.Join(t.TempDir(), "worker")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range deps.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var logs, errs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &errs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + metricsAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 100*time.Millisecond, "the worker answers /healthz\nstdout:\n%s\nstderr:\n%s", &logs, &errs)
+
+	pool, err := pgxpool.New(ctx, deps.Env["DATABASE_URL"])
+	require.NoError(t, err)
+	defer pool.Close()
+	store, err := orders.NewStore(pool)
+	require.NoError(t, err)
+	o, _, err := store.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "drain-1", AmountMinor: 1200, Currency: "usd",
+		CustomerEmail: "dee@example.com", PaymentMethod: "pm_card_visa"})
+	require.NoError(t, err)
+	tc, err := client.Dial(client.Options{HostPort: deps.Env["TEMPORAL_ADDRESS"], Logger: quiet{}})
+	require.NoError(t, err)
+	defer tc.Close()
+
+	deps.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 3 * time.Second})
+	_, err = workflows.Start(ctx, tc, orders.NewCheckoutInput("acme", "drain-1"), &workflows.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return deps.Stripe.Requests() > 0 }, 30*time.Second, 20*time.Millisecond, "the charge reaches Stripe")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		exited <- err
+		require.NoError(t, err, "the worker exits 0 after draining\nstdout:\n%s\nstderr:\n%s", &logs, &errs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not exit within 30s of SIGTERM\n%s", &logs)
+	}
+
+	require.Equal(t, 1, deps.Stripe.Charges())
+	key, err := orders.NewCheckoutInput("acme", "drain-1").EffectKey(orders.StepCharge)
+	require.NoError(t, err)
+	fxc, err := effects.NewClient(pool, nil)
+	require.NoError(t, err)
+	rec, err := fxc.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, effects.StateSucceeded, rec.State, "the in-flight charge finished and recorded its outcome before exit")
+
+	// Every log line is JSON, the lifecycle is logged, and no secret is.
+	var msgs []string
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	for sc.Scan() {
+		var line struct {
+			Msg string `json:"msg"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &line), "log line %q", sc.Text())
+		msgs = append(msgs, line.Msg)
+	}
+	for _, want := range []string{"starting worker", "worker polling", "stopping", "worker draining", "worker stopped", "stopped"} {
+		require.Contains(t, msgs, want)
+	}
+	require.NotContains(t, logs.String(), deps.Env["STRIPE_SECRET_KEY"])
+	require.NotContains(t, logs.String(), deps.Env["SENDGRID_API_KEY"])
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writes and the
+// test's reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type quiet struct{}
+
+func (quiet) Debug(string, ...any) {}
+func (quiet) Info(string, ...any)  {}
+func (quiet) Warn(string, ...any)  {}
+func (quiet) Error(string, ...any) {}
