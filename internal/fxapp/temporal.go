@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.uber.org/fx"
@@ -14,20 +15,39 @@ import (
 // TemporalModule provides a Temporal client for the configured frontend and
 // namespace. The client connects on first use, so building the app never
 // waits on the network (the worker checks the connection when it starts);
-// it is closed on stop.
+// it is closed on stop. When the app has a prometheus.Registerer
+// (MetricsModule), the SDK's own metrics (polls, task and activity
+// latencies, failures, requests) are recorded on it with a temporal_ prefix.
 var TemporalModule = fx.Module("temporal",
 	fx.Provide(newTemporalClient),
 )
 
-func newTemporalClient(lc fx.Lifecycle, cfg config.Temporal, logger *slog.Logger) (client.Client, error) {
-	c, err := client.NewLazyClient(client.Options{
+type temporalIn struct {
+	fx.In
+	Lifecycle  fx.Lifecycle
+	Config     config.Temporal
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer `optional:"true"`
+}
+
+func newTemporalClient(in temporalIn) (client.Client, error) {
+	cfg := in.Config
+	opts := client.Options{
 		HostPort:  cfg.Address,
 		Namespace: cfg.Namespace,
-		Logger:    tlog.NewStructuredLogger(logger.With("component", "temporal")),
-	})
+		Logger:    tlog.NewStructuredLogger(in.Logger.With("component", "temporal")),
+	}
+	if in.Registerer != nil {
+		h, err := newSDKMetrics(in.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("temporal SDK metrics: %w", err)
+		}
+		opts.MetricsHandler = h
+	}
+	c, err := client.NewLazyClient(opts)
 	if err != nil {
 		return nil, fmt.Errorf("temporal client for %s: %w", cfg.Address, err)
 	}
-	lc.Append(fx.StopHook(c.Close))
+	in.Lifecycle.Append(fx.StopHook(c.Close))
 	return c, nil
 }

@@ -76,6 +76,9 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Contains(t, string(body), `keyed_effect_claims_acquired_total{kind="charge",mode="new"} 1`)
+	require.Contains(t, string(body), "temporal_activity_execution_latency_seconds_bucket{", "the Temporal SDK's metrics are served too")
+	require.Contains(t, string(body), "temporal_workflow_completed_total{")
+	require.Contains(t, string(body), "keyed_sdk_metrics_dropped_total 0\n", "no SDK sample was dropped")
 
 	// A duplicate start after success starts nothing and charges nothing.
 	again, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})

@@ -1,0 +1,43 @@
+package fxapp
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSDKMetricsOnPrometheus(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h, err := newSDKMetrics(reg)
+	require.NoError(t, err)
+
+	tq := h.WithTags(map[string]string{"namespace": "default", "task_queue": "q"})
+	tq.Counter("temporal_request").Inc(2)
+	tq.WithTags(map[string]string{"task_queue": "q"}).Counter("temporal_request").Inc(1) // same label set
+	tq.Gauge("temporal_worker_task_slots_available").Update(7)
+	tq.Timer("temporal_activity_execution_latency").Record(1500 * time.Millisecond)
+	// Another label set for a known name is dropped, not a broken /metrics.
+	h.WithTags(map[string]string{"namespace": "default"}).Counter("temporal_request").Inc(5)
+	h.WithTags(map[string]string{"namespace": "default", "task_queue": "q"}).Timer("temporal_request").Record(time.Second)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP temporal_request_total Temporal SDK metric temporal_request_total.
+# TYPE temporal_request_total counter
+temporal_request_total{namespace="default",task_queue="q"} 3
+# HELP temporal_worker_task_slots_available Temporal SDK metric temporal_worker_task_slots_available.
+# TYPE temporal_worker_task_slots_available gauge
+temporal_worker_task_slots_available{namespace="default",task_queue="q"} 7
+# HELP keyed_sdk_metrics_dropped_total Temporal SDK metric samples dropped because their labels did not match the metric's first label set.
+# TYPE keyed_sdk_metrics_dropped_total counter
+keyed_sdk_metrics_dropped_total 1
+`), "temporal_request_total", "temporal_worker_task_slots_available", "keyed_sdk_metrics_dropped_total"))
+	n, err := testutil.GatherAndCount(reg, "temporal_activity_execution_latency_seconds", "temporal_request_seconds")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, "a_b_c", sanitizeName("a-b.c"))
+}
