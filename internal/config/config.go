@@ -42,6 +42,7 @@ const (
 	Starter
 )
 
+// String returns "worker" or "starter".
 func (r Role) String() string {
 	switch r {
 	case Worker:
@@ -153,9 +154,12 @@ type WorkerTuning struct {
 // environment, BindFlags adds the overriding flags to a FlagSet, and Load,
 // called after the FlagSet is parsed, validates.
 type Loader struct {
-	cfg      Config
-	problems []string
-	level    string
+	cfg   Config
+	level string
+	// envProblems holds the variables that did not parse, by name; a flag
+	// given for the same setting overrides the problem.
+	envProblems map[string]string
+	fs          *flag.FlagSet
 }
 
 // NewLoader returns a Loader for role holding the defaults overridden by
@@ -238,6 +242,7 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 // not a secret, defaulting to the value read from the environment. Flags
 // win over the environment once fs is parsed.
 func (l *Loader) BindFlags(fs *flag.FlagSet) {
+	l.fs = fs
 	c := &l.cfg
 	fs.StringVar(&c.Temporal.Address, "temporal-address", c.Temporal.Address, "Temporal frontend `host:port` (env TEMPORAL_ADDRESS)")
 	fs.StringVar(&c.Temporal.Namespace, "temporal-namespace", c.Temporal.Namespace, "Temporal `namespace` (env TEMPORAL_NAMESPACE)")
@@ -261,7 +266,16 @@ func (l *Loader) BindFlags(fs *flag.FlagSet) {
 // problem, one variable per line, and never contains a secret.
 func (l *Loader) Load() (*Config, error) {
 	c := l.cfg
-	problems := append([]string(nil), l.problems...)
+	var problems []string
+	set := map[string]bool{}
+	if l.fs != nil {
+		l.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	}
+	for name, p := range l.envProblems {
+		if fl := flagOf[name]; fl == "" || !set[fl] {
+			problems = append(problems, p)
+		}
+	}
 	add := func(name, format string, args ...any) {
 		if fl := flagOf[name]; fl != "" {
 			name += " (--" + fl + ")"
@@ -340,7 +354,10 @@ func (l *Loader) Load() (*Config, error) {
 }
 
 func (l *Loader) problem(name, format string, args ...any) {
-	l.problems = append(l.problems, name+": "+fmt.Sprintf(format, args...))
+	if l.envProblems == nil {
+		l.envProblems = map[string]string{}
+	}
+	l.envProblems[name] = name + ": " + fmt.Sprintf(format, args...)
 }
 
 // Error lists every configuration problem found by Load.
@@ -349,6 +366,7 @@ type Error struct {
 	Problems []string // "VARIABLE: what is wrong", sorted
 }
 
+// Error lists the problems, one a line.
 func (e *Error) Error() string {
 	return fmt.Sprintf("invalid %s configuration (%d problems):\n  %s", e.Role, len(e.Problems), strings.Join(e.Problems, "\n  "))
 }
@@ -360,11 +378,10 @@ var ErrInvalid = errors.New("invalid configuration")
 func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
 func checkHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
+	_, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return errors.New("want host:port")
 	}
-	_ = host
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}

@@ -181,3 +181,14 @@ func TestLoaderWithProgramFlags(t *testing.T) {
 	require.Equal(t, "other", c.Temporal.TaskQueue)
 	require.False(t, strings.Contains(c.String(), "stripe"), "the starter's summary leaves out worker settings")
 }
+
+func TestFlagOverridesABadVariable(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	m["COLLAPSE_WINDOW"] = "ten minutes"
+	_, err := load(t, config.Worker, m)
+	require.ErrorContains(t, err, "COLLAPSE_WINDOW")
+	c, err := load(t, config.Worker, m, "--collapse-window", "2m")
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Minute, c.Receipt.CollapseWindow)
+}

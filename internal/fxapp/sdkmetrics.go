@@ -94,6 +94,7 @@ type sdkHandler struct {
 	tags map[string]string
 }
 
+// WithTags returns a handler whose metrics carry tags on top of h's.
 func (h sdkHandler) WithTags(tags map[string]string) client.MetricsHandler {
 	merged := make(map[string]string, len(h.tags)+len(tags))
 	for k, v := range h.tags {
@@ -109,6 +110,7 @@ func (h sdkHandler) labels() ([]string, prometheus.Labels) {
 	return slices.Sorted(maps.Keys(h.tags)), prometheus.Labels(h.tags)
 }
 
+// Counter returns the counter name_total for h's tags.
 func (h sdkHandler) Counter(name string) client.MetricsCounter {
 	names, values := h.labels()
 	v := h.r.vec(sanitizeName(name)+"_total", sdkCounter, names)
@@ -119,6 +121,7 @@ func (h sdkHandler) Counter(name string) client.MetricsCounter {
 	return counterFunc(func(d int64) { c.Add(float64(d)) })
 }
 
+// Gauge returns the gauge name for h's tags.
 func (h sdkHandler) Gauge(name string) client.MetricsGauge {
 	names, values := h.labels()
 	v := h.r.vec(sanitizeName(name), sdkGauge, names)
@@ -129,6 +132,7 @@ func (h sdkHandler) Gauge(name string) client.MetricsGauge {
 	return gaugeFunc(g.Set)
 }
 
+// Timer returns the histogram name_seconds for h's tags.
 func (h sdkHandler) Timer(name string) client.MetricsTimer {
 	names, values := h.labels()
 	v := h.r.vec(sanitizeName(name)+"_seconds", sdkTimer, names)
