@@ -162,7 +162,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		tenantB:   "b" + randomHex(4),
 		keyA:      "sk_test_" + randomHex(12),
 		keyB:      "sk_test_" + randomHex(12),
-		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		logger:    slog.New(slog.DiscardHandler),
 	}
 	b.keyList = b.tenantA + "=" + b.keyA + "," + b.tenantB + "=" + b.keyB
 	keys, err := api.ParseKeys(b.keyList)
