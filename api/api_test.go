@@ -530,3 +530,35 @@ func decodeError(t testing.TB, r response) *api.Error {
 	require.NotEmpty(t, e.Error.Message)
 	return e.Error
 }
+
+// A client that hangs up mid-request does not abandon the work: the request
+// finishes and stores its response, and the client's retry replays it.
+func TestClientDisconnectStillStoresTheResponse(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := b.holdOrder(t, b.tenantA, "ord_hangup")
+	ctx, hangUp := context.WithCancel(b.ctx)
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", b.srv.URL+"/v1/orders", strings.NewReader(orderBody("ord_hangup", 10)))
+		req.Header.Set("Authorization", "Bearer "+b.keyA)
+		req.Header.Set(api.HeaderIdempotencyKey, "k-hangup")
+		resp, err := b.srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	b.waitRunning(t, b.tenantA, "k-hangup")
+	hangUp()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	release()
+
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM keyed_api_requests WHERE idempotency_key = 'k-hangup' AND state = 'done'`) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the request ran to the end")
+	r := b.do(t, "POST", "/v1/orders", b.keyA, "k-hangup", orderBody("ord_hangup", 10))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	require.Equal(t, "true", r.header.Get(api.HeaderReplayed))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM orders`))
+}
