@@ -26,8 +26,12 @@ test: postgres tools ## Run every test against real Postgres (and, from the pipe
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(FUZZ_TIME) ./effects
 
 .PHONY: demo
-demo: postgres tools ## Run the demo against local Postgres (see README).
-	go run ./cmd/demo
+demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up).
+	bin/demo $(if $(KEEP),-keep)
+
+.PHONY: build
+build: ## Build the worker, starter, fakes and demo binaries into bin/.
+	go build -o bin/ ./cmd/...
 
 .PHONY: bench
 bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 connections.

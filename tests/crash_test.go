@@ -1,0 +1,87 @@
+package tests
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// buildWorker builds cmd/worker into a temporary directory.
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyedhq/keyed/cmd/worker").CombinedOutput()
+	require.NoError(t, err, "build cmd/worker: %s", out)
+	return bin
+}
+
+// spawnWorker starts the real worker binary as a separate process against
+// the test's schema, task queue and fakes.
+func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+b.dbURL,
+		"TEMPORAL_ADDRESS="+temporalAddr,
+		"TEMPORAL_NAMESPACE=default",
+		"TEMPORAL_TASK_QUEUE="+b.taskQueue,
+		"STRIPE_SECRET_KEY="+stripeKey,
+		"STRIPE_API_BASE="+b.stripeURL,
+		"SENDGRID_API_KEY="+sendgridKey,
+		"SENDGRID_API_BASE="+b.mailURL,
+		"RECEIPT_FROM="+receiptFrom,
+		"METRICS_ADDR=127.0.0.1:0",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, &out
+}
+
+// 5. The worker process is SIGKILLed after Stripe charged and before the
+// activity completed; a new worker process finishes the order with one
+// charge and one email.
+func TestWorkerKilledAfterCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bin := buildWorker(t)
+	b.order(t, "o5", 1999, "pm_card_visa")
+	// The charge happens at once; its response is held back long enough to
+	// kill the worker that is waiting for it.
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultHoldResponse, Delay: 20 * time.Second})
+
+	first, out := b.spawnWorker(t, bin)
+	st := b.start(t, orders.NewCheckoutInput(b.tenant, "o5"))
+	require.Eventually(t, func() bool { return b.stripe.Charges() == 1 }, 60*time.Second, 50*time.Millisecond,
+		"the first worker never charged; its output:\n%s", out)
+	t.Logf("charged; killing the first worker")
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+
+	_, out2 := b.spawnWorker(t, bin)
+	t.Logf("second worker started")
+	_, err := b.wait(t, st)
+	t.Logf("order finished; second worker output:\n%s", out2)
+	require.NoError(t, err, "second worker output:\n%s", out2)
+	require.Equal(t, 1, b.stripe.Charges())
+	require.Equal(t, 1, b.mail.Count())
+	got, err := b.orders.Get(b.ctx, b.tenant, "o5")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPaid, got.Status)
+	rec := b.records(t, "o5")[orders.StepCharge]
+	require.GreaterOrEqual(t, rec.Attempts, 2, "the charge step must have been re-entered")
+}

@@ -1,0 +1,173 @@
+package tests
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+const (
+	stripeKey   = "sk_test_e2e"
+	sendgridKey = "SG.e2e"
+	receiptFrom = "receipts@shop.example"
+)
+
+// bundle is one test's world: its own schema, tenant, task queue and fakes.
+type bundle struct {
+	ctx       context.Context
+	dbURL     string
+	pool      *pgxpool.Pool
+	effects   *effects.Client
+	orders    *orders.Store
+	stripe    *fakestripe.Server
+	stripeURL string
+	mail      *fakesendgrid.Server
+	mailURL   string
+	temporal  client.Client
+	taskQueue string
+	tenant    string
+	acts      *activities.Activities
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	_, url := effectstest.NewSchema(t)
+	pool := effectstest.Connect(t, url)
+	b := &bundle{
+		ctx:       ctx,
+		dbURL:     url,
+		pool:      pool,
+		effects:   effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()}),
+		stripe:    fakestripe.New(nil),
+		mail:      fakesendgrid.New(nil),
+		taskQueue: "e2e-" + randomID(),
+		tenant:    "t" + randomID(),
+	}
+	var err error
+	b.orders, err = orders.NewStore(pool)
+	require.NoError(t, err)
+	stripeSrv := httptest.NewServer(b.stripe)
+	t.Cleanup(stripeSrv.Close)
+	mailSrv := httptest.NewServer(b.mail)
+	t.Cleanup(mailSrv.Close)
+	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
+
+	b.temporal, err = client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK()})
+	require.NoError(t, err, "dial the Temporal dev server")
+	t.Cleanup(b.temporal.Close)
+	b.acts = b.newActivities(t)
+	return b
+}
+
+func (b *bundle) newActivities(t *testing.T) *activities.Activities {
+	t.Helper()
+	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	require.NoError(t, err)
+	sender, err := notify.NewSender(b.effects, b.pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
+	require.NoError(t, err)
+	return acts
+}
+
+// startWorker runs an in-process worker on the test's task queue until the
+// test ends.
+func (b *bundle) startWorker(t *testing.T) worker.Worker {
+	t.Helper()
+	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
+	workflows.Register(w)
+	require.NoError(t, activities.Register(w, b.acts.Definitions()...))
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// order creates a pending order for the test's tenant.
+func (b *bundle) order(t *testing.T, id string, amount int64, pm string) *orders.Order {
+	t.Helper()
+	o, created, err := b.orders.Create(b.ctx, orders.NewOrder{
+		TenantID: b.tenant, ID: id, AmountMinor: amount, Currency: "eur",
+		CustomerEmail: "ada@example.com", PaymentMethod: pm,
+	})
+	require.NoError(t, err)
+	require.True(t, created)
+	return o
+}
+
+func (b *bundle) start(t *testing.T, in orders.CheckoutInput) *workflows.Started {
+	t.Helper()
+	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue})
+	require.NoError(t, err)
+	return st
+}
+
+// wait waits for the run to finish and returns its result and error.
+func (b *bundle) wait(t *testing.T, st *workflows.Started) (orders.CheckoutResult, error) {
+	t.Helper()
+	var res orders.CheckoutResult
+	err := b.temporal.GetWorkflow(b.ctx, st.WorkflowID, st.RunID).Get(b.ctx, &res)
+	return res, err
+}
+
+func (b *bundle) records(t *testing.T, orderID string) map[string]*effects.Record {
+	t.Helper()
+	prefix, err := orders.OrderKey(b.tenant, orderID)
+	require.NoError(t, err)
+	recs, err := b.effects.List(b.ctx, prefix)
+	require.NoError(t, err)
+	out := map[string]*effects.Record{}
+	for _, r := range recs {
+		out[r.Kind] = r
+	}
+	return out
+}
+
+// runs counts the workflow executions with the order's workflow ID.
+func (b *bundle) runs(t *testing.T, workflowID string) int {
+	t.Helper()
+	n := 0
+	var token []byte
+	for {
+		resp, err := b.temporal.ListWorkflow(b.ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: "default", Query: "WorkflowId = '" + workflowID + "'", NextPageToken: token,
+		})
+		require.NoError(t, err)
+		n += len(resp.Executions)
+		if token = resp.NextPageToken; len(token) == 0 {
+			return n
+		}
+	}
+}
+
+func randomID() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func quietSDK() sdklog.Logger { return sdklog.NewStructuredLogger(quiet()) }
