@@ -9,11 +9,14 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -51,7 +54,8 @@ func requireFlags(want [][2]string) error {
 
 func runCreate(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "create", "--tenant ID --order ID --amount N --currency CODE --email ADDR --payment-method PM [flags]",
-		"Creates the order in Postgres (or finds the identical one already there) and starts its checkout\n"+
+		"Creates the order in Postgres (or finds the identical one already there) together with its\n"+
+			"outbox row, so a crash after the commit still ends in a started checkout, and starts its checkout\n"+
 			"workflow. Prints the workflow ID, the run ID, and whether this start was new or collapsed into\n"+
 			"an existing run. Bad input names the flag and creates nothing.")
 	tenant, order := orderFlags(f)
@@ -80,11 +84,22 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 	}
 
 	var (
+		pool  *pgxpool.Pool
 		store *orders.Store
 		tc    client.Client
 	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
-		o, created, err := store.Create(ctx, no)
+		// The order and its start request commit together (the outbox), so
+		// a crash right after the commit still ends in a started checkout:
+		// the worker's relay starts it. The direct start below only saves
+		// the relay's poll; both land on the same workflow ID and collapse.
+		var o *orders.Order
+		var created bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			o, created, err = outbox.CreateOrderTx(ctx, tx, store, no)
+			return err
+		})
 		switch {
 		case errors.Is(err, orders.ErrConflict):
 			return fmt.Errorf("order %s/%s already exists with a different amount, currency, email or payment method; "+
@@ -93,7 +108,7 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 			return migrationHint(err)
 		}
 		return startCheckout(ctx, e.stdout, cfg, tc, o, &created, *asJSON)
-	}, &store, &tc)
+	}, &pool, &store, &tc)
 }
 
 func runStart(ctx context.Context, e *env, args []string) error {
@@ -152,8 +167,12 @@ func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc clie
 		}
 		return fmt.Errorf("%w\nthe order is saved; once fixed, run: starter start --tenant %s --order %s", err, o.TenantID, o.ID)
 	}
+	// An order created by this very call can only have a run started from
+	// its own outbox row: if the worker's relay got there first, this
+	// checkout is still new, not a duplicate.
+	isNew := st.Created || (created != nil && *created)
 	res := startResult{TenantID: o.TenantID, OrderID: o.ID, OrderCreated: created, WorkflowID: st.WorkflowID, RunID: st.RunID, Start: "new"}
-	if !st.Created {
+	if !isNew {
 		res.Start = "collapsed"
 	}
 	if asJSON {
@@ -173,7 +192,7 @@ func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc clie
 	fmt.Fprintf(tw, "order\t%s\n", orderLine)
 	fmt.Fprintf(tw, "workflow ID\t%s\n", st.WorkflowID)
 	fmt.Fprintf(tw, "run ID\t%s\n", st.RunID)
-	if st.Created {
+	if isNew {
 		fmt.Fprintf(tw, "start\tnew\n")
 	} else {
 		fmt.Fprintf(tw, "start\tcollapsed into existing run\n")

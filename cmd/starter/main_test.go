@@ -126,6 +126,10 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	require.Contains(t, out, "start        new")
 	require.Contains(t, out, "(created)")
 	require.Regexp(t, `run ID\s+\S+`, out)
+	var queued int
+	require.NoError(t, w.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM keyed_outbox WHERE workflow_id = $1`, orders.WorkflowID("acme", "cli-1")).Scan(&queued))
+	require.Equal(t, 1, queued, "create writes the order and its outbox row together")
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
