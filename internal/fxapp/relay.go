@@ -54,7 +54,11 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 		}
 		opts.Metrics = m
 	}
-	r, err := outbox.NewRelay(in.Pool, TemporalStarter(in.Client, &workflows.StartOpts{TaskQueue: in.Temporal.TaskQueue}), &opts)
+	store, err := orders.NewStore(in.Pool)
+	if err != nil {
+		return nil, err
+	}
+	r, err := outbox.NewRelay(in.Pool, TemporalStarter(in.Client, store, &workflows.StartOpts{TaskQueue: in.Temporal.TaskQueue}), &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +68,21 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 
 // TemporalStarter returns the outbox.Starter that starts order runs with
 // workflows.Start, so that a repeated start collapses into the first run.
-func TemporalStarter(c client.Client, opts *workflows.StartOpts) outbox.Starter {
+// When store is not nil it loads the order first, so that the run's static
+// summary in the Web UI shows the amount and currency; an order that cannot
+// be loaded is still started (the workflow reports it missing).
+func TemporalStarter(c client.Client, store *orders.Store, opts *workflows.StartOpts) outbox.Starter {
 	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-		st, err := workflows.Start(ctx, c, in, opts)
+		var o workflows.StartOpts
+		if opts != nil {
+			o = *opts
+		}
+		if store != nil {
+			if order, err := store.Get(ctx, in.TenantID, in.OrderID); err == nil {
+				o.Order = order
+			}
+		}
+		st, err := workflows.Start(ctx, c, in, &o)
 		if err != nil {
 			return nil, err
 		}
