@@ -89,9 +89,13 @@ func run(keep bool, uiPort int, workerBin string, dups int) error {
 	}
 	defer pool.Close()
 
+	metricsAddr := "127.0.0.1:9464"
+	if !portFree(9464) {
+		metricsAddr = fmt.Sprintf("127.0.0.1:%d", freePort())
+	}
 	env := []string{
 		"DATABASE_URL=" + dbURL, "TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default",
-		"TEMPORAL_TASK_QUEUE=" + taskQueue, "METRICS_ADDR=127.0.0.1:9464",
+		"TEMPORAL_TASK_QUEUE=" + taskQueue, "METRICS_ADDR=" + metricsAddr,
 	}
 	var stripeFake *fakestripe.Server
 	if os.Getenv("STRIPE_SECRET_KEY") != "" && os.Getenv("SENDGRID_API_KEY") != "" {
@@ -232,12 +236,12 @@ func run(keep bool, uiPort int, workerBin string, dups int) error {
 	if stripeFake != nil {
 		fmt.Printf("\nStripe saw %d create requests and made %d charges.\n", stripeFake.Requests(), stripeFake.Charges())
 	}
-	if n, err := scrapeSuppressed("http://127.0.0.1:9464/metrics"); err == nil {
+	if n, err := scrapeSuppressed("http://" + metricsAddr + "/metrics"); err == nil {
 		fmt.Printf("duplicates suppressed by effect records (worker metric keyed_effect_duplicates_suppressed_total): %s\n", n)
 	}
 	ui := srv.UIAddress()
 	fmt.Printf("\nWeb UI: %s/namespaces/default/workflows?query=TenantID%%3D%%22%s%%22\n", ui, tenant)
-	fmt.Printf("worker log: %s   metrics: http://127.0.0.1:9464/metrics\n", logPath)
+	fmt.Printf("worker log: %s   metrics: http://%s/metrics\n", logPath, metricsAddr)
 	if keep {
 		fmt.Println("\nServers are up for exploring. Press Ctrl-C to stop everything.")
 		<-ctx.Done()
@@ -305,6 +309,15 @@ func shortErr(err error) string {
 		s = s[:80]
 	}
 	return s
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func portFree(port int) bool {
