@@ -204,7 +204,7 @@ func run(keep bool, uiPort int, workerBin string, dups int) error {
 
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ORDER\tSCENARIO\tWORKFLOW ID\tSTARTS new/collapsed\tSTALE START\tCHARGE\tRECEIPT\tEFFECTS")
+	fmt.Fprintln(tw, "ORDER\tSCENARIO\tWORKFLOW ID\tSTARTS new/duplicates suppressed\tSTALE START\tCHARGE\tRECEIPT\tEFFECTS")
 	for _, o := range list {
 		newRuns := 0
 		for _, st := range o.started {
