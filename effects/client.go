@@ -112,8 +112,9 @@ type ClaimParams struct {
 	// workflow ID and step name, never the attempt number. Required.
 	Owner string
 	// Fingerprint identifies the effect's deterministic inputs, such as a
-	// hash of amount and currency. When set, a later claim of the same key
-	// with another fingerprint fails with ErrKeyReused.
+	// hash of amount and currency. Every claim of a key must carry the
+	// fingerprint of its first claim (empty included); another one fails
+	// with ErrKeyReused instead of replaying a different request's result.
 	Fingerprint string
 	// Lease overrides the client's default lease for this claim.
 	Lease time.Duration

@@ -72,8 +72,8 @@
 //
 // For a database effect, DoTx runs the claim, the caller's writes and the
 // completed record in the caller's transaction, so the effect and its record
-// commit or roll back together. Every operation that writes also comes as a
-// …Tx variant taking a pgx.Tx.
+// commit or roll back together. Claim, Complete and Fail also come as
+// ClaimTx, CompleteTx and FailTx, taking the caller's pgx.Tx.
 //
 // # Errors
 //
