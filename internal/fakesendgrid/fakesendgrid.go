@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keyedhq/keyed/internal/fakefault"
 )
 
 // Opts configures a Server. The zero value is usable.
@@ -62,7 +64,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	messages []Message
-	faults   []Fault
+	faults   fakefault.Queue
 	requests int
 }
 
@@ -76,24 +78,11 @@ func New(opts *Opts) *Server {
 	s.mux.HandleFunc("/v3/", s.authed(func(w http.ResponseWriter, _ *http.Request) {
 		writeErrors(w, http.StatusNotFound, apiError{Message: "resource not found"})
 	}))
-	s.mux.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, _ *http.Request) {
+	fakefault.RegisterAdmin(s.mux, faultKinds, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
-	})
+	}, s.Inject, s.Reset)
 	s.mux.HandleFunc("GET /_fake/messages", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Messages())
-	})
-	s.mux.HandleFunc("POST /_fake/faults", func(w http.ResponseWriter, r *http.Request) {
-		var f Fault
-		if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		s.Inject(f)
-		w.WriteHeader(http.StatusNoContent)
-	})
-	s.mux.HandleFunc("POST /_fake/reset", func(w http.ResponseWriter, _ *http.Request) {
-		s.Reset()
-		w.WriteHeader(http.StatusNoContent)
 	})
 	return s
 }
@@ -158,7 +147,8 @@ func (s *Server) Stats() Stats {
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.messages, s.faults, s.requests = nil, nil, 0
+	s.messages, s.requests = nil, 0
+	s.faults.Reset()
 }
 
 // authed wraps h with SendGrid's bearer API key check.
@@ -219,7 +209,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		writeErrors(w, http.StatusBadRequest, apiError{Message: "Bad Request"})
 		return
 	}
-	fault, _ := s.takeFault(string(raw))
+	fault, _ := s.faults.Take(string(raw))
 	time.Sleep(fault.Delay)
 	switch fault.Kind {
 	case FaultServerError:
@@ -251,7 +241,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if fault.Kind == FaultDropResponse {
-		dropConnection(w)
+		fakefault.DropConnection(w)
 		return
 	}
 	w.Header().Set("X-Message-Id", id)

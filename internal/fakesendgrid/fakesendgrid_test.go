@@ -51,11 +51,7 @@ func newMail(effectKey string) *mail.SGMailV3 {
 	return m
 }
 
-func (s *Server) pendingFaults() []Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Fault(nil), s.faults...)
-}
+func (s *Server) pendingFaults() []Fault { return s.faults.Pending() }
 
 func TestSendRecordsMessage(t *testing.T) {
 	t.Parallel()
@@ -320,6 +316,10 @@ func TestAdminEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 	status, _ = do("POST", "/_fake/faults", `{"kind":"nope"}`)
 	require.Equal(t, http.StatusBadRequest, status)
+	// The fake does not implement hold_response, so it refuses it.
+	status, _ = do("POST", "/_fake/faults", `{"kind":"hold_response"}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, []Fault{{Kind: FaultServerError, Times: 2, Delay: time.Microsecond}}, b.srv.pendingFaults())
 	for _, want := range []int{500, 500, 202} {
 		res, err := b.send(t, testKey, newMail("e1"))
 		require.NoError(t, err)

@@ -1,109 +1,37 @@
 package fakesendgrid
 
-import (
-	"encoding/json"
-	"fmt"
-	"net/http"
-	"strings"
-	"time"
-)
+import "github.com/keyedhq/keyed/internal/fakefault"
 
 // FaultKind selects what an injected Fault does to a request.
-type FaultKind string
+type FaultKind = fakefault.FaultKind
 
-// Fault kinds understood by Inject and by POST /_fake/faults.
+// Fault describes a failure applied to the next Times matching mail send
+// requests. Its Match is compared with the request's JSON body; see Inject.
+type Fault = fakefault.Fault
+
+// Fault kinds understood by Inject and by POST /_fake/faults. The fake does
+// not implement fakefault.FaultHoldResponse: POST /_fake/faults refuses it.
 const (
 	// FaultDropResponse accepts and records the message and then closes the
 	// connection without writing a response.
-	FaultDropResponse FaultKind = "drop_response"
+	FaultDropResponse = fakefault.FaultDropResponse
 	// FaultServerError answers 500 without accepting the message.
-	FaultServerError FaultKind = "server_error"
+	FaultServerError = fakefault.FaultServerError
 	// FaultRateLimit answers 429 without accepting the message.
-	FaultRateLimit FaultKind = "rate_limit"
+	FaultRateLimit = fakefault.FaultRateLimit
 	// FaultLatency sleeps for Delay before handling the request.
-	FaultLatency FaultKind = "latency"
+	FaultLatency = fakefault.FaultLatency
 )
 
-// Fault describes a failure applied to the next Times matching mail send
-// requests.
-type Fault struct {
-	Kind FaultKind `json:"kind"`
-	// Times is how many requests the fault applies to; 0 means 1.
-	Times int `json:"times,omitempty"`
-	// Delay is slept before the request is processed. It applies to every
-	// kind, not only FaultLatency.
-	// In JSON it is a Go duration string ("250ms") or nanoseconds.
-	Delay time.Duration `json:"delay,omitempty"`
-	// Match, if set, restricts the fault to requests whose JSON body
-	// contains it (for example an effect_key custom arg value).
-	Match string `json:"match,omitempty"`
-}
+// faultKinds lists the fault kinds this fake implements; POST /_fake/faults
+// refuses any other.
+var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency}
 
-// UnmarshalJSON decodes a Fault, accepting Delay as a duration string or as
-// nanoseconds.
-func (f *Fault) UnmarshalJSON(b []byte) error {
-	type plain Fault
-	aux := struct {
-		*plain
-		Delay any `json:"delay"`
-	}{plain: (*plain)(f)}
-	if err := json.Unmarshal(b, &aux); err != nil {
-		return err
-	}
-	switch d := aux.Delay.(type) {
-	case nil:
-	case float64:
-		f.Delay = time.Duration(d)
-	case string:
-		v, err := time.ParseDuration(d)
-		if err != nil {
-			return err
-		}
-		f.Delay = v
-	default:
-		return fmt.Errorf("fakesendgrid: bad delay %v", d)
-	}
-	switch f.Kind {
-	case FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency:
-		return nil
-	}
-	return fmt.Errorf("fakesendgrid: unknown fault kind %q", f.Kind)
-}
-
-// Inject queues f for the next f.Times matching mail send requests. Faults are
+// Inject queues f for the next f.Times matching mail send requests; 0 means
+// 1. If f.Match is set, only requests whose (decompressed) JSON body
+// contains it match, for example an effect_key custom arg value. Faults are
 // consumed in the order they were injected; one request takes at most one.
+// For every kind, f.Delay is slept before the request is handled.
 func (s *Server) Inject(f Fault) {
-	f.Times = max(f.Times, 1)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, f)
-}
-
-// takeFault consumes and returns the first queued fault matching body.
-func (s *Server) takeFault(body string) (Fault, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range s.faults {
-		f := &s.faults[i]
-		if f.Match != "" && !strings.Contains(body, f.Match) {
-			continue
-		}
-		out := *f
-		if f.Times--; f.Times == 0 {
-			s.faults = append(s.faults[:i], s.faults[i+1:]...)
-		}
-		return out, true
-	}
-	return Fault{}, false
-}
-
-// dropConnection closes the client connection without writing a response.
-func dropConnection(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			conn.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
+	s.faults.Inject(f)
 }

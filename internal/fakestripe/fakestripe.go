@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keyedhq/keyed/internal/fakefault"
 )
 
 // Opts configures a Server. The zero value is usable.
@@ -38,7 +40,7 @@ type Server struct {
 	intents  map[string]*paymentIntent
 	ordered  []*paymentIntent // in creation order
 	idem     map[idemScope]*idemEntry
-	faults   []Fault
+	faults   fakefault.Queue
 	requests int
 	charges  int
 	byKey    map[string]int
@@ -64,22 +66,9 @@ func New(opts *Opts) *Server {
 		writeError(w, http.StatusNotFound, &apiError{Type: "invalid_request_error",
 			Message: fmt.Sprintf("Unrecognized request URL (%s: %s).", r.Method, r.URL.Path)})
 	}))
-	s.mux.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, _ *http.Request) {
+	fakefault.RegisterAdmin(s.mux, faultKinds, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
-	})
-	s.mux.HandleFunc("POST /_fake/faults", func(w http.ResponseWriter, r *http.Request) {
-		var f Fault
-		if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		s.Inject(f)
-		w.WriteHeader(http.StatusNoContent)
-	})
-	s.mux.HandleFunc("POST /_fake/reset", func(w http.ResponseWriter, _ *http.Request) {
-		s.Reset()
-		w.WriteHeader(http.StatusNoContent)
-	})
+	}, s.Inject, s.Reset)
 	return s
 }
 
@@ -172,7 +161,7 @@ func (s *Server) reset() {
 	s.intents = map[string]*paymentIntent{}
 	s.ordered = nil
 	s.idem = map[idemScope]*idemEntry{}
-	s.faults = nil
+	s.faults.Reset()
 	s.requests, s.charges = 0, 0
 	s.byKey = map[string]int{}
 }

@@ -93,11 +93,7 @@ func (s *Server) inFlight(key string) bool {
 	return false
 }
 
-func (s *Server) pendingFaults() []Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Fault(nil), s.faults...)
-}
+func (s *Server) pendingFaults() []Fault { return s.faults.Pending() }
 
 func TestCreateAndGet(t *testing.T) {
 	t.Parallel()
@@ -523,6 +519,14 @@ func TestAdminEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 	require.Equal(t, Stats{ByKey: map[string]int{}}, b.srv.Stats())
 	require.Empty(t, b.srv.pendingFaults())
+}
+
+func TestAdminFaultHoldResponse(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	status, _ := b.do(t, "POST", "/_fake/faults", `{"kind":"hold_response","delay":"1ms"}`, http.Header{"Content-Type": {"application/json"}})
+	require.Equal(t, http.StatusNoContent, status)
+	require.Equal(t, []Fault{{Kind: FaultHoldResponse, Times: 1, Delay: time.Millisecond}}, b.srv.pendingFaults())
 }
 
 func TestConcurrentSameKey(t *testing.T) {

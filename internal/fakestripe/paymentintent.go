@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keyedhq/keyed/internal/fakefault"
 )
 
 // paymentIntent is the JSON shape of a Stripe PaymentIntent. It is never
@@ -95,7 +97,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, apiKey string) {
 			Message: "Idempotency-Key must be at most 255 characters long."})
 		return
 	}
-	fault, _ := s.takeFault(key)
+	fault, _ := s.faults.Take(key)
 	switch fault.Kind {
 	case FaultServerError:
 		time.Sleep(fault.Delay)
@@ -143,7 +145,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, apiKey string) {
 		time.Sleep(fault.Delay)
 	}
 	if fault.Kind == FaultDropResponse {
-		dropConnection(w)
+		fakefault.DropConnection(w)
 		return
 	}
 	writeRaw(w, status, body)
