@@ -37,6 +37,10 @@ build: ## Build the worker, starter, fakes and demo binaries into bin/.
 bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 connections.
 	go test -run '^$$' -bench ClaimComplete -benchtime 5000x -count 3 ./effects
 
+.PHONY: bench-api
+bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempotency-Keys, side by side.
+	go test -run '^$$' -bench CreateOrder -benchtime 3s -count 3 ./api
+
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects
