@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -65,6 +66,8 @@ const (
 	DefaultCollapseWindow    = 10 * time.Minute
 	DefaultStopTimeout       = 30 * time.Second
 	DefaultMaxActivities     = 64
+	DefaultEffectsRetention  = effects.DefaultRetention
+	DefaultPruneEvery        = time.Hour
 )
 
 // Delivery policies for receipts (RECEIPT_POLICY).
@@ -147,6 +150,12 @@ type WorkerTuning struct {
 	// MaxConcurrentActivities is WORKER_MAX_ACTIVITIES, the cap on activities
 	// this process runs at once.
 	MaxConcurrentActivities int
+	// EffectsRetention is EFFECTS_RETENTION: finished effect records older
+	// than this are pruned. It must outlive the longest retry window plus
+	// the time a failed run may wait for a replay.
+	EffectsRetention time.Duration
+	// PruneEvery is PRUNE_EVERY: the window in which one replica prunes.
+	PruneEvery time.Duration
 }
 
 // Loader reads a Config in two phases, so that a program can add its own
@@ -235,6 +244,8 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 	str(&c.Metrics.Addr, "METRICS_ADDR", DefaultMetricsAddr)
 	dur(&c.Worker.StopTimeout, "WORKER_STOP_TIMEOUT", DefaultStopTimeout)
 	integer(&c.Worker.MaxConcurrentActivities, "WORKER_MAX_ACTIVITIES", DefaultMaxActivities)
+	dur(&c.Worker.EffectsRetention, "EFFECTS_RETENTION", DefaultEffectsRetention)
+	dur(&c.Worker.PruneEvery, "PRUNE_EVERY", DefaultPruneEvery)
 	return l
 }
 
@@ -341,6 +352,12 @@ func (l *Loader) Load() (*Config, error) {
 		}
 		if c.Worker.StopTimeout <= 0 {
 			add("WORKER_STOP_TIMEOUT", "%s must be positive", c.Worker.StopTimeout)
+		}
+		if c.Worker.EffectsRetention < time.Hour {
+			add("EFFECTS_RETENTION", "%s is under one hour; effect records must outlive the retry window", c.Worker.EffectsRetention)
+		}
+		if c.Worker.PruneEvery < time.Minute {
+			add("PRUNE_EVERY", "%s is under one minute", c.Worker.PruneEvery)
 		}
 		if c.Worker.MaxConcurrentActivities <= 0 {
 			add("WORKER_MAX_ACTIVITIES", "%d must be positive", c.Worker.MaxConcurrentActivities)

@@ -26,7 +26,7 @@ const startTimeout = time.Minute
 // Worker returns the options of the worker app: Postgres with migrations,
 // effects, Temporal, the Stripe and SendGrid providers, the Temporal worker
 // running the order workflow and its activities, /metrics and /healthz, and
-// the outbox relay. Extra options are appended, for tests.
+// the outbox relay, and the scheduled prune. Extra options are appended, for tests.
 func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Option {
 	return fx.Options(
 		base(cfg, logger),
@@ -37,6 +37,7 @@ func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Opti
 		MetricsModule,
 		WorkerModule,
 		RelayModule,
+		RetentionModule,
 		// The stop hooks must outlast the worker's drain of in-flight activities.
 		fx.StopTimeout(cfg.Worker.StopTimeout+15*time.Second),
 		fx.Options(extra...),

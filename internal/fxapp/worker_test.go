@@ -13,6 +13,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/retention"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -56,6 +57,14 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	for _, r := range recs {
 		require.Equal(t, effects.StateSucceeded, r.State, r.Key)
 	}
+
+	// The worker pruned once, for the current window, under a keyed window.
+	var prunes []*effects.Record
+	require.Eventually(t, func() bool {
+		prunes, err = w.Effects.List(ctx, effects.MustKey(retention.SystemTenant, "schedule", "prune"))
+		return err == nil && len(prunes) == 1 && prunes[0].State == effects.StateSucceeded
+	}, 10*time.Second, 50*time.Millisecond, "one prune window recorded: %v", prunes)
+	require.Contains(t, string(prunes[0].Result), `"effects":`)
 
 	// /healthz sees both dependencies; /metrics carries the effect counters.
 	base := "http://" + w.Metrics.Addr()
