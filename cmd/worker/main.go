@@ -46,6 +46,8 @@ Environment (flags override the non-secret ones):
   MIGRATE_ON_START      apply migrations on start (default true)
   WORKER_STOP_TIMEOUT   drain time for in-flight activities on SIGTERM (default %s)
   WORKER_MAX_ACTIVITIES most concurrent activities (default %d)
+  EFFECTS_RETENTION     prune finished effect records older than this (default %s)
+  PRUNE_EVERY           prune once per window of this length, across replicas (default %s)
   LOG_LEVEL             debug, info, warn or error (default info)
 
 Flags:
@@ -58,7 +60,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), usage, config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace,
 			orders.TaskQueue, config.DefaultStripeAPIBase, config.DefaultSendGridAPIBase, config.DefaultReceiptPolicy,
-			config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout, config.DefaultMaxActivities)
+			config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout, config.DefaultMaxActivities, config.DefaultEffectsRetention, config.DefaultPruneEvery)
 		fs.PrintDefaults()
 	}
 	cfg, err := config.Load(config.Worker, fs, args, lookup)
