@@ -230,11 +230,11 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		switch rec.State {
 		case StateSucceeded:
 			cl.Done, cl.Result, cl.Generation, cl.Attempt = true, rec.Result, rec.Generation, rec.Attempts
-			c.metrics.suppressed(p.Kind, time.Since(start))
+			c.metrics.suppressed(p.Kind, time.Since(start), time.Since(rec.CreatedAt))
 			c.log(ctx, slog.LevelInfo, "effect already done; duplicate suppressed", p)
 			return cl, nil
 		case StateFailedTerminal:
-			c.metrics.suppressed(p.Kind, time.Since(start))
+			c.metrics.suppressed(p.Kind, time.Since(start), time.Since(rec.CreatedAt))
 			c.log(ctx, slog.LevelInfo, "effect failed terminally before; returning stored failure", p, "code", rec.ErrorCode)
 			return nil, &TerminalError{Key: p.Key.String(), Code: rec.ErrorCode, Message: rec.ErrorMessage}
 		case StateClaimed:

@@ -77,6 +77,7 @@ func TestClaimNewThenReplayStoredResult(t *testing.T) {
 	require.NoError(t, again.Decode(&got))
 	require.Equal(t, outcome{ID: "pi_1", Amount: 500}, got)
 	require.Equal(t, 1.0, testutil.ToFloat64(metricVec(t, b, "suppressed").WithLabelValues("charge")))
+	require.Equal(t, 1, testutil.CollectAndCount(effects.MetricsCollectorForTest(b.metrics, "duplicate_age"), "keyed_effect_duplicate_age_seconds"))
 
 	rec := b.record(t, key)
 	require.Equal(t, effects.StateSucceeded, rec.State)

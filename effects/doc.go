@@ -75,6 +75,14 @@
 // commit or roll back together. Claim, Complete and Fail also come as
 // ClaimTx, CompleteTx and FailTx, taking the caller's pgx.Tx.
 //
+// # Serializing one entity
+//
+// A claim keeps one effect from happening twice; it does not stop two
+// different effects on the same entity from interleaving. When they must
+// not, LockEntityTx takes a transaction-scoped advisory lock on the
+// entity's key: it releases on commit, rollback or a dead connection, and
+// leaves other entities free.
+//
 // # Errors
 //
 // Errors are terminal unless marked with Transient: an unclassified failure
@@ -98,6 +106,8 @@
 //
 // NewMetrics registers counters by effect kind: claims acquired (by mode),
 // duplicates suppressed, in-progress conflicts, takeovers, fingerprint
-// mismatches and failures, plus a claim-latency histogram. Every outcome is
+// mismatches and failures, a claim-latency histogram, and the age of the
+// first claim when a duplicate arrives, which tells what retention the
+// records really need. Every outcome is
 // also logged with its effect_key through log/slog.
 package effects

@@ -16,3 +16,12 @@ func MetricsCounterForTest(m *Metrics, name string) *prometheus.CounterVec {
 	}
 	panic("unknown metric " + name)
 }
+
+// MetricsCollectorForTest exposes a histogram to the external tests.
+func MetricsCollectorForTest(m *Metrics, name string) prometheus.Collector {
+	switch name {
+	case "duplicate_age":
+		return m.duplicateAge
+	}
+	panic("unknown metric " + name)
+}

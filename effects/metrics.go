@@ -17,6 +17,7 @@ type Metrics struct {
 	mismatchTotal   *prometheus.CounterVec
 	failedTotal     *prometheus.CounterVec
 	claimSeconds    *prometheus.HistogramVec
+	duplicateAge    *prometheus.HistogramVec
 }
 
 // NewMetrics creates keyed's effect collectors and registers them with reg.
@@ -58,9 +59,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time to claim an effect key, whatever the outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, kind),
+		duplicateAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "keyed_effect_duplicate_age_seconds",
+			Help: "Age of the first claim when a duplicate arrives: the retention effect records actually need.",
+			// One second to 60 days.
+			Buckets: prometheus.ExponentialBuckets(1, 4, 12),
+		}, kind),
 	}
 	for _, c := range []prometheus.Collector{m.acquiredTotal, m.suppressedTotal, m.inProgressTotal,
-		m.takeoversTotal, m.mismatchTotal, m.failedTotal, m.claimSeconds} {
+		m.takeoversTotal, m.mismatchTotal, m.failedTotal, m.claimSeconds, m.duplicateAge} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register effect metrics: %w", err)
 		}
@@ -79,12 +86,13 @@ func (m *Metrics) acquired(kind string, mode Mode, d time.Duration) {
 	m.claimSeconds.WithLabelValues(kind).Observe(d.Seconds())
 }
 
-func (m *Metrics) suppressed(kind string, d time.Duration) {
+func (m *Metrics) suppressed(kind string, d, age time.Duration) {
 	if m == nil {
 		return
 	}
 	m.suppressedTotal.WithLabelValues(kind).Inc()
 	m.claimSeconds.WithLabelValues(kind).Observe(d.Seconds())
+	m.duplicateAge.WithLabelValues(kind).Observe(age.Seconds())
 }
 
 func (m *Metrics) inProgress(kind string) {
