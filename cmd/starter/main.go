@@ -58,6 +58,7 @@ func commands() []command {
 		{"show", "show an order, each of its effects, and the workflow's view of each step", runShow},
 		{"migrate", "apply keyed's database migrations", runMigrate},
 		{"relay", "run an outbox relay on its own", runRelay},
+		{"resolve", "settle an effect whose outcome keyed cannot know (operators)", runResolve},
 		{"serve", "serve keyed's HTTP API and outbox relay", func(ctx context.Context, _ *env, args []string) error { return serve(ctx, args) }},
 	}
 }

@@ -179,3 +179,43 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "order not found")
 }
+
+func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := effectstest.Connect(t, url)
+	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	fxc := effectstest.NewClient(t, pool, nil)
+	ctx := context.Background()
+	key := effects.MustKey("acme", "order", "r1", "receipt")
+	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/receipt"})
+	require.NoError(t, err)
+	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("ambiguous", "may have been sent")))
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"resolve", "--key", key.String()}, "missing --as, --reason"},
+		{[]string{"resolve", "--key", "no-tenant", "--as", "retry", "--reason", "x"}, "invalid --key"},
+		{[]string{"resolve", "--key", key.String(), "--as", "maybe", "--reason", "x"}, "invalid --as"},
+		{[]string{"resolve", "--key", key.String(), "--as", "done", "--reason", "x", "--result", "{"}, "invalid --result"},
+		{[]string{"resolve", "--key", "acme:order:nope:receipt", "--as", "retry", "--reason", "x"}, "not found"},
+	} {
+		code, _, errOut := starter(t, env, c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
+		require.Contains(t, errOut, c.want, "%v", c.args)
+	}
+
+	code, out, errOut := starter(t, env, "resolve", "--key", key.String(), "--as", "done",
+		"--result", `{"message_id":"sg-123"}`, "--reason", "found in SendGrid activity")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "is now succeeded")
+	rec, err := fxc.Get(ctx, key)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"message_id":"sg-123"}`, string(rec.Result))
+
+	code, _, errOut = starter(t, env, "resolve", "--key", key.String(), "--as", "retry", "--reason", "changed my mind")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "cannot be resolved")
+}
