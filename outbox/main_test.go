@@ -20,6 +20,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/workflows"
@@ -75,22 +76,11 @@ func setup(t *testing.T) *bundle {
 		tenant:    "t" + randomHex(4),
 		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	b.starter = &countingStarter{next: temporalStarter(c, b.taskQueue), calls: map[string]int{}, created: map[string]int{}}
+	// The worker relay's own starter, on a task queue no worker polls: the
+	// run exists in Temporal, which is what these tests count, and nothing
+	// executes it.
+	b.starter = &countingStarter{next: fxapp.TemporalStarter(c, nil, &workflows.StartOpts{TaskQueue: b.taskQueue}), calls: map[string]int{}, created: map[string]int{}}
 	return b
-}
-
-// temporalStarter starts order runs the way the worker's relay does, with
-// workflows.Start, on a task queue no worker polls: the run exists in
-// Temporal, which is what these tests count, and nothing executes it.
-func temporalStarter(c client.Client, taskQueue string) outbox.Starter {
-	opts := &workflows.StartOpts{TaskQueue: taskQueue}
-	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-		st, err := workflows.Start(ctx, c, in, opts)
-		if err != nil {
-			return nil, err
-		}
-		return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
-	})
 }
 
 // countingStarter counts every start call and every new run per workflow
