@@ -1,7 +1,8 @@
 // Package activities holds the order pipeline's Temporal activities: Charge,
-// MarkPaid and SendReceipt. Each makes one side effect exactly once across
-// Temporal's at-least-once execution, by claiming its own effect key (see
-// package effects) and, for providers, sending that key along.
+// MarkPaid, SendReceipt and, after a terminal charge failure, MarkFailed.
+// Each makes one side effect exactly once across Temporal's at-least-once
+// execution, by claiming its own effect key (see package effects) and, for
+// providers, sending that key along.
 //
 // Every activity takes the versioned orders.CheckoutInput, loads the order's
 // current row, derives its effect key from the input (in.EffectKey(step))
@@ -43,6 +44,7 @@ const (
 	NameCharge      = "Charge"
 	NameMarkPaid    = "MarkPaid"
 	NameSendReceipt = "SendReceipt"
+	NameMarkFailed  = "MarkFailed"
 )
 
 // ReceiptTemplate is the notify template of the receipt email.
@@ -107,6 +109,7 @@ func (a *Activities) Definitions() []Definition {
 		{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge, Fn: a.Charge},
 		{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid, Fn: a.MarkPaid},
 		{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend, Step: orders.StepReceipt, Fn: a.SendReceipt},
+		{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed, Fn: a.MarkFailed},
 	}
 }
 

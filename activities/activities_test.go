@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -135,6 +136,16 @@ func (b *bundle) markPaid(t *testing.T, in orders.CheckoutInput) (orders.MarkPai
 	return res, err
 }
 
+func (b *bundle) markFailed(t *testing.T, in orders.CheckoutInput) (orders.MarkFailedResult, error) {
+	t.Helper()
+	var res orders.MarkFailedResult
+	val, err := b.env.ExecuteActivity(activities.NameMarkFailed, in)
+	if err == nil {
+		require.NoError(t, val.Get(&res))
+	}
+	return res, err
+}
+
 func (b *bundle) receipt(t *testing.T, in orders.CheckoutInput) (orders.ReceiptResult, error) {
 	t.Helper()
 	var res orders.ReceiptResult
@@ -252,6 +263,95 @@ func TestMarkPaidNeedsACharge(t *testing.T) {
 	require.Equal(t, orders.StatusPending, o.Status)
 	_, err = b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_paid"))
 	require.ErrorIs(t, err, effects.ErrNotFound, "a failed transaction records nothing")
+}
+
+// transitions returns the event IDs of the recorded order transitions.
+func (b *bundle) transitions(t *testing.T) []string {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT from_state || '->' || to_state || ' ' || event_id FROM order_transitions ORDER BY 1`)
+	require.NoError(t, err)
+	events, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return events
+}
+
+func TestMarkFailedTwiceWritesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
+	_, err := b.charge(t, in)
+	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+
+	var results []orders.MarkFailedResult
+	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
+		res, err := b.markFailed(t, in)
+		results = append(results, res)
+		return err
+	})
+	require.Equal(t, orders.MarkFailedResult{Status: "failed", ChargeError: "card_declined"}, results[0])
+	require.Equal(t, results[0], results[1], "the second run returns the stored result")
+	o, err := b.store.Get(context.Background(), "acme", "9f3a")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusFailed, o.Status)
+	require.Equal(t, []string{"pending->failed " + key(t, in, orders.StepMarkFailed)}, b.transitions(t))
+	rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_failed"))
+	require.NoError(t, err)
+	require.Equal(t, effects.StateSucceeded, rec.State)
+	require.Equal(t, 1, b.stripe.Requests(), "marking failed never reaches Stripe")
+}
+
+func TestMarkFailedNeedsATerminallyFailedCharge(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		prepare func(t *testing.T, b *bundle, in orders.CheckoutInput)
+		want    string
+	}{
+		"no charge": {func(*testing.T, *bundle, orders.CheckoutInput) {}, "no charge recorded"},
+		"charge succeeded": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
+			_, err := b.charge(t, in)
+			require.NoError(t, err)
+		}, "is succeeded, not failed_terminal"},
+		"charge claimed": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
+			b.leaveClaim(t, in, "someone-else/charge", time.Hour)
+		}, "is claimed, not failed_terminal"},
+		"charge may have happened": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
+			claim, err := b.fx.Claim(context.Background(), effects.ClaimParams{Key: effects.MustKey("acme", "order", "9f3a", "charge"), Owner: "x/charge"})
+			require.NoError(t, err)
+			require.NoError(t, b.fx.Fail(context.Background(), claim, &activities.Error{Type: activities.ErrTypeKeyReused, Message: "other amount"}))
+		}, "may have happened"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			in := b.order(t, "9f3a", "pm_card_visa")
+			tc.prepare(t, b, in)
+			_, err := b.markFailed(t, in)
+			app := requireTerminal(t, err, activities.ErrTypeInvalidState)
+			require.Contains(t, app.Error(), tc.want)
+			o, err := b.store.Get(context.Background(), "acme", "9f3a")
+			require.NoError(t, err)
+			require.Equal(t, orders.StatusPending, o.Status)
+			require.Empty(t, b.transitions(t))
+			_, err = b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_failed"))
+			require.ErrorIs(t, err, effects.ErrNotFound, "a failed transaction records nothing")
+		})
+	}
+}
+
+func TestMarkFailedRefusesAPaidOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
+	_, err := b.charge(t, in)
+	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	_, err = b.pool.Exec(context.Background(), `UPDATE orders SET status = 'paid'`)
+	require.NoError(t, err)
+	_, err = b.markFailed(t, in)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	o, err := b.store.Get(context.Background(), "acme", "9f3a")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPaid, o.Status)
+	require.Empty(t, b.transitions(t))
 }
 
 func TestSendReceiptTwiceSendsOnce(t *testing.T) {
@@ -535,7 +635,7 @@ func TestBadInputIsTerminal(t *testing.T) {
 	future.V = 2
 	badTenant := orders.NewCheckoutInput("ac me", "9f3a")
 
-	for _, step := range []string{activities.NameCharge, activities.NameMarkPaid, activities.NameSendReceipt} {
+	for _, step := range []string{activities.NameCharge, activities.NameMarkPaid, activities.NameSendReceipt, activities.NameMarkFailed} {
 		_, err := b.env.ExecuteActivity(step, unknown)
 		app := requireTerminal(t, err, activities.ErrTypeOrderNotFound)
 		require.Contains(t, app.Error(), "acme/nope", step)
@@ -625,7 +725,7 @@ func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
 	r = &registry{}
 	defs := acts.Definitions()
 	require.NoError(t, activities.Register(r, defs...))
-	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, r.names)
+	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "MarkFailed"}, r.names)
 	for _, d := range defs {
 		require.True(t, d.Class.Valid())
 		require.NotEmpty(t, d.Step)

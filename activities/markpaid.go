@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -62,21 +63,29 @@ func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (ord
 // requireCharged returns an InvalidState error unless the order's charge
 // effect succeeded.
 func (a *Activities) requireCharged(ctx context.Context, r *run) error {
+	_, err := a.requireCharge(ctx, r, effects.StateSucceeded)
+	return err
+}
+
+// requireCharge returns the order's charge effect record, or an InvalidState
+// error naming r's step unless that record is in state want.
+func (a *Activities) requireCharge(ctx context.Context, r *run, want effects.State) (*effects.Record, error) {
+	what := strings.ReplaceAll(r.step, "_", " ")
 	chargeKey, err := r.in.EffectKey(orders.StepCharge)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rec, err := a.fx.Get(ctx, chargeKey)
 	if errors.Is(err, effects.ErrNotFound) {
-		return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("mark paid %s: no charge recorded under %s", r.key, chargeKey)}
+		return nil, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("%s %s: no charge recorded under %s", what, r.key, chargeKey)}
 	}
 	if err != nil {
-		return fmt.Errorf("mark paid %s: %w", r.key, err)
+		return nil, fmt.Errorf("%s %s: %w", what, r.key, err)
 	}
-	if rec.State != effects.StateSucceeded {
-		return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("mark paid %s: charge %s is %s, not succeeded", r.key, chargeKey, rec.State)}
+	if rec.State != want {
+		return nil, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("%s %s: charge %s is %s, not %s", what, r.key, chargeKey, rec.State, want)}
 	}
-	return nil
+	return rec, nil
 }

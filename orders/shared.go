@@ -26,10 +26,13 @@ const (
 )
 
 // Steps of the order pipeline. Each is one activity with its own effect key.
+// StepMarkFailed runs instead of StepMarkPaid and StepReceipt when the
+// charge fails terminally.
 const (
-	StepCharge   = "charge"
-	StepMarkPaid = "mark_paid"
-	StepReceipt  = "receipt"
+	StepCharge     = "charge"
+	StepMarkPaid   = "mark_paid"
+	StepReceipt    = "receipt"
+	StepMarkFailed = "mark_failed"
 )
 
 // CheckoutInputVersion is the only input version this code understands.
@@ -101,6 +104,13 @@ type ChargeResult struct {
 // MarkPaidResult is the stored outcome of the mark-paid step.
 type MarkPaidResult struct {
 	Status string `json:"status"`
+}
+
+// MarkFailedResult is the stored outcome of the mark-failed step. ChargeError
+// is the error code stored with the failed charge, such as "card_declined".
+type MarkFailedResult struct {
+	Status      string `json:"status"`
+	ChargeError string `json:"charge_error,omitempty"`
 }
 
 // ReceiptResult is the stored outcome of the receipt step. MessageID is the

@@ -86,7 +86,8 @@ var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
 
 // Validate returns a *ValidationError naming the first invalid field.
 func (o NewOrder) Validate() error {
-	if _, err := effects.NewKey(o.TenantID, "order", o.ID, StepMarkPaid); err != nil {
+	// StepMarkFailed is the longest step: if its key fits, every step's does.
+	if _, err := effects.NewKey(o.TenantID, "order", o.ID, StepMarkFailed); err != nil {
 		field := "order_id"
 		if _, terr := effects.NewKey(o.TenantID, "x"); terr != nil {
 			field = "tenant_id"

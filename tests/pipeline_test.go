@@ -146,7 +146,7 @@ func TestChargeResponseLost(t *testing.T) {
 }
 
 // 6. A card decline fails the workflow terminally after one attempt, with
-// no email.
+// no email, and marks the order failed.
 func TestCardDeclineIsTerminal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -165,9 +165,13 @@ func TestCardDeclineIsTerminal(t *testing.T) {
 	recs := b.records(t, "o6")
 	require.Equal(t, effects.StateFailedTerminal, recs[orders.StepCharge].State)
 	require.NotContains(t, recs, orders.StepReceipt)
+	require.NotContains(t, recs, orders.StepMarkPaid)
+	require.Contains(t, recs, orders.StepMarkFailed)
+	require.Equal(t, effects.StateSucceeded, recs[orders.StepMarkFailed].State)
+	require.JSONEq(t, `{"status":"failed","charge_error":"card_declined"}`, string(recs[orders.StepMarkFailed].Result))
 	got, err := b.orders.Get(b.ctx, b.tenant, "o6")
 	require.NoError(t, err)
-	require.Equal(t, orders.StatusPending, got.Status)
+	require.Equal(t, orders.StatusFailed, got.Status)
 }
 
 // 7. A stale duplicate start after the order completed starts nothing.

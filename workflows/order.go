@@ -5,7 +5,9 @@
 // key: charge, mark paid, send receipt. The workflow carries only the
 // versioned orders.CheckoutInput; the activities load the order when they
 // run and make their effects exactly once (see package activities). A step
-// that fails terminally fails the workflow; later steps do not run.
+// that fails terminally fails the workflow; later steps do not run. A charge
+// that fails terminally (a decline) first marks the order failed, through
+// the fourth step, mark failed.
 //
 // Start starts it under a workflow ID derived from the order, so that a
 // duplicate start collapses into the run already going, a start after a
@@ -15,6 +17,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -43,7 +46,7 @@ const (
 	// HeartbeatTimeout is how long a provider call may go without a
 	// heartbeat before Temporal retries it on another worker.
 	HeartbeatTimeout = 15 * time.Second
-	// DatabaseStartToClose bounds one attempt of mark paid.
+	// DatabaseStartToClose bounds one attempt of mark paid or mark failed.
 	DatabaseStartToClose = 30 * time.Second
 	// MaxAttempts caps the attempts of each step.
 	MaxAttempts = 10
@@ -63,7 +66,8 @@ func RetryPolicy() *temporal.RetryPolicy {
 }
 
 // ActivityOptions returns the options of step (orders.StepCharge,
-// StepMarkPaid or StepReceipt) whose effect key is key. The Summary, shown
+// StepMarkPaid, StepReceipt or StepMarkFailed) whose effect key is key. The
+// database steps have a shorter timeout and no heartbeat. The Summary, shown
 // in the Web UI and the CLI, names the effect key.
 func ActivityOptions(step, key string) workflow.ActivityOptions {
 	o := workflow.ActivityOptions{
@@ -72,7 +76,7 @@ func ActivityOptions(step, key string) workflow.ActivityOptions {
 		RetryPolicy:         RetryPolicy(),
 		Summary:             step + " · effect " + key,
 	}
-	if step == orders.StepMarkPaid {
+	if step == orders.StepMarkPaid || step == orders.StepMarkFailed {
 		o.StartToCloseTimeout, o.HeartbeatTimeout = DatabaseStartToClose, 0
 	}
 	return o
@@ -83,15 +87,25 @@ func Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(OrderWorkflow, workflow.RegisterOptions{Name: orders.WorkflowName})
 }
 
+// markFailedChange is the workflow.GetVersion change ID of marking the
+// order failed after a terminal charge failure. Runs whose charge failed
+// before the change (workflow.DefaultVersion) replay without the step.
+const markFailedChange = "mark-failed-on-decline"
+
 // OrderWorkflow charges the order, marks it paid and sends the receipt, each
-// step once. It answers the orders.QueryStatus query with []orders.StepStatus.
+// step once. It answers the orders.QueryStatus query with []orders.StepStatus:
+// charge, mark_paid and receipt, plus mark_failed once that step has started.
 //
 // It returns a non-retryable application error of type
 // activities.ErrTypeInvalidInput, before any activity runs, for an input
 // version it does not understand or IDs that cannot form an effect key; and
 // the activity error of the first step that fails for good (a decline, an
 // ambiguous receipt, retries exhausted), in which case later steps do not
-// run.
+// run. When that step is the charge and its failure is terminal (see
+// chargeFailedForGood), it first runs MarkFailed to move the order from
+// pending to failed, and still returns the charge's error, of the same type
+// (such as activities.ErrTypeCardDeclined), whether or not MarkFailed
+// succeeded.
 func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
 	var out orders.CheckoutResult
 	if err := in.Validate(); err != nil {
@@ -128,6 +142,18 @@ func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.Checko
 		return nil
 	}
 	if err := run(0, a.Charge, &out.Charge); err != nil {
+		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
+			key, kerr := in.EffectKey(orders.StepMarkFailed)
+			if kerr != nil { // Only a tenant and order ID near the key limit.
+				workflow.GetLogger(ctx).Error("cannot mark the order failed", "error", kerr.Error())
+				return out, err
+			}
+			status = append(status, orders.StepStatus{Step: orders.StepMarkFailed, EffectKey: key.String(), State: StatePending})
+			var failed orders.MarkFailedResult
+			// run logs a failure and shows it in the status query; the
+			// charge's error remains the run's outcome either way.
+			_ = run(len(status)-1, a.MarkFailed, &failed)
+		}
 		return out, err
 	}
 	if err := run(1, a.MarkPaid, &out.Paid); err != nil {
@@ -137,6 +163,26 @@ func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.Checko
 		return out, err
 	}
 	return out, nil
+}
+
+// chargeFailedForGood reports whether err, the charge step's error, means
+// the charge itself failed for good, so that the order is to be marked
+// failed: an application error that is non-retryable or of a type the retry
+// policy refuses to retry, such as CardDeclined or PaymentIncomplete. A
+// missing order or an unusable input leaves nothing to mark. KeyReused and
+// Ambiguous, and a retryable failure that ran out of attempts or time
+// (Transient, InProgress, a timeout), leave open whether the card was
+// charged; none of them counts, and MarkFailed would refuse them too.
+func chargeFailedForGood(err error) bool {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		return false
+	}
+	switch app.Type() {
+	case activities.ErrTypeOrderNotFound, activities.ErrTypeInvalidInput, activities.ErrTypeKeyReused, activities.ErrTypeAmbiguous:
+		return false
+	}
+	return app.NonRetryable() || slices.Contains(activities.NonRetryableErrorTypes(), app.Type())
 }
 
 // stepError renders a step's failure for the status query: the activity's

@@ -25,6 +25,8 @@ var (
 	charged = orders.ChargeResult{PaymentIntentID: "pi_123", Status: "succeeded", AmountMinor: 1250, Currency: "eur"}
 	paid    = orders.MarkPaidResult{Status: "paid"}
 	sent    = orders.ReceiptResult{MessageID: "msg_123"}
+
+	markedFailed = orders.MarkFailedResult{Status: "failed", ChargeError: "card_declined"}
 )
 
 type bundle struct {
@@ -96,23 +98,64 @@ func TestHappyPath(t *testing.T) {
 	require.Zero(t, b.options["MarkPaid"].HeartbeatTimeout)
 }
 
-func TestDeclineFailsWithoutReceipt(t *testing.T) {
+func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)).Once()
+	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.True(t, b.env.IsWorkflowCompleted())
 	err := b.env.GetWorkflowError()
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
-	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
-	require.Equal(t, []string{"Charge"}, b.started, "one attempt, no mark paid, no receipt")
+	require.Equal(t, activities.ErrTypeCardDeclined, app.Type(), "the run fails with the charge's error")
+	require.Equal(t, []string{"Charge", "MarkFailed"}, b.started, "one charge attempt, no mark paid, no receipt")
+	require.Zero(t, b.options["MarkFailed"].HeartbeatTimeout)
 
 	st := b.status(t)
-	require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending"}, states(st))
+	require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending", "mark_failed=done"}, states(st))
 	require.Contains(t, st[0].Error, "CardDeclined")
+	require.Equal(t, "acme:order:9f3a:mark_failed", st[3].EffectKey)
+}
+
+func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)).Once()
+	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).
+		Return(orders.MarkFailedResult{}, temporal.NewNonRetryableApplicationError("order is paid", activities.ErrTypeInvalidState, nil)).Once()
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
+	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	st := b.status(t)
+	require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending", "mark_failed=failed"}, states(st))
+	require.Contains(t, st[3].Error, "InvalidState")
+}
+
+func TestChargeFailuresThatDoNotMarkFailed(t *testing.T) {
+	t.Parallel()
+	for name, chargeErr := range map[string]error{
+		// Retries ran out: the charge may yet have happened.
+		"transient":       temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient),
+		"order not found": temporal.NewNonRetryableApplicationError("no order", activities.ErrTypeOrderNotFound, nil),
+		"key reused":      temporal.NewNonRetryableApplicationError("other amount", activities.ErrTypeKeyReused, nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(orders.ChargeResult{}, chargeErr)
+
+			b.env.ExecuteWorkflow(orders.WorkflowName, in)
+			require.Error(t, b.env.GetWorkflowError())
+			require.NotContains(t, b.started, "MarkFailed")
+			require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending"}, states(b.status(t)))
+		})
+	}
 }
 
 func TestTransientChargeIsRetried(t *testing.T) {
@@ -179,7 +222,7 @@ func TestStatusQueryWhileRunning(t *testing.T) {
 
 func TestActivityOptions(t *testing.T) {
 	t.Parallel()
-	for _, step := range []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt} {
+	for _, step := range []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt, orders.StepMarkFailed} {
 		k, err := in.EffectKey(step)
 		require.NoError(t, err)
 		o := workflows.ActivityOptions(step, k.String())
@@ -192,7 +235,7 @@ func TestActivityOptions(t *testing.T) {
 		require.EqualValues(t, workflows.MaxAttempts, rp.MaximumAttempts)
 		require.ElementsMatch(t, activities.NonRetryableErrorTypes(), rp.NonRetryableErrorTypes)
 		require.NotContains(t, rp.NonRetryableErrorTypes, activities.ErrTypeTransient)
-		if step == orders.StepMarkPaid {
+		if step == orders.StepMarkPaid || step == orders.StepMarkFailed {
 			require.Zero(t, o.HeartbeatTimeout)
 		} else {
 			require.Equal(t, workflows.HeartbeatTimeout, o.HeartbeatTimeout)

@@ -19,7 +19,10 @@ import (
 // `bin/temporal workflow show --workflow-id ID --output json`.
 func TestReplay(t *testing.T) {
 	t.Parallel()
-	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json"} {
+	// order_declined.json predates marking a declined order failed and
+	// replays without it (workflow.DefaultVersion of the change
+	// "mark-failed-on-decline"); order_declined_v1.json runs MarkFailed.
+	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json"} {
 		r := worker.NewWorkflowReplayer()
 		workflows.Register(r)
 		err := r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file)

@@ -57,7 +57,8 @@ func TestStartRefusesBadInputBeforeTemporal(t *testing.T) {
 	require.ErrorContains(t, err, "client is nil")
 }
 
-// stubs are activities for a real worker: Charge declines order "declined".
+// stubs are activities for a real worker: Charge declines order "declined",
+// which MarkFailed then marks failed.
 type stubs struct{}
 
 func (stubs) Charge(_ context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
@@ -69,6 +70,10 @@ func (stubs) Charge(_ context.Context, in orders.CheckoutInput) (orders.ChargeRe
 
 func (stubs) MarkPaid(context.Context, orders.CheckoutInput) (orders.MarkPaidResult, error) {
 	return paid, nil
+}
+
+func (stubs) MarkFailed(context.Context, orders.CheckoutInput) (orders.MarkFailedResult, error) {
+	return markedFailed, nil
 }
 
 func (stubs) SendReceipt(context.Context, orders.CheckoutInput) (orders.ReceiptResult, error) {
