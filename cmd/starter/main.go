@@ -58,6 +58,7 @@ func commands() []command {
 		{"show", "show an order, each of its effects, and the workflow's view of each step", runShow},
 		{"migrate", "apply keyed's database migrations", runMigrate},
 		{"relay", "run an outbox relay on its own", runRelay},
+		{"reconcile", "compare keyed's charge records with Stripe's payment intents", runReconcile},
 		{"resolve", "settle an effect whose outcome keyed cannot know (operators)", runResolve},
 		{"serve", "serve keyed's HTTP API and outbox relay", func(ctx context.Context, _ *env, args []string) error { return serve(ctx, args) }},
 	}
@@ -84,7 +85,7 @@ Exit status: 0 on success, 1 when the command failed, 2 for bad input.
 func printTopUsage(w io.Writer) {
 	var b strings.Builder
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, topUsage, b.String(), config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace)
 }
@@ -113,6 +114,8 @@ func run(ctx context.Context, args []string, e *env) int {
 		switch {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.Is(err, errFindings):
+			return exitFindings
 		case errors.As(err, &uerr):
 			fmt.Fprintf(e.stderr, "starter %s: %v\n", name, err)
 			return 2

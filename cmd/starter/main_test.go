@@ -4,16 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
 
+	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/reconcile"
 )
 
 // starter runs the CLI in-process with env and returns its exit code,
@@ -38,9 +44,10 @@ func TestHelpDocumentsEveryCommandAndFlag(t *testing.T) {
 		require.Contains(t, out, v)
 	}
 	want := map[string][]string{
-		"create": {"-tenant", "-order", "-amount", "-currency", "-email", "-payment-method", "-json", "-temporal-address", "-task-queue"},
-		"start":  {"-tenant", "-order", "-json"},
-		"show":   {"-tenant", "-order", "-json"},
+		"create":    {"-tenant", "-order", "-amount", "-currency", "-email", "-payment-method", "-json", "-temporal-address", "-task-queue"},
+		"start":     {"-tenant", "-order", "-json"},
+		"show":      {"-tenant", "-order", "-json"},
+		"reconcile": {"-since", "-until", "-json"},
 	}
 	for cmd, flags := range want {
 		code, out, _ := starter(t, nil, cmd, "-h")
@@ -218,4 +225,110 @@ func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 	code, _, errOut = starter(t, env, "resolve", "--key", key.String(), "--as", "retry", "--reason", "changed my mind")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "cannot be resolved")
+}
+
+func TestReconcileExitsThreeOnFindings(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := effectstest.Connect(t, url)
+	fake := fakestripe.New(nil)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	const secret = "sk_test_reconcile_cli_0123456789"
+	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1",
+		"STRIPE_SECRET_KEY": secret, "STRIPE_API_BASE": srv.URL}
+	with := func(k, v string) map[string]string {
+		m := maps.Clone(env)
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	var seen strings.Builder
+	reconcileCLI := func(env map[string]string, args ...string) (int, string, string) {
+		t.Helper()
+		code, out, errOut := starter(t, env, append([]string{"reconcile"}, args...)...)
+		seen.WriteString(out + errOut)
+		return code, out, errOut
+	}
+
+	code, out, _ := reconcileCLI(nil, "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "3 when there are findings")
+	require.Contains(t, out, "STRIPE_SECRET_KEY")
+
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{with("STRIPE_SECRET_KEY", ""), nil, "STRIPE_SECRET_KEY: required"},
+		{with("STRIPE_SECRET_KEY", "pk_live_abc"), nil, "must start with sk_ or rk_"},
+		{with("STRIPE_API_BASE", "ftp://stripe"), nil, "STRIPE_API_BASE"},
+		{env, []string{"--since", "yesterday"}, "invalid --since"},
+		{env, []string{"--until", "-1h"}, "invalid --until: -1h is negative"},
+		{env, []string{"--since", "1h", "--until", "2h"}, "is not before --until"},
+		{env, []string{"--stripe-secret-key", secret}, "flag provided but not defined"},
+	} {
+		code, out, errOut := reconcileCLI(c.env, c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
+		require.Contains(t, errOut, c.want, "%v", c.args)
+		require.Empty(t, out)
+	}
+	require.Zero(t, fake.Requests(), "bad input asks Stripe nothing")
+
+	// A charge done the keyed way: claim, charge under the key, record.
+	ctx := context.Background()
+	fxc := effectstest.NewClient(t, pool, nil)
+	sc, err := activities.NewStripeClient(secret, srv.URL, srv.Client())
+	require.NoError(t, err)
+	charge := func(effectKey, idem string) *stripe.PaymentIntent {
+		t.Helper()
+		p := &stripe.PaymentIntentParams{Amount: stripe.Int64(1999), Currency: stripe.String("usd"),
+			PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+		p.SetIdempotencyKey(idem)
+		p.AddMetadata("effect_key", effectKey)
+		pi, err := sc.PaymentIntents.New(p)
+		require.NoError(t, err)
+		return pi
+	}
+	key := effects.MustKey("acme", "order", "cli-r1", "charge")
+	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/charge"})
+	require.NoError(t, err)
+	pi := charge(key.String(), key.String())
+	require.NoError(t, fxc.Complete(ctx, cl, orders.ChargeResult{PaymentIntentID: pi.ID, Status: string(pi.Status), AmountMinor: pi.Amount, Currency: string(pi.Currency)}))
+
+	code, out, errOut := reconcileCLI(env, "--since", "1h")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "no findings: keyed and Stripe agree")
+	require.Regexp(t, `charge records\s+1\n`, out)
+
+	// A charge keyed never recorded.
+	lost := charge("acme:order:cli-r2:charge", "manual")
+	code, out, errOut = reconcileCLI(env, "--since", "1h", "--json")
+	require.Equal(t, 3, code, errOut)
+	var rep reconcile.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep.Findings, 1)
+	require.Equal(t, reconcile.KindMissingRecord, rep.Findings[0].Kind)
+	require.Equal(t, "acme:order:cli-r2:charge", rep.Findings[0].EffectKey)
+	require.Equal(t, "acme", rep.Findings[0].TenantID)
+	require.Equal(t, 1, rep.Records)
+	require.Equal(t, 2, rep.PaymentIntents)
+
+	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	code, out, errOut = reconcileCLI(env, "--since", since)
+	require.Equal(t, 3, code, errOut)
+	for _, want := range []string{"findings         1", "missing_record", "acme:order:cli-r2:charge", lost.ID + " succeeded 19.99 USD", "keyed has no record"} {
+		require.Contains(t, out, want)
+	}
+
+	// A window that ended before both charges is clean.
+	code, out, errOut = reconcileCLI(env, "--since", "3h", "--until", "2h")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "no findings")
+
+	require.NotContains(t, seen.String(), secret, "the Stripe key is never printed")
 }

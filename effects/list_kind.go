@@ -1,0 +1,42 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ListKind returns every record of kind, such as "charge", created at or
+// after from and before to, ordered by creation time and key. It reads
+// across tenants, for an operator's job such as reconciliation against a
+// provider: each record carries its TenantID, and nothing here filters by
+// it. It returns an error for an empty kind, a window whose to is not after
+// from, or a failed query.
+func (c *Client) ListKind(ctx context.Context, kind string, from, to time.Time) ([]*Record, error) {
+	if kind == "" {
+		return nil, errors.New("list effects by kind: kind is empty")
+	}
+	if !to.After(from) {
+		return nil, fmt.Errorf("list %s effects: window end %s is not after its start %s",
+			kind, to.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano))
+	}
+	rows, err := c.db.Query(ctx, `SELECT `+recordColumns+` FROM keyed_effects
+		WHERE kind = $1 AND created_at >= $2 AND created_at < $3 ORDER BY created_at, key`, kind, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("list %s effects: %w", kind, err)
+	}
+	defer rows.Close()
+	var out []*Record
+	for rows.Next() {
+		rec, _, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list %s effects: %w", kind, err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %s effects: %w", kind, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,55 @@
+package effects_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+func TestListKindReturnsOneKindInTheWindowAcrossTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	from := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	to := from.Add(24 * time.Hour)
+	at := func(key effects.Key, created time.Time) {
+		t.Helper()
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "test"})
+		require.NoError(t, err)
+		require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_" + key.Parts()[1]}))
+		_, err = b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = $2 WHERE key = $1`, key.String(), created)
+		require.NoError(t, err)
+	}
+	at(effects.MustKey("acme", "order", "start", "charge"), from)                         // first instant: in
+	at(effects.MustKey("globex", "order", "mid", "charge"), from.Add(time.Hour))          // other tenant: in
+	at(effects.MustKey("acme", "order", "last", "charge"), to.Add(-time.Microsecond))     // last instant: in
+	at(effects.MustKey("acme", "order", "end", "charge"), to)                             // end is exclusive
+	at(effects.MustKey("acme", "order", "before", "charge"), from.Add(-time.Microsecond)) // before the window
+	at(effects.MustKey("acme", "order", "mid", "receipt"), from.Add(time.Hour))           // other kind
+	at(effects.MustKey("acme", "order", "other", "charge"), from.Add(2*time.Hour).In(time.FixedZone("x", 3600)))
+
+	recs, err := b.client.ListKind(b.ctx, "charge", from, to)
+	require.NoError(t, err)
+	var keys, tenants []string
+	for _, r := range recs {
+		require.Equal(t, "charge", r.Kind)
+		require.Equal(t, effects.StateSucceeded, r.State)
+		keys, tenants = append(keys, r.Key), append(tenants, r.TenantID)
+	}
+	require.Equal(t, []string{"acme:order:start:charge", "globex:order:mid:charge", "acme:order:other:charge", "acme:order:last:charge"}, keys)
+	require.Equal(t, []string{"acme", "globex", "acme", "acme"}, tenants)
+	require.JSONEq(t, `{"id":"pi_mid","amount":0}`, string(recs[1].Result), "the stored outcome comes back")
+
+	none, err := b.client.ListKind(b.ctx, "refund", from, to)
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	_, err = b.client.ListKind(b.ctx, "", from, to)
+	require.ErrorContains(t, err, "kind is empty")
+	_, err = b.client.ListKind(b.ctx, "charge", to, from)
+	require.ErrorContains(t, err, "is not after its start")
+	_, err = b.client.ListKind(b.ctx, "charge", from, from)
+	require.ErrorContains(t, err, "is not after its start")
+}
