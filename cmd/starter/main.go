@@ -5,10 +5,13 @@
 //	    --email ann@example.com --payment-method pm_card_visa
 //	starter start --tenant acme --order 9f3a
 //	starter show --tenant acme --order 9f3a
+//	starter resolve --key acme:order:9f3a:receipt --as retry --reason "…"
+//	starter reconcile --since 25h
 //	starter serve
 //
-// It needs DATABASE_URL and the TEMPORAL_* settings only, never a provider
-// key. Run `starter help` or `starter COMMAND -h` for every flag.
+// It needs DATABASE_URL and the TEMPORAL_* settings; only reconcile also
+// needs STRIPE_SECRET_KEY, from the environment. Run `starter help` or
+// `starter COMMAND -h` for every flag.
 package main
 
 import (
@@ -79,7 +82,8 @@ Environment (flags override the non-secret ones):
   TEMPORAL_TASK_QUEUE   task queue of the order workflow (default keyed-orders)
   LOG_LEVEL             debug, info, warn or error (default warn)
 
-Exit status: 0 on success, 1 when the command failed, 2 for bad input.
+Exit status: 0 on success, 1 when the command failed, 2 for bad input, and 3 when
+reconcile found disagreements with Stripe.
 `
 
 func printTopUsage(w io.Writer) {
