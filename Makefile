@@ -10,7 +10,7 @@ STRIPE_MOCK_VERSION  := v0.203.0
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export KEYED_TEMPORAL_BIN ?= $(TEMPORAL)
 export KEYED_STRIPE_MOCK_BIN ?= $(STRIPE_MOCK)
-GO_TEST_FLAGS ?= -count=1 -timeout 20m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZ_TIME ?= 5s
 
 .PHONY: help

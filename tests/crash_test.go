@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func buildWorker(t *testing.T) string {
 
 // spawnWorker starts the real worker binary as a separate process against
 // the test's schema, task queue and fakes.
-func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *bytes.Buffer) {
+func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
@@ -41,15 +42,33 @@ func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *bytes.Buffer
 		"RECEIPT_FROM="+receiptFrom,
 		"METRICS_ADDR=127.0.0.1:0",
 	)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	return cmd, &out
+	return cmd, out
+}
+
+// syncBuffer collects a child process's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // 5. The worker process is SIGKILLed after Stripe charged and before the
@@ -68,14 +87,11 @@ func TestWorkerKilledAfterCharge(t *testing.T) {
 	st := b.start(t, orders.NewCheckoutInput(b.tenant, "o5"))
 	require.Eventually(t, func() bool { return b.stripe.Charges() == 1 }, 60*time.Second, 50*time.Millisecond,
 		"the first worker never charged; its output:\n%s", out)
-	t.Logf("charged; killing the first worker")
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
 
 	_, out2 := b.spawnWorker(t, bin)
-	t.Logf("second worker started")
 	_, err := b.wait(t, st)
-	t.Logf("order finished; second worker output:\n%s", out2)
 	require.NoError(t, err, "second worker output:\n%s", out2)
 	require.Equal(t, 1, b.stripe.Charges())
 	require.Equal(t, 1, b.mail.Count())
