@@ -91,7 +91,15 @@ ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.Work
 	if err != nil {
 		return false, fmt.Errorf("enqueue checkout %s: %w", in.WorkflowID(), err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	// Delivered on commit, and never if tx rolls back: listening relays
+	// wake at once instead of at their next poll.
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+		return false, fmt.Errorf("enqueue checkout %s: notify relays: %w", in.WorkflowID(), err)
+	}
+	return true, nil
 }
 
 // CreateOrderTx creates the order with store and records the start of its

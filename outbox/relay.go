@@ -94,6 +94,9 @@ type RelayOpts struct {
 	Logger *slog.Logger
 	// Metrics receives the outbox gauges and counters. Nil means none.
 	Metrics *Metrics
+	// Wake, if set, makes the relay poll at once when it receives, instead
+	// of waiting out PollInterval. Feed it from Listen.
+	Wake <-chan struct{}
 }
 
 // Relay moves committed outbox rows to Temporal. It is safe to run several
@@ -115,6 +118,7 @@ type Relay struct {
 	name    string
 	logger  *slog.Logger
 	metrics *Metrics
+	wake    <-chan struct{}
 
 	mu      sync.Mutex
 	running bool
@@ -149,6 +153,7 @@ func NewRelay(db effects.DB, starter Starter, opts *RelayOpts) (*Relay, error) {
 		name:    opts.Name,
 		logger:  opts.Logger,
 		metrics: opts.Metrics,
+		wake:    opts.Wake,
 	}
 	switch {
 	case r.batch < 0 || r.batch > 10_000:
@@ -237,12 +242,20 @@ func (r *Relay) run(ctx context.Context) {
 			failures = 0
 			wait = r.poll
 		}
+		// A commit that enqueued a row wakes the relay early, except while
+		// it backs off from a failure.
+		wake := r.wake
+		if err != nil {
+			wake = nil
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
+		case <-wake:
+			t.Stop()
 		}
 	}
 }

@@ -54,6 +54,8 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 		}
 		opts.Metrics = m
 	}
+	wake := make(chan struct{}, 1)
+	opts.Wake = wake
 	store, err := orders.NewStore(in.Pool)
 	if err != nil {
 		return nil, err
@@ -62,7 +64,28 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.Lifecycle.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
+	// The listener wakes the relay when a commit enqueues a start, so a
+	// start reaches Temporal at once; polling stays as the safety net.
+	listenCtx, stopListening := context.WithCancel(context.Background())
+	listened := make(chan struct{})
+	in.Lifecycle.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			go func() {
+				defer close(listened)
+				outbox.Listen(listenCtx, in.Pool, wake, opts.Logger)
+			}()
+			return r.Start(ctx)
+		},
+		OnStop: func(ctx context.Context) error {
+			err := r.Stop(ctx)
+			stopListening()
+			select {
+			case <-listened:
+			case <-ctx.Done():
+			}
+			return err
+		},
+	})
 	return r, nil
 }
 

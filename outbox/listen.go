@@ -1,0 +1,73 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NotifyChannel is the Postgres channel EnqueueTx notifies on commit.
+const NotifyChannel = "keyed_outbox"
+
+// Listen holds one connection of pool on LISTEN NotifyChannel until ctx is
+// done, and sends on wake (without blocking; one pending wake is enough)
+// whenever a transaction that enqueued a start commits. Pass the same
+// channel as RelayOpts.Wake, so that a start reaches Temporal milliseconds
+// after the commit instead of at the next poll. A lost connection is logged
+// and re-established with backoff; polling goes on meanwhile, so nothing
+// depends on a notification arriving. Listen returns when ctx is done.
+func Listen(ctx context.Context, pool *pgxpool.Pool, wake chan<- struct{}, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		err := listenOnce(ctx, pool, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		logger.WarnContext(ctx, "outbox listener lost its connection; polling continues", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- struct{}) error {
+	pooled, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection that was listening must not go back to the pool: take it
+	// out for good and close it when done.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return err
+	}
+	// Rows committed before LISTEN took effect are found by the relay's
+	// first poll; wake it once so that poll happens now.
+	signal(wake)
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return ctx.Err()
+			}
+			return err
+		}
+		signal(wake)
+	}
+}
+
+func signal(wake chan<- struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
