@@ -71,7 +71,9 @@ var ErrInvalid = errors.New("invalid outbox request")
 // EnqueueTx records, inside the caller's transaction, a request to start the
 // checkout workflow for in. The request commits or rolls back with tx: if tx
 // rolls back, no workflow is ever started. Enqueueing the same workflow ID
-// again is a no-op and returns enqueued=false. It returns an error wrapping
+// again is a no-op and returns enqueued=false. A new request also notifies
+// NotifyChannel, which Postgres delivers on commit, so that listening relays
+// start it at once. It returns an error wrapping
 // ErrInvalid when in does not validate, and the database error otherwise.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) (enqueued bool, err error) {
 	if tx == nil {
