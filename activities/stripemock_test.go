@@ -40,7 +40,8 @@ func startStripeMock(t *testing.T) string {
 		t.Fatalf("stripe-mock not found at %s (%v).\nBuild it with `make tools`, or `GOBIN=%s go install github.com/stripe/stripe-mock@%s`, "+
 			"or point KEYED_STRIPE_MOCK_BIN at a stripe-mock binary.", bin, err, filepath.Join(root, "bin"), stripeMockVersion)
 	}
-	httpAddr, httpsAddr := freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 2)
+	httpAddr, httpsAddr := addrs[0], addrs[1]
 	cmd := exec.Command(bin, "-http-addr", httpAddr, "-https-addr", httpsAddr)
 	out := &syncWriter{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -63,12 +64,18 @@ func startStripeMock(t *testing.T) string {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct free loopback addresses, holding every
+// listener until all are picked so that none is handed out twice.
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	var addrs []string
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
+	return addrs
 }
 
 // TestStripeMockContract runs Charge's Stripe requests against stripe-mock,

@@ -103,12 +103,18 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	if ip == "" {
 		ip = "127.0.0.1"
 	}
+	// Four distinct free ports, picked together so that none is handed out
+	// twice: frontend, HTTP API, metrics and Web UI.
+	ports, err := freePorts(ip, 4)
+	if err != nil {
+		return nil, fmt.Errorf("dev server: pick ports: %w", err)
+	}
 	port := opts.Port
 	if port == 0 {
-		port = freePort(ip)
+		port = ports[0]
 	}
 	args := []string{"server", "start-dev", "--ip", ip, "--port", strconv.Itoa(port),
-		"--http-port", strconv.Itoa(freePort(ip)), "--metrics-port", strconv.Itoa(freePort(ip)), "--log-level", "warn"}
+		"--http-port", strconv.Itoa(ports[1]), "--metrics-port", strconv.Itoa(ports[2]), "--log-level", "warn"}
 	s := &Server{addr: net.JoinHostPort(ip, strconv.Itoa(port)), done: make(chan error, 1)}
 	switch {
 	case opts.UIPort < 0:
@@ -116,7 +122,7 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	default:
 		ui := opts.UIPort
 		if ui == 0 {
-			ui = freePort(ip)
+			ui = ports[3]
 		}
 		args = append(args, "--ui-port", strconv.Itoa(ui))
 		s.uiAddr = "http://" + net.JoinHostPort(ip, strconv.Itoa(ui))
@@ -202,13 +208,19 @@ func (s *Server) Stop() error {
 	return nil
 }
 
-func freePort(ip string) int {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0
+// freePorts returns n distinct free ports on ip. It holds every listener
+// open until all are picked, so the kernel cannot hand one out twice.
+func freePorts(ip string, n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports, nil
 }
 
 // quietLogger keeps the SDK's dial retries out of test output.
