@@ -6,13 +6,21 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// NotifyChannel is the Postgres channel EnqueueTx notifies on commit.
+// NotifyChannel prefixes the Postgres channel EnqueueTx notifies on commit.
+// The full name adds the current schema, "keyed_outbox.public", because
+// channels are database-wide: deployments in two schemas of one database
+// must not wake each other's relays.
 const NotifyChannel = "keyed_outbox"
 
-// Listen holds one connection of pool on LISTEN NotifyChannel until ctx is
+// channelSQL computes the schema's channel name in SQL.
+const channelSQL = `'` + NotifyChannel + `.' || current_schema()`
+
+// Listen holds one connection of pool listening on the outbox channel of
+// the pool's current schema until ctx is
 // done, and sends on wake (without blocking; one pending wake is enough)
 // whenever a transaction that enqueued a start commits. Pass the same
 // channel as RelayOpts.Wake, so that a start reaches Temporal milliseconds
@@ -48,7 +56,11 @@ func listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- struct{}) e
 	// out for good and close it when done.
 	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	var channel string
+	if err := conn.QueryRow(ctx, `SELECT `+channelSQL).Scan(&channel); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
 	// Rows committed before LISTEN took effect are found by the relay's

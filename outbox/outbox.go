@@ -72,8 +72,8 @@ var ErrInvalid = errors.New("invalid outbox request")
 // checkout workflow for in. The request commits or rolls back with tx: if tx
 // rolls back, no workflow is ever started. Enqueueing the same workflow ID
 // again is a no-op and returns enqueued=false. A new request also notifies
-// NotifyChannel, which Postgres delivers on commit, so that listening relays
-// start it at once. It returns an error wrapping
+// the schema's outbox channel (see Listen), which Postgres delivers on
+// commit, so that listening relays start it at once. It returns an error wrapping
 // ErrInvalid when in does not validate, and the database error otherwise.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) (enqueued bool, err error) {
 	if tx == nil {
@@ -98,7 +98,7 @@ ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.Work
 	}
 	// Delivered on commit, and never if tx rolls back: listening relays
 	// wake at once instead of at their next poll.
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify(`+channelSQL+`, '')`); err != nil {
 		return false, fmt.Errorf("enqueue checkout %s: notify relays: %w", in.WorkflowID(), err)
 	}
 	return true, nil
