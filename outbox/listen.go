@@ -20,9 +20,9 @@ const NotifyChannel = "keyed_outbox"
 const channelSQL = `'` + NotifyChannel + `.' || current_schema()`
 
 // Listen holds one connection of pool listening on the outbox channel of
-// the pool's current schema until ctx is
-// done, and sends on wake (without blocking; one pending wake is enough)
-// whenever a transaction that enqueued a start commits. Pass the same
+// the pool's current schema until ctx is done, and sends on wake (without
+// blocking; one pending wake is enough) whenever a transaction that enqueued
+// a start commits. Pass the same
 // channel as RelayOpts.Wake, so that a start reaches Temporal milliseconds
 // after the commit instead of at the next poll. A lost connection is logged
 // and re-established with backoff; polling goes on meanwhile, so nothing
