@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,9 +86,13 @@ type Server struct {
 }
 
 // Start launches the dev server with keyed's search attributes registered
-// and waits until its frontend answers a health check. It returns an error
-// wrapping ErrNoBinary when the binary is missing, and an error naming the
-// command when the server exits or does not answer in time.
+// and waits until its frontend answers a health check. The server also
+// binds ports of its own choosing for its internal services, which another
+// process may take in the meantime; a server that exits before it is ready
+// is therefore started again on fresh ports, up to three times. Start
+// returns an error wrapping ErrNoBinary when the binary is missing, and an
+// error naming the command and quoting its last output when the server
+// exits or does not answer in time.
 func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	if opts == nil {
 		opts = &Opts{}
@@ -99,6 +104,22 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 			return nil, err
 		}
 	}
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var s *Server
+		var exited bool
+		s, exited, err = start(ctx, bin, opts)
+		if err == nil {
+			return s, nil
+		}
+		if !exited || opts.Port != 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, err
+}
+
+func start(ctx context.Context, bin string, opts *Opts) (s *Server, exited bool, err error) {
 	ip := opts.IP
 	if ip == "" {
 		ip = "127.0.0.1"
@@ -107,7 +128,7 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	// twice: frontend, HTTP API, metrics and Web UI.
 	ports, err := freePorts(ip, 4)
 	if err != nil {
-		return nil, fmt.Errorf("dev server: pick ports: %w", err)
+		return nil, false, fmt.Errorf("dev server: pick ports: %w", err)
 	}
 	port := opts.Port
 	if port == 0 {
@@ -115,7 +136,7 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	}
 	args := []string{"server", "start-dev", "--ip", ip, "--port", strconv.Itoa(port),
 		"--http-port", strconv.Itoa(ports[1]), "--metrics-port", strconv.Itoa(ports[2]), "--log-level", "warn"}
-	s := &Server{addr: net.JoinHostPort(ip, strconv.Itoa(port)), done: make(chan error, 1)}
+	s = &Server{addr: net.JoinHostPort(ip, strconv.Itoa(port)), done: make(chan error, 1)}
 	switch {
 	case opts.UIPort < 0:
 		args = append(args, "--headless")
@@ -133,16 +154,17 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	if opts.DBFile != "" {
 		args = append(args, "--db-filename", opts.DBFile)
 	}
-	out := opts.Output
-	if out == nil {
-		out = io.Discard
+	tail := &tailBuffer{max: 4096}
+	var out io.Writer = tail
+	if opts.Output != nil {
+		out = io.MultiWriter(opts.Output, tail)
 	}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	// Its own process group, so Stop can end the UI server child as well.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s %s: %w", bin, strings.Join(args, " "), err)
+		return nil, false, fmt.Errorf("start %s %s: %w", bin, strings.Join(args, " "), err)
 	}
 	go func() { s.done <- s.cmd.Wait() }()
 
@@ -152,9 +174,36 @@ func Start(ctx context.Context, opts *Opts) (*Server, error) {
 	}
 	if err := s.waitReady(ctx, timeout); err != nil {
 		_ = s.Stop()
-		return nil, fmt.Errorf("dev server (%s %s): %w", bin, strings.Join(args, " "), err)
+		return nil, errors.Is(err, errExited), fmt.Errorf("dev server (%s %s): %w; its last output:\n%s",
+			bin, strings.Join(args, " "), err, tail.String())
 	}
-	return s, nil
+	return s, false, nil
+}
+
+// errExited is wrapped by waitReady when the server process ends first.
+var errExited = errors.New("exited before it was ready")
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = b.buf[over:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
@@ -165,7 +214,7 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 		select {
 		case err := <-s.done:
 			s.done <- err
-			return fmt.Errorf("exited before it was ready: %v", err)
+			return fmt.Errorf("%w: %v", errExited, err)
 		case <-ctx.Done():
 			return fmt.Errorf("not ready after %s: %v", timeout, last)
 		case <-time.After(200 * time.Millisecond):
