@@ -49,21 +49,7 @@ func TestMain(m *testing.M) {
 		runChild(url)
 		return
 	}
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "api tests need a Temporal dev server: %v\n"+
-			"Run `make tools` to build bin/temporal, or set KEYED_TEMPORAL_BIN.\n", err)
-		return 1
-	}
-	defer srv.Stop()
-	devServer, temporalAddr = srv, srv.Address()
-	return m.Run()
+	os.Exit(devserver.RunTests(m, "api", func(s *devserver.Server) { devServer, temporalAddr = s, s.Address() }))
 }
 
 // runChild serves the API on a free port over the database at url, prints

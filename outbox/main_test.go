@@ -31,21 +31,7 @@ import (
 var temporalAddr string
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "outbox tests need a Temporal dev server: %v\n"+
-			"Run `make tools` to build bin/temporal, or set KEYED_TEMPORAL_BIN.\n", err)
-		return 1
-	}
-	defer srv.Stop()
-	temporalAddr = srv.Address()
-	return m.Run()
+	os.Exit(devserver.RunTests(m, "outbox", func(s *devserver.Server) { temporalAddr = s.Address() }))
 }
 
 type bundle struct {

@@ -3,8 +3,6 @@
 package tests
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -17,13 +15,5 @@ import (
 var temporalAddr string
 
 func TestMain(m *testing.M) {
-	srv, err := devserver.Start(context.Background(), &devserver.Opts{UIPort: -1})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tests: cannot start the Temporal dev server: %v\n", err)
-		os.Exit(1)
-	}
-	temporalAddr = srv.Address()
-	code := m.Run()
-	_ = srv.Stop()
-	os.Exit(code)
+	os.Exit(devserver.RunTests(m, "end-to-end", func(s *devserver.Server) { temporalAddr = s.Address() }))
 }

@@ -279,3 +279,26 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
+
+// RunTests is a test package's TestMain body: it starts one headless dev
+// server for the whole package, hands it to use (to keep its address), runs
+// the tests, stops the server and returns the exit code. When the server
+// cannot start it prints why and how to fix it, and fails the package
+// instead of skipping anything:
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(devserver.RunTests(m, "api", func(s *devserver.Server) { temporalAddr = s.Address() }))
+//	}
+func RunTests(m interface{ Run() int }, pkg string, use func(*Server)) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := Start(ctx, &Opts{UIPort: -1})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests need a Temporal dev server: %v\n"+
+			"Run `make tools` to build bin/temporal, or set KEYED_TEMPORAL_BIN.\n", pkg, err)
+		return 1
+	}
+	defer srv.Stop()
+	use(srv)
+	return m.Run()
+}
