@@ -15,6 +15,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 )
 
 // loadConfig builds a validated configuration for role from env alone.
@@ -50,6 +51,14 @@ func TestStarterGraphIsComplete(t *testing.T) {
 	cfg := loadConfig(t, config.Starter, nil)
 	require.NoError(t, fx.ValidateApp(fxapp.Starter(cfg, quiet(),
 		fx.Invoke(func(*orders.Store, *effects.Client, client.Client) {}))))
+}
+
+// `starter relay` runs the relay on the starter's graph, without a worker.
+func TestStarterRelayGraphIsComplete(t *testing.T) {
+	t.Parallel()
+	cfg := loadConfig(t, config.Starter, nil)
+	require.NoError(t, fx.ValidateApp(fxapp.Starter(cfg, quiet(), fxapp.RelayModule,
+		fx.Invoke(func(*outbox.Relay) {}))))
 }
 
 func TestStarterGraphHasNoWorker(t *testing.T) {
