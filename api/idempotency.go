@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/pgbatch"
 )
 
 // Retention is how long a stored response stays replayable: 24 hours, as
@@ -188,21 +189,15 @@ func Prune(ctx context.Context, db effects.DB, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	var total int64
-	for {
-		tag, err := db.Exec(ctx, `
+	total, err := pgbatch.Delete(ctx, db, batch, `
 DELETE FROM keyed_api_requests WHERE (tenant_id, idempotency_key) IN (
 	SELECT tenant_id, idempotency_key FROM keyed_api_requests
 	WHERE (state = 'done' AND finished_at < now() - $1 * interval '1 microsecond')
 	   OR (state = 'running' AND locked_until < now() - $1 * interval '1 microsecond')
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), batch)
-		if err != nil {
-			return total, fmt.Errorf("prune API requests: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
-			return total, nil
-		}
+	FOR UPDATE SKIP LOCKED)`, retention.Microseconds())
+	if err != nil {
+		return total, fmt.Errorf("prune API requests: %w", err)
 	}
+	return total, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/internal/pgbatch"
 )
 
 // DefaultRetention is how long Prune keeps finished records. It must cover
@@ -118,21 +120,15 @@ func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	var total int64
-	for {
-		tag, err := c.db.Exec(ctx, `
+	total, err := pgbatch.Delete(ctx, c.db, batch, `
 DELETE FROM keyed_effects WHERE key IN (
 	SELECT key FROM keyed_effects
 	WHERE state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
 	ORDER BY finished_at LIMIT $2
 	FOR UPDATE SKIP LOCKED)
-AND state <> 'claimed'`, retention.Microseconds(), batch)
-		if err != nil {
-			return total, fmt.Errorf("prune effects: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
-			return total, nil
-		}
+AND state <> 'claimed'`, retention.Microseconds())
+	if err != nil {
+		return total, fmt.Errorf("prune effects: %w", err)
 	}
+	return total, nil
 }

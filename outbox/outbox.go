@@ -56,6 +56,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/pgbatch"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -212,20 +213,14 @@ func Prune(ctx context.Context, db effects.DB, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	var total int64
-	for {
-		tag, err := db.Exec(ctx, `
+	total, err := pgbatch.Delete(ctx, db, batch, `
 DELETE FROM keyed_outbox WHERE id IN (
 	SELECT id FROM keyed_outbox
 	WHERE sent_at IS NOT NULL AND sent_at < now() - $1 * interval '1 microsecond'
 	ORDER BY sent_at LIMIT $2
-	FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), batch)
-		if err != nil {
-			return total, fmt.Errorf("prune outbox: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
-			return total, nil
-		}
+	FOR UPDATE SKIP LOCKED)`, retention.Microseconds())
+	if err != nil {
+		return total, fmt.Errorf("prune outbox: %w", err)
 	}
+	return total, nil
 }
