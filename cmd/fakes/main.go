@@ -1,7 +1,9 @@
 // Command fakes serves the fake Stripe and SendGrid APIs for the demo.
 //
 // Addresses come from -stripe-addr and -sendgrid-addr, or from the
-// FAKE_STRIPE_ADDR and FAKE_SENDGRID_ADDR environment variables.
+// FAKE_STRIPE_ADDR and FAKE_SENDGRID_ADDR environment variables. The fake
+// SendGrid's Email Activity API shows a message -sendgrid-index-lag (or
+// FAKE_SENDGRID_INDEX_LAG, a Go duration such as "2s") after it was accepted.
 package main
 
 import (
@@ -24,17 +26,37 @@ import (
 func main() {
 	stripeAddr := flag.String("stripe-addr", cmp.Or(os.Getenv("FAKE_STRIPE_ADDR"), "127.0.0.1:12111"), "listen address of the fake Stripe API")
 	sendgridAddr := flag.String("sendgrid-addr", cmp.Or(os.Getenv("FAKE_SENDGRID_ADDR"), "127.0.0.1:12112"), "listen address of the fake SendGrid API")
+	indexLag := flag.Duration("sendgrid-index-lag", envDuration("FAKE_SENDGRID_INDEX_LAG"), "how long the fake SendGrid's Email Activity API takes to show an accepted message")
 	flag.Parse()
+	if *indexLag < 0 {
+		slog.Error("fakes: -sendgrid-index-lag is negative", "lag", indexLag.String())
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, map[string]serve{
 		"stripe":   {*stripeAddr, fakestripe.New(nil)},
-		"sendgrid": {*sendgridAddr, fakesendgrid.New(nil)},
+		"sendgrid": {*sendgridAddr, fakesendgrid.New(&fakesendgrid.Opts{IndexLag: *indexLag})},
 	}); err != nil {
 		slog.Error("fakes failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// envDuration returns the duration in the environment variable name, or 0
+// when it is unset. A malformed value stops the program.
+func envDuration(name string) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		slog.Error("fakes: bad duration", "env", name, "err", err)
+		os.Exit(2)
+	}
+	return d
 }
 
 type serve struct {

@@ -1,6 +1,9 @@
 // Package fakesendgrid is an in-process fake of SendGrid's v3 mail send API
-// that records accepted messages and supports fault injection. Like SendGrid
-// it has no idempotency: every accepted request is a new send.
+// and of its Email Activity API (GET /v3/messages, see activity.go) that
+// records accepted messages and supports fault injection. Like SendGrid it
+// has no idempotency: every accepted request is a new send. Like SendGrid's
+// activity index, the look-up shows a message only some time (Opts.IndexLag)
+// after it was accepted.
 package fakesendgrid
 
 import (
@@ -27,6 +30,12 @@ type Opts struct {
 	// APIKey, if set, is the only API key accepted; otherwise any non-empty
 	// bearer token is.
 	APIKey string
+	// IndexLag is how long an accepted message stays invisible to the Email
+	// Activity API, like SendGrid's indexing delay. Zero means at once.
+	IndexLag time.Duration
+	// NoActivityAccess refuses every Email Activity request with 403, like
+	// SendGrid for an API key without the Email Activity scope.
+	NoActivityAccess bool
 }
 
 // Message is one accepted email: one personalization of a mail send request,
@@ -52,6 +61,8 @@ type Stats struct {
 	Count int `json:"count"`
 	// Requests is the number of /v3 API requests received.
 	Requests int `json:"requests"`
+	// Lookups is the number of Email Activity requests received.
+	Lookups int `json:"lookups"`
 	// ByEffectKey counts accepted messages per "effect_key" custom arg.
 	ByEffectKey map[string]int `json:"by_effect_key"`
 }
@@ -64,8 +75,13 @@ type Server struct {
 
 	mu       sync.Mutex
 	messages []Message
+	accepted []time.Time // accepted[i] is when messages[i] was accepted.
 	faults   fakefault.Queue
 	requests int
+
+	lookupFaults fakefault.Queue
+	lookupDown   bool
+	lookups      int
 }
 
 // New returns a Server configured by opts, which may be nil.
@@ -75,6 +91,7 @@ func New(opts *Opts) *Server {
 		s.opts = *opts
 	}
 	s.mux.HandleFunc("POST /v3/mail/send", s.authed(s.send))
+	s.mux.HandleFunc("GET /v3/messages", s.authed(s.activity))
 	s.mux.HandleFunc("/v3/", s.authed(func(w http.ResponseWriter, _ *http.Request) {
 		writeErrors(w, http.StatusNotFound, apiError{Message: "resource not found"})
 	}))
@@ -84,6 +101,7 @@ func New(opts *Opts) *Server {
 	s.mux.HandleFunc("GET /_fake/messages", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Messages())
 	})
+	s.activityAdmin(s.mux)
 	return s
 }
 
@@ -134,7 +152,7 @@ func (s *Server) Requests() int {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Count: len(s.messages), Requests: s.requests, ByEffectKey: map[string]int{}}
+	st := Stats{Count: len(s.messages), Requests: s.requests, Lookups: s.lookups, ByEffectKey: map[string]int{}}
 	for _, m := range s.messages {
 		if k, ok := m.CustomArgs["effect_key"]; ok {
 			st.ByEffectKey[k]++
@@ -143,12 +161,15 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Reset forgets all messages, counters and queued faults.
+// Reset forgets all messages, counters and queued faults, and ends a look-up
+// outage. The index lag stays.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.messages, s.requests = nil, 0
+	s.messages, s.accepted, s.requests = nil, nil, 0
+	s.lookups, s.lookupDown = 0, false
 	s.faults.Reset()
+	s.lookupFaults.Reset()
 }
 
 // authed wraps h with SendGrid's bearer API key check.
@@ -234,10 +255,12 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := newMessageID()
+	now := time.Now()
 	s.mu.Lock()
 	for _, m := range msgs {
 		m.MessageID = id
 		s.messages = append(s.messages, m)
+		s.accepted = append(s.accepted, now)
 	}
 	s.mu.Unlock()
 	if fault.Kind == FaultDropResponse {

@@ -328,7 +328,7 @@ func TestAdminEndpoints(t *testing.T) {
 
 	status, body := do("GET", "/_fake/stats", "")
 	require.Equal(t, http.StatusOK, status)
-	require.JSONEq(t, `{"count":1,"requests":3,"by_effect_key":{"e1":1}}`, body)
+	require.JSONEq(t, `{"count":1,"requests":3,"lookups":0,"by_effect_key":{"e1":1}}`, body)
 	status, body = do("GET", "/_fake/messages", "")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, `"effect_key":"e1"`)
