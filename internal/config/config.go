@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/mail"
@@ -168,8 +169,28 @@ type Loader struct {
 	// envProblems holds the variables that did not parse, by name; a flag
 	// given for the same setting overrides the problem.
 	envProblems map[string]string
-	fs          *flag.FlagSet
+	// problems are those added by Problem, reported whatever the flags.
+	problems []string
+	// flagOf names the flag of each variable a program added with Bool.
+	flagOf map[string]string
+	omit   map[FlagGroup]bool
+	lookup func(string) (string, bool)
+	fs     *flag.FlagSet
 }
+
+// FlagGroup is a group of settings that a program may leave out with
+// Omit, because it never uses them.
+type FlagGroup int
+
+// The groups Omit accepts.
+const (
+	// TemporalFlags are TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and
+	// TEMPORAL_TASK_QUEUE with their flags --temporal-address,
+	// --temporal-namespace and --task-queue.
+	TemporalFlags FlagGroup = iota + 1
+	// MigrateFlag is MIGRATE_ON_START and its flag --migrate.
+	MigrateFlag
+)
 
 // NewLoader returns a Loader for role holding the defaults overridden by
 // the environment, read through lookup (normally os.LookupEnv).
@@ -177,7 +198,7 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	l := &Loader{}
+	l := &Loader{lookup: lookup}
 	c := &l.cfg
 	c.Role = role
 	str := func(dst *string, name, def string) {
@@ -197,17 +218,7 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 			*dst = d
 		}
 	}
-	boolean := func(dst *bool, name string, def bool) {
-		*dst = def
-		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
-			b, err := strconv.ParseBool(strings.TrimSpace(v))
-			if err != nil {
-				l.problem(name, "%q is not true or false", v)
-				return
-			}
-			*dst = b
-		}
-	}
+	boolean := func(dst *bool, name string, def bool) { *dst = l.readBool(name, def) }
 	integer := func(dst *int, name string, def int) {
 		*dst = def
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
@@ -255,11 +266,15 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 func (l *Loader) BindFlags(fs *flag.FlagSet) {
 	l.fs = fs
 	c := &l.cfg
-	fs.StringVar(&c.Temporal.Address, "temporal-address", c.Temporal.Address, "Temporal frontend `host:port` (env TEMPORAL_ADDRESS)")
-	fs.StringVar(&c.Temporal.Namespace, "temporal-namespace", c.Temporal.Namespace, "Temporal `namespace` (env TEMPORAL_NAMESPACE)")
-	fs.StringVar(&c.Temporal.TaskQueue, "task-queue", c.Temporal.TaskQueue, "Temporal task `queue` of the order workflow (env TEMPORAL_TASK_QUEUE)")
+	if !l.omit[TemporalFlags] {
+		fs.StringVar(&c.Temporal.Address, "temporal-address", c.Temporal.Address, "Temporal frontend `host:port` (env TEMPORAL_ADDRESS)")
+		fs.StringVar(&c.Temporal.Namespace, "temporal-namespace", c.Temporal.Namespace, "Temporal `namespace` (env TEMPORAL_NAMESPACE)")
+		fs.StringVar(&c.Temporal.TaskQueue, "task-queue", c.Temporal.TaskQueue, "Temporal task `queue` of the order workflow (env TEMPORAL_TASK_QUEUE)")
+	}
 	fs.StringVar(&l.level, "log-level", l.level, "minimum log `level`: debug, info, warn or error (env LOG_LEVEL)")
-	fs.BoolVar(&c.Database.Migrate, "migrate", c.Database.Migrate, "apply keyed's database migrations on start (env MIGRATE_ON_START)")
+	if !l.omit[MigrateFlag] {
+		fs.BoolVar(&c.Database.Migrate, "migrate", c.Database.Migrate, "apply keyed's database migrations on start (env MIGRATE_ON_START)")
+	}
 	if l.cfg.Role != Worker {
 		return
 	}
@@ -283,23 +298,33 @@ func (l *Loader) Load() (*Config, error) {
 		l.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	}
 	for name, p := range l.envProblems {
-		if fl := flagOf[name]; fl == "" || !set[fl] {
+		if l.omitted(name) {
+			continue
+		}
+		if fl := l.flagName(name); fl == "" || !set[fl] {
 			problems = append(problems, p)
 		}
 	}
+	problems = append(problems, l.problems...)
 	add := func(name, format string, args ...any) {
-		if fl := flagOf[name]; fl != "" {
+		if l.omitted(name) {
+			return
+		}
+		if fl := l.flagName(name); fl != "" && l.hasFlag(fl) {
 			name += " (--" + fl + ")"
 		}
 		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
+	}
+	if l.omit[MigrateFlag] {
+		c.Database.Migrate = false
 	}
 
 	if _, err := pgxpool.ParseConfig(c.Database.URL); err != nil {
 		// pgx's message quotes the string, password and all: say it ourselves.
 		add("DATABASE_URL", "not a Postgres connection string (want postgres://user[:password]@host:5432/db?sslmode=disable)")
 	}
-	if err := checkHostPort(c.Temporal.Address); err != nil {
-		add("TEMPORAL_ADDRESS", "%q: %v", c.Temporal.Address, err)
+	if err := CheckHostPort(c.Temporal.Address); err != nil {
+		add("TEMPORAL_ADDRESS", "%v", err)
 	}
 	if c.Temporal.Namespace == "" {
 		add("TEMPORAL_NAMESPACE", "must not be empty")
@@ -327,13 +352,13 @@ func (l *Loader) Load() (*Config, error) {
 		case !strings.HasPrefix(c.Stripe.SecretKey, "sk_") && !strings.HasPrefix(c.Stripe.SecretKey, "rk_"):
 			add("STRIPE_SECRET_KEY", "must start with sk_ or rk_ (is it a publishable pk_ key?)")
 		}
-		if err := checkBaseURL(c.Stripe.APIBase); err != nil {
+		if err := CheckBaseURL(c.Stripe.APIBase); err != nil {
 			add("STRIPE_API_BASE", "%v", err)
 		}
 		if c.SendGrid.APIKey == "" {
 			add("SENDGRID_API_KEY", "required (a SendGrid API key, SG.…)")
 		}
-		if err := checkBaseURL(c.SendGrid.APIBase); err != nil {
+		if err := CheckBaseURL(c.SendGrid.APIBase); err != nil {
 			add("SENDGRID_API_BASE", "%v", err)
 		}
 		if c.Receipt.From == "" {
@@ -347,8 +372,8 @@ func (l *Loader) Load() (*Config, error) {
 		if c.Receipt.CollapseWindow <= 0 {
 			add("COLLAPSE_WINDOW", "%s must be positive", c.Receipt.CollapseWindow)
 		}
-		if err := checkHostPort(c.Metrics.Addr); err != nil {
-			add("METRICS_ADDR", "%q: %v", c.Metrics.Addr, err)
+		if err := CheckHostPort(c.Metrics.Addr); err != nil {
+			add("METRICS_ADDR", "%v", err)
 		}
 		if c.Worker.StopTimeout <= 0 {
 			add("WORKER_STOP_TIMEOUT", "%s must be positive", c.Worker.StopTimeout)
@@ -368,6 +393,73 @@ func (l *Loader) Load() (*Config, error) {
 		return nil, &Error{Role: c.Role, Problems: problems}
 	}
 	return &c, nil
+}
+
+// Omit leaves groups out: BindFlags adds no flag for them and Load does
+// not check them, for a program that never uses those settings. Call it
+// before BindFlags.
+func (l *Loader) Omit(groups ...FlagGroup) {
+	if l.omit == nil {
+		l.omit = map[FlagGroup]bool{}
+	}
+	for _, g := range groups {
+		l.omit[g] = true
+	}
+}
+
+// Bool reads the boolean variable name (true or false, 1 or 0, as
+// strconv.ParseBool), or def when it is unset. Any other value is a problem
+// that Load reports with the others, unless the program's flag flagName is
+// given on the command line; flagName may be empty.
+func (l *Loader) Bool(name, flagName string, def bool) bool {
+	if flagName != "" {
+		if l.flagOf == nil {
+			l.flagOf = map[string]string{}
+		}
+		l.flagOf[name] = flagName
+	}
+	return l.readBool(name, def)
+}
+
+// Problem adds a problem with the setting name (a variable or a flag) that
+// Load reports with the others. The message must not hold a secret.
+func (l *Loader) Problem(name, format string, args ...any) {
+	l.problems = append(l.problems, name+": "+fmt.Sprintf(format, args...))
+}
+
+func (l *Loader) readBool(name string, def bool) bool {
+	v, ok := l.lookup(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		l.problem(name, "%q is not true or false (also accepted: 1, 0, t, f)", quote(v))
+		return def
+	}
+	return b
+}
+
+func (l *Loader) flagName(name string) string {
+	if fl := l.flagOf[name]; fl != "" {
+		return fl
+	}
+	return flagOf[name]
+}
+
+func (l *Loader) hasFlag(name string) bool {
+	return l.fs != nil && l.fs.Lookup(name) != nil
+}
+
+// omitted reports whether the variable name belongs to an omitted group.
+func (l *Loader) omitted(name string) bool {
+	switch name {
+	case "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE":
+		return l.omit[TemporalFlags]
+	case "MIGRATE_ON_START":
+		return l.omit[MigrateFlag]
+	}
+	return false
 }
 
 func (l *Loader) problem(name, format string, args ...any) {
@@ -394,26 +486,78 @@ var ErrInvalid = errors.New("invalid configuration")
 // Is reports whether target is ErrInvalid.
 func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
-func checkHostPort(s string) error {
-	_, port, err := net.SplitHostPort(s)
+// CheckHostPort returns an error unless s is a listen or dial address
+// "host:port": host empty, an IP address or a DNS name, and port a number
+// from 0 to 65535. The error quotes s with anything before an '@' left out.
+func CheckHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return errors.New("want host:port")
+		return fmt.Errorf("%q is not host:port", quote(s))
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", quote(s), port)
+	}
+	if host != "" && net.ParseIP(host) == nil && !isDNSName(host) {
+		return fmt.Errorf("%q: host %q is not an IP address or a DNS name", quote(s), quote(host))
 	}
 	return nil
 }
 
-func checkBaseURL(s string) error {
+// isDNSName reports whether s is a syntactically valid DNS name: labels of
+// letters, digits and inner hyphens (underscores tolerated), 1 to 63 bytes
+// each, 253 in all.
+func isDNSName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// CheckBaseURL returns an error unless s is an http or https URL with a
+// host and without credentials. The error never holds the URL's userinfo.
+func CheckBaseURL(s string) error {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL", s)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", quote(s))
 	}
 	if u.User != nil {
-		return errors.New("must not carry credentials in the URL")
+		u.User = nil
+		return fmt.Errorf("%q carries credentials (user:password@): give the API's key in its own variable", u.String())
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", u.String())
 	}
 	return nil
+}
+
+// quote returns s for an error message with any userinfo left out: what
+// precedes the last '@' before the first '/' after "scheme://" (or in the
+// whole string, when it has no scheme) becomes "…".
+func quote(s string) string {
+	rest, prefix := s, ""
+	if i := strings.Index(s, "://"); i >= 0 {
+		prefix, rest = s[:i+3], s[i+3:]
+	}
+	end := len(rest)
+	if j := strings.IndexByte(rest, '/'); j >= 0 {
+		end = j
+	}
+	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
+		return prefix + "…" + rest[at:]
+	}
+	return s
 }
 
 // Load is NewLoader, BindFlags, fs.Parse(args) and Load in one call, for a
@@ -446,4 +590,37 @@ var flagOf = map[string]string{
 	"METRICS_ADDR":          "metrics-addr",
 	"WORKER_STOP_TIMEOUT":   "stop-timeout",
 	"WORKER_MAX_ACTIVITIES": "max-activities",
+}
+
+// PrintFlags writes the flags of fs to w spelled as usage lines spell them,
+// "--name value", each followed by its usage indented and its default
+// unless that is the zero value. Strings' defaults are quoted.
+func PrintFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		var b strings.Builder
+		b.WriteString("  --" + f.Name)
+		if name != "" {
+			b.WriteString(" " + name)
+		}
+		b.WriteString("\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if d := defaultOf(f); d != "" {
+			b.WriteString(" (default " + d + ")")
+		}
+		fmt.Fprintln(w, b.String())
+	})
+}
+
+// defaultOf returns f's default for help, or "" when it is the zero value.
+func defaultOf(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "0", "false", "0s":
+		return ""
+	}
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, isString := g.Get().(string); isString {
+			return strconv.Quote(f.DefValue)
+		}
+	}
+	return f.DefValue
 }

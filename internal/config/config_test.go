@@ -192,3 +192,102 @@ func TestFlagOverridesABadVariable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Minute, c.Receipt.CollapseWindow)
 }
+
+func TestURLCredentialsAreNeverEchoed(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t"
+	m := workerEnv()
+	m["STRIPE_API_BASE"] = "ftp://user:" + secret + "@x"
+	m["SENDGRID_API_BASE"] = "https://user:" + secret + "@api.sendgrid.com/%zz"
+	m["TEMPORAL_ADDRESS"] = "user:" + secret + "@temporal:7233"
+	m["METRICS_ADDR"] = "user:" + secret + "@:9464"
+	_, err := load(t, config.Worker, m)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	var cerr *config.Error
+	require.ErrorAs(t, err, &cerr)
+	require.Len(t, cerr.Problems, 4, err.Error())
+	for _, name := range []string{"STRIPE_API_BASE", "SENDGRID_API_BASE", "TEMPORAL_ADDRESS", "METRICS_ADDR"} {
+		require.Contains(t, err.Error(), name)
+	}
+	require.NotContains(t, err.Error(), secret)
+	require.Contains(t, err.Error(), `"ftp://x" carries credentials`)
+
+	m = workerEnv()
+	m["STRIPE_API_BASE"] = "https://user:" + secret + "@api.stripe.com"
+	_, err = load(t, config.Worker, m)
+	require.ErrorContains(t, err, "STRIPE_API_BASE")
+	require.NotContains(t, err.Error(), secret, "credentials are refused even with a good scheme")
+}
+
+func TestAddressesMustBeHostPort(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"nope", "127.0.0.1:99999", "127.0.0.1:http", "exa mple:80", "-x:80", "a..b:80"} {
+		require.Error(t, config.CheckHostPort(bad), bad)
+	}
+	for _, good := range []string{"127.0.0.1:8080", ":0", "[::1]:7233", "temporal-frontend.prod.svc:7233", "localhost:1"} {
+		require.NoError(t, config.CheckHostPort(good), good)
+	}
+}
+
+func TestBooleansAreStrict(t *testing.T) {
+	t.Parallel()
+	_, err := load(t, config.Starter, map[string]string{"MIGRATE_ON_START": "perhaps"})
+	require.ErrorContains(t, err, `MIGRATE_ON_START: "perhaps" is not true or false`)
+
+	newLoader := func(v string) (*config.Loader, *flag.FlagSet, bool) {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		l := config.NewLoader(config.Starter, env(map[string]string{"KEYED_SERVE_RELAY": v}))
+		relay := fs.Bool("relay", l.Bool("KEYED_SERVE_RELAY", "relay", false), "")
+		l.BindFlags(fs)
+		return l, fs, *relay
+	}
+	l, fs, relay := newLoader("perhaps")
+	require.False(t, relay)
+	require.NoError(t, fs.Parse(nil))
+	_, err = l.Load()
+	require.ErrorContains(t, err, `KEYED_SERVE_RELAY: "perhaps" is not true or false`)
+
+	l, fs, _ = newLoader("perhaps")
+	require.NoError(t, fs.Parse([]string{"--relay"}))
+	_, err = l.Load()
+	require.NoError(t, err, "the flag overrides the bad variable")
+
+	_, _, relay = newLoader("1")
+	require.True(t, relay)
+}
+
+func TestProblemsAndOmittedGroups(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	l := config.NewLoader(config.Starter, env(map[string]string{"TEMPORAL_ADDRESS": "nope", "LOG_LEVEL": "loud", "MIGRATE_ON_START": "1"}))
+	l.Omit(config.TemporalFlags, config.MigrateFlag)
+	l.BindFlags(fs)
+	for _, name := range []string{"temporal-address", "temporal-namespace", "task-queue", "migrate"} {
+		require.Nil(t, fs.Lookup(name), name)
+	}
+	require.NotNil(t, fs.Lookup("log-level"))
+	require.NoError(t, fs.Parse(nil))
+	l.Problem("KEYED_API_KEYS", "entry 1: want tenant=key")
+	_, err := l.Load()
+	var cerr *config.Error
+	require.ErrorAs(t, err, &cerr)
+	require.Equal(t, []string{"KEYED_API_KEYS: entry 1: want tenant=key", `LOG_LEVEL (--log-level): "loud" is not debug, info, warn or error`}, cerr.Problems,
+		"an omitted group is not checked; an added problem is listed with the others")
+}
+
+func TestPrintFlags(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("temporal-namespace", "default", "Temporal `namespace`")
+	fs.String("as", "", "the `outcome`: done or retry (required)")
+	fs.Bool("json", false, "print JSON")
+	fs.Duration("wait", time.Second, "how long to `wait`")
+	var b strings.Builder
+	config.PrintFlags(&b, fs)
+	require.Equal(t, "  --as outcome\n    \tthe outcome: done or retry (required)\n"+
+		"  --json\n    \tprint JSON\n"+
+		"  --temporal-namespace namespace\n    \tTemporal namespace (default \"default\")\n"+
+		"  --wait wait\n    \thow long to wait (default 1s)\n", b.String())
+}
