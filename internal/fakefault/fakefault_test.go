@@ -24,6 +24,8 @@ func TestUnmarshalJSON(t *testing.T) {
 		{"no delay", `{"kind":"rate_limit","match":"order-7"}`, Fault{Kind: FaultRateLimit, Match: "order-7"}},
 		{"null delay", `{"kind":"drop_response","delay":null}`, Fault{Kind: FaultDropResponse}},
 		{"hold response", `{"kind":"hold_response","delay":"20s"}`, Fault{Kind: FaultHoldResponse, Delay: 20 * time.Second}},
+		{"rate", `{"kind":"drop_response","rate":0.1}`, Fault{Kind: FaultDropResponse, Rate: 0.1}},
+		{"rate with times", `{"kind":"server_error","rate":1,"times":3}`, Fault{Kind: FaultServerError, Rate: 1, Times: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -45,6 +47,9 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 		{"bad delay type", `{"kind":"latency","delay":true}`, `fakefault: bad delay true`},
 		{"bad times", `{"kind":"latency","times":"2"}`, `cannot unmarshal`},
 		{"not an object", `[]`, `cannot unmarshal`},
+		{"rate above 1", `{"kind":"rate_limit","rate":1.5}`, `fakefault: rate 1.5 is not within [0, 1]`},
+		{"negative rate", `{"kind":"rate_limit","rate":-0.1}`, `fakefault: rate -0.1 is not within [0, 1]`},
+		{"negative times", `{"kind":"rate_limit","times":-1}`, `fakefault: negative times -1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -185,6 +190,9 @@ func TestRegisterAdmin(t *testing.T) {
 	require.Contains(t, body, "not implemented")
 	status, _ = do("POST", "/_fake/faults", `{"kind":`)
 	require.Equal(t, http.StatusBadRequest, status)
+	status, body = do("POST", "/_fake/faults", `{"kind":"latency","rate":7}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "not within [0, 1]")
 	require.Equal(t, []Fault{{Kind: FaultServerError, Times: 2, Match: "x"}, {Kind: FaultLatency, Times: 1, Delay: 5 * time.Millisecond}}, q.Pending())
 
 	status, _ = do("GET", "/_fake/faults", "")
@@ -193,5 +201,96 @@ func TestRegisterAdmin(t *testing.T) {
 	status, _ = do("POST", "/_fake/reset", "")
 	require.Equal(t, http.StatusNoContent, status)
 	require.Equal(t, 1, resets)
+	require.Empty(t, q.Pending())
+}
+
+// seq returns a draw function that yields vals in turn.
+func seq(vals ...float64) func() float64 {
+	return func() float64 {
+		v := vals[0]
+		vals = vals[1:]
+		return v
+	}
+}
+
+func TestQueueRates(t *testing.T) {
+	t.Parallel()
+	q := Queue{rand: seq(0.05, 0.12, 0.17, 0.5, 0.0)}
+	q.Inject(Fault{Kind: FaultDropResponse, Rate: 0.10})
+	q.Inject(Fault{Kind: FaultServerError, Rate: 0.05})
+	q.Inject(Fault{Kind: FaultRateLimit, Rate: 0.05, Match: "send"})
+	q.Inject(Fault{Kind: FaultLatency, Rate: 0.5, Match: "other"})
+
+	// One draw per request; the matching rates add up in queue order.
+	for _, want := range []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit} {
+		f, ok := q.Take("send")
+		require.True(t, ok)
+		require.Equal(t, want, f.Kind)
+	}
+	_, ok := q.Take("send") // 0.5 is above 0.10+0.05+0.05
+	require.False(t, ok)
+
+	// Rate faults stay queued without a limit.
+	require.Len(t, q.Pending(), 4)
+	for _, f := range q.Pending() {
+		require.Zero(t, f.Times)
+	}
+	// A subject draws among the rate faults it matches only.
+	f, ok := q.Take("")
+	require.True(t, ok)
+	require.Equal(t, FaultDropResponse, f.Kind)
+}
+
+func TestQueueCountedBeforeRates(t *testing.T) {
+	t.Parallel()
+	q := Queue{rand: func() float64 { return 0 }}
+	q.Inject(Fault{Kind: FaultDropResponse, Rate: 1})
+	q.Inject(Fault{Kind: FaultServerError, Match: "order-7"})
+
+	f, ok := q.Take("order-7")
+	require.True(t, ok)
+	require.Equal(t, FaultServerError, f.Kind, "a counted fault is taken before any rate fault")
+	f, ok = q.Take("order-7")
+	require.True(t, ok)
+	require.Equal(t, FaultDropResponse, f.Kind)
+	require.Equal(t, []Fault{{Kind: FaultDropResponse, Rate: 1}}, q.Pending())
+}
+
+func TestQueueRateTimes(t *testing.T) {
+	t.Parallel()
+	q := Queue{rand: func() float64 { return 0.5 }}
+	q.Inject(Fault{Kind: FaultRateLimit, Rate: 0.9, Times: 2})
+	for range 2 {
+		f, ok := q.Take("s")
+		require.True(t, ok)
+		require.Equal(t, FaultRateLimit, f.Kind)
+	}
+	_, ok := q.Take("s")
+	require.False(t, ok, "a rate fault leaves the queue after Times applications")
+	require.Empty(t, q.Pending())
+}
+
+func TestQueueRateFrequency(t *testing.T) {
+	t.Parallel()
+	var q Queue
+	q.Inject(Fault{Kind: FaultDropResponse, Rate: 0.10})
+	q.Inject(Fault{Kind: FaultServerError, Rate: 0.05})
+	const n = 20000
+	got := map[FaultKind]int{}
+	for range n {
+		if f, ok := q.Take("s"); ok {
+			got[f.Kind]++
+		}
+	}
+	// Binomial standard deviations are about 42 and 31; allow 5 of them.
+	require.InDelta(t, 0.10*n, got[FaultDropResponse], 210)
+	require.InDelta(t, 0.05*n, got[FaultServerError], 155)
+}
+
+func TestInjectRefusesBadFaults(t *testing.T) {
+	t.Parallel()
+	var q Queue
+	require.PanicsWithError(t, "fakefault: rate 2 is not within [0, 1]", func() { q.Inject(Fault{Kind: FaultLatency, Rate: 2}) })
+	require.PanicsWithError(t, "fakefault: negative times -3", func() { q.Inject(Fault{Kind: FaultLatency, Times: -3}) })
 	require.Empty(t, q.Pending())
 }

@@ -38,7 +38,13 @@ var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit
 // Idempotency-Key contains it match. Faults are consumed in the order they
 // were injected; one request takes at most one. For every kind, f.Delay is
 // slept with the request already in flight (after the charge for
-// FaultHoldResponse, before it otherwise).
+// FaultHoldResponse, before it otherwise). A fault with f.Rate set is a
+// rate fault instead: it stays queued and applies to each matching request
+// with probability f.Rate (see fakefault.Fault), so that
+//
+//	s.Inject(Fault{Kind: FaultDropResponse, Rate: 0.10})
+//
+// charges and then drops the response of about 10% of requests.
 func (s *Server) Inject(f Fault) {
 	s.faults.Inject(f)
 }
