@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/mail"
 	"regexp"
 	"strings"
 	"time"
@@ -84,7 +83,8 @@ var Currencies = map[string]bool{
 
 var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
 
-// Validate returns a *ValidationError naming the first invalid field.
+// Validate returns a *ValidationError naming the first invalid field. The
+// customer email must pass ValidateEmail.
 func (o NewOrder) Validate() error {
 	// StepMarkFailed is the longest step: if its key fits, every step's does.
 	if _, err := effects.NewKey(o.TenantID, "order", o.ID, StepMarkFailed); err != nil {
@@ -106,8 +106,8 @@ func (o NewOrder) Validate() error {
 	if !Currencies[o.Currency] {
 		return &ValidationError{Field: "currency", Reason: fmt.Sprintf("%q is not a supported lower-case ISO 4217 code", o.Currency)}
 	}
-	if a, err := mail.ParseAddress(o.CustomerEmail); err != nil || a.Address != o.CustomerEmail {
-		return &ValidationError{Field: "customer_email", Reason: "not a plain email address"}
+	if err := ValidateEmail(o.CustomerEmail); err != nil {
+		return err
 	}
 	if !paymentMethodRE.MatchString(o.PaymentMethod) {
 		return &ValidationError{Field: "payment_method", Reason: "want a Stripe payment method ID such as pm_card_visa"}
