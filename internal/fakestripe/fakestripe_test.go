@@ -329,6 +329,27 @@ func TestRateLimit(t *testing.T) {
 	require.Equal(t, 1, b.srv.Charges())
 }
 
+// A rate fault stays queued and faults every matching request with its
+// probability; here 1, so every request of the matched keys.
+func TestRateFault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.Inject(Fault{Kind: FaultServerError, Rate: 1, Match: "rated-"})
+
+	for _, key := range []string{"rated-1", "rated-2", "rated-1"} {
+		_, err := b.pi.New(params("o1", "pm_card_visa", key))
+		require.Equal(t, http.StatusInternalServerError, stripeErr(t, err).HTTPStatusCode)
+	}
+	_, err := b.pi.New(params("o2", "pm_card_visa", "plain"))
+	require.NoError(t, err)
+	require.Equal(t, 1, b.srv.Charges())
+	require.Equal(t, []Fault{{Kind: FaultServerError, Rate: 1, Match: "rated-"}}, b.srv.pendingFaults())
+
+	status, body := b.do(t, "POST", "/_fake/faults", `{"kind":"rate_limit","rate":1.5}`, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "not within [0, 1]")
+}
+
 func TestFaultMatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
