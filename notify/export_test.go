@@ -12,3 +12,6 @@ func ClaimParamsFor(m Message) (key, kind, owner, fp string) {
 func RecipientDigest(m Message) []byte {
 	return recipientDigest(m.Key.Tenant(), m.To)
 }
+
+// XMessageID exposes xMessageID.
+var XMessageID = xMessageID

@@ -184,11 +184,19 @@ func (s *Sender) find(ctx context.Context, key effects.Key) (string, error) {
 	}
 	for _, msg := range body.Messages {
 		if msg.MsgID != "" {
-			// SendGrid's msg_id is the request's X-Message-Id, a dot and a
-			// per-recipient suffix; keep the X-Message-Id, as a send does.
-			id, _, _ := strings.Cut(msg.MsgID, ".")
-			return id, nil
+			return xMessageID(msg.MsgID), nil
 		}
 	}
 	return "", nil
+}
+
+// xMessageID returns the X-Message-Id part of SendGrid's msg_id, which is
+// the send request's X-Message-Id followed by ".filter…" (the per-recipient
+// part), so that a settled send stores the same ID as a confirmed one. A
+// msg_id of another shape is returned whole.
+func xMessageID(msgID string) string {
+	if i := strings.Index(msgID, ".filter"); i > 0 {
+		return msgID[:i]
+	}
+	return msgID
 }

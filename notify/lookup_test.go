@@ -356,3 +356,15 @@ func TestActivityQuery(t *testing.T) {
 		notify.ActivityQuery(effects.MustKey("acme", "order", "9f3a", "receipt")))
 	require.Equal(t, `(unique_args['effect_key']="acme:a\"b\\c")`, notify.ActivityQuery(effects.MustKey("acme", `a"b\c`)))
 }
+
+func TestXMessageID(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"v-iwGRqmdO9NFciFnhAUow.filter0001p1las1-16816-5A023E36-0.0":   "v-iwGRqmdO9NFciFnhAUow",
+		"14c5d75ce93.dfd.64b469.filter0307p1las1-16816-5A023E36-1.0":   "14c5d75ce93.dfd.64b469",
+		"v-iwGRqmdO9NFciFnhAUow":                                       "v-iwGRqmdO9NFciFnhAUow",
+		"v-iwGRqmdO9NFciFnhAUow.recvd-5f5c7d8d77-kq2xz-1-6B0D5C81-3.0": "v-iwGRqmdO9NFciFnhAUow.recvd-5f5c7d8d77-kq2xz-1-6B0D5C81-3.0",
+	} {
+		require.Equal(t, want, notify.XMessageID(in), in)
+	}
+}

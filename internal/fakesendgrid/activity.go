@@ -167,7 +167,8 @@ func (s *Server) search(cond []condition, limit int) []ActivityMessage {
 }
 
 // fullMessageID derives SendGrid's per-recipient message ID from the
-// request's X-Message-Id, like "14c5d75ce93.dfd.64b469.filter0001p1las1-16816-5A023E36-1.0".
+// request's X-Message-Id, like
+// "v-iwGRqmdO9NFciFnhAUow.filter0001p1las1-16816-5A023E36-0.0".
 func fullMessageID(xMessageID string, at time.Time, rcpt int) string {
 	return fmt.Sprintf("%s.filter0001p1fake1-%d-%X-%d.0", xMessageID, at.Nanosecond()%100000, at.Unix(), rcpt)
 }
