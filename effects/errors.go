@@ -100,10 +100,13 @@ func Transient(err error) error {
 }
 
 // IsTransient reports whether err, or any error it wraps, was marked with
-// Transient, or is an *InProgressError (another owner may still finish).
+// Transient, is an *InProgressError (another owner may still finish), or is
+// an infrastructure failure (see IsInfrastructure): a lost connection, a
+// timeout or a shutdown says nothing about the request, so another attempt
+// with the same key may pass.
 func IsTransient(err error) bool {
 	var t *transientError
-	return errors.As(err, &t) || errors.Is(err, ErrInProgress)
+	return errors.As(err, &t) || errors.Is(err, ErrInProgress) || IsInfrastructure(err)
 }
 
 // Coded is implemented by errors that carry a short machine-readable code.

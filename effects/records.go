@@ -67,6 +67,17 @@ func (c *Client) Get(ctx context.Context, key Key) (*Record, error) {
 	return rec, nil
 }
 
+// GetTx is Get inside the caller's transaction: use it for a read that
+// belongs to the transaction, so that the transaction never waits for a
+// second pooled connection.
+func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error) {
+	rec, _, err := c.get(ctx, tx, key.String())
+	if err != nil {
+		return nil, fmt.Errorf("get effect %s: %w", key, err)
+	}
+	return rec, nil
+}
+
 // List returns every record of prefix's tenant whose key starts with
 // prefix's string form followed by the separator, in key order: for the
 // prefix acme:order:9f3a, the order's charge, mark_paid and receipt records.
