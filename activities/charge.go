@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/stripe/stripe-go/v76"
 
@@ -35,12 +36,24 @@ func (a *Activities) Charge(ctx context.Context, in orders.CheckoutInput) (order
 	return res, ToTemporal(err)
 }
 
+// StripeIdempotencyWindow is how long Stripe keeps an idempotency key. A
+// charge of an order older than that searches Stripe by metadata even on a
+// new claim: the claim may be new only because its record was pruned, and
+// the key alone no longer protects it.
+const StripeIdempotencyWindow = 24 * time.Hour
+
 func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
 	r, err := a.begin(ctx, in, orders.StepCharge)
 	if err != nil {
 		return orders.ChargeResult{}, err
 	}
 	o := r.order
+	if o.Status == orders.StatusFailed {
+		// A declined order is final: refuse before claiming, so that the
+		// stored outcome of its charge is never overwritten.
+		return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("charge %s: order is failed; a failed order is final, so charge a new order instead", r.key)}
+	}
 	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
 		Fingerprint: fingerprint(strconv.FormatInt(o.AmountMinor, 10), o.Currency, o.PaymentMethod)}
 	res, err := effects.Do(ctx, a.fx, p, func(ctx context.Context, claim *effects.Claim) (orders.ChargeResult, error) {
@@ -50,7 +63,7 @@ func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (order
 			return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
 				Message: fmt.Sprintf("charge %s: order is %s, not pending; refusing to charge", r.key, o.Status)}
 		}
-		if claim.Mode != effects.ModeNew {
+		if claim.Mode != effects.ModeNew || time.Since(o.CreatedAt) > StripeIdempotencyWindow {
 			pi, err := a.findCharge(ctx, r)
 			if err != nil {
 				return orders.ChargeResult{}, err

@@ -1,11 +1,8 @@
 package activities
 
 import (
-	"context"
 	"errors"
-	"net"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/effects"
@@ -94,10 +91,8 @@ func (e *Error) Error() string { return e.Message }
 // Code returns the code stored with the failed effect, such as
 // "card_declined" for ErrTypeCardDeclined.
 func (e *Error) Code() string {
-	for code, t := range typeByCode {
-		if t == e.Type {
-			return code
-		}
+	if code, ok := codeByType[e.Type]; ok {
+		return code
 	}
 	return "terminal"
 }
@@ -120,19 +115,34 @@ var typeByCode = map[string]string{
 	notify.CodeRejected:  ErrTypeProviderRejected,
 }
 
+// codeByType is the one stored code of each error type: typeByCode maps two
+// codes to ErrTypeProviderRejected, so it cannot be inverted.
+var codeByType = map[string]string{
+	ErrTypeInvalidInput:      "invalid_input",
+	ErrTypeOrderNotFound:     "order_not_found",
+	ErrTypeCardDeclined:      "card_declined",
+	ErrTypePaymentIncomplete: "payment_incomplete",
+	ErrTypeProviderRejected:  "provider_rejected",
+	ErrTypeKeyReused:         "key_reused",
+	ErrTypeAmbiguous:         "ambiguous",
+	ErrTypeInvalidState:      "invalid_state",
+	ErrTypeTerminal:          "terminal",
+	ErrTypeTransient:         "transient",
+}
+
 var retryable = map[string]bool{ErrTypeTransient: true, ErrTypeInProgress: true, ErrTypeLeaseLost: true}
 
 // ErrorType classifies err: its Temporal error type and whether Temporal may
-// retry it. Transient errors (effects.IsTransient, a lost Postgres
-// connection, a deadline) and claims in progress are retryable; everything
-// else, including anything unrecognised, is terminal.
+// retry it. Transient errors (effects.IsTransient: marked transient, a claim
+// in progress, or an infrastructure failure such as a lost Postgres
+// connection, a deadline or a shutdown) are retryable, whatever else the
+// chain holds: an attempt that could not even store its outcome is retried
+// with the same key. Everything else, including anything unrecognised, is
+// terminal.
 func ErrorType(err error) (errType string, retry bool) {
 	var app *temporal.ApplicationError
 	var own *Error
 	var stored *effects.TerminalError
-	var pgErr *pgconn.PgError
-	var netErr net.Error
-	var connectErr *pgconn.ConnectError
 	switch {
 	case err == nil:
 		return "", false
@@ -140,12 +150,12 @@ func ErrorType(err error) (errType string, retry bool) {
 		return app.Type(), !app.NonRetryable()
 	case errors.Is(err, effects.ErrLeaseLost):
 		return ErrTypeLeaseLost, true
-	case errors.As(err, &own):
-		return own.Type, retryable[own.Type]
 	case errors.Is(err, effects.ErrInProgress):
 		return ErrTypeInProgress, true
 	case effects.IsTransient(err):
 		return ErrTypeTransient, true
+	case errors.As(err, &own):
+		return own.Type, retryable[own.Type]
 	case errors.Is(err, effects.ErrAmbiguous):
 		return ErrTypeAmbiguous, false
 	case errors.As(err, &stored):
@@ -164,18 +174,6 @@ func ErrorType(err error) (errType string, retry bool) {
 		return ErrTypeInvalidState, false
 	case errors.Is(err, notify.ErrRejected):
 		return ErrTypeProviderRejected, false
-	case errors.As(err, &pgErr):
-		// Class 08 connection exception, 40 transaction rollback
-		// (serialization failure, deadlock), 53 insufficient resources,
-		// 57 operator intervention (shutdown): another attempt may pass.
-		switch pgErr.Code[:2] {
-		case "08", "40", "53", "57":
-			return ErrTypeTransient, true
-		}
-		return ErrTypeTerminal, false
-	case errors.As(err, &connectErr), pgconn.Timeout(err), pgconn.SafeToRetry(err),
-		errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return ErrTypeTransient, true
 	}
 	return ErrTypeTerminal, false
 }

@@ -43,7 +43,7 @@ func (a *Activities) markFailed(ctx context.Context, in orders.CheckoutInput) (o
 	var out orders.MarkFailedResult
 	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
 		res, err := effects.DoTx(ctx, a.fx, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (orders.MarkFailedResult, error) {
-			charge, err := a.requireCharge(ctx, r, effects.StateFailedTerminal)
+			charge, err := a.requireChargeTx(ctx, tx, r, effects.StateFailedTerminal)
 			if err != nil {
 				return orders.MarkFailedResult{}, err
 			}

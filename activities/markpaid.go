@@ -41,7 +41,7 @@ func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (ord
 	var out orders.MarkPaidResult
 	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
 		res, err := effects.DoTx(ctx, a.fx, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (orders.MarkPaidResult, error) {
-			if err := a.requireCharged(ctx, r); err != nil {
+			if err := a.requireChargedTx(ctx, tx, r); err != nil {
 				return orders.MarkPaidResult{}, err
 			}
 			if _, err := a.orders.TransitionTx(ctx, tx, in.TenantID, in.OrderID, orders.StatusPending, orders.StatusPaid, r.key.String()); err != nil {
@@ -60,22 +60,29 @@ func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (ord
 	return out, nil
 }
 
-// requireCharged returns an InvalidState error unless the order's charge
-// effect succeeded.
-func (a *Activities) requireCharged(ctx context.Context, r *run) error {
-	_, err := a.requireCharge(ctx, r, effects.StateSucceeded)
+// requireChargedTx returns an InvalidState error unless the order's charge
+// effect succeeded. The order already paid by this very step (its
+// transition is recorded under r's effect key) passes too, so that a retry
+// whose charge record was pruned still finds the work done.
+func (a *Activities) requireChargedTx(ctx context.Context, tx pgx.Tx, r *run) error {
+	_, err := a.requireChargeTx(ctx, tx, r, effects.StateSucceeded)
+	if errors.Is(err, ErrInvalidState) && r.order.Status == orders.StatusPaid {
+		return nil // TransitionTx finds this step's own transition and changes nothing.
+	}
 	return err
 }
 
-// requireCharge returns the order's charge effect record, or an InvalidState
-// error naming r's step unless that record is in state want.
-func (a *Activities) requireCharge(ctx context.Context, r *run, want effects.State) (*effects.Record, error) {
+// requireChargeTx returns the order's charge effect record, read in tx so
+// that the step never holds one pooled connection while it waits for
+// another, or an InvalidState error naming r's step unless that record is in
+// state want.
+func (a *Activities) requireChargeTx(ctx context.Context, tx pgx.Tx, r *run, want effects.State) (*effects.Record, error) {
 	what := strings.ReplaceAll(r.step, "_", " ")
 	chargeKey, err := r.in.EffectKey(orders.StepCharge)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := a.fx.Get(ctx, chargeKey)
+	rec, err := a.fx.GetTx(ctx, tx, chargeKey)
 	if errors.Is(err, effects.ErrNotFound) {
 		return nil, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
 			Message: fmt.Sprintf("%s %s: no charge recorded under %s", what, r.key, chargeKey)}
