@@ -82,6 +82,34 @@ func ActivityOptions(step, key string) workflow.ActivityOptions {
 	return o
 }
 
+// RetryWindow returns the longest time one step with options o can keep
+// retrying: every attempt running to its start-to-close timeout, plus every
+// backoff of its retry policy. It is what an effect record must outlive.
+func RetryWindow(o workflow.ActivityOptions) time.Duration {
+	p := o.RetryPolicy
+	if p == nil || p.MaximumAttempts <= 0 {
+		return o.ScheduleToCloseTimeout // Unbounded attempts: only a schedule-to-close bounds them.
+	}
+	total := time.Duration(p.MaximumAttempts) * o.StartToCloseTimeout
+	interval := p.InitialInterval
+	for i := int32(1); i < p.MaximumAttempts; i++ {
+		total += interval
+		interval = min(time.Duration(float64(interval)*p.BackoffCoefficient), p.MaximumInterval)
+	}
+	return total
+}
+
+// LongestRun returns the longest an order run can take while it is retrying
+// its steps: the sum of each step's RetryWindow. Effect records must be kept
+// at least this long beyond the namespace's retention.
+func LongestRun() time.Duration {
+	var total time.Duration
+	for _, step := range []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt, orders.StepMarkFailed} {
+		total += RetryWindow(ActivityOptions(step, ""))
+	}
+	return total
+}
+
 // Register registers OrderWorkflow with r under orders.WorkflowName.
 func Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(OrderWorkflow, workflow.RegisterOptions{Name: orders.WorkflowName})

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
@@ -22,11 +24,14 @@ var DatabaseModule = fx.Module("database",
 	fx.Provide(newPool, newOrderStore),
 )
 
-func newPool(lc fx.Lifecycle, cfg config.Database, logger *slog.Logger) (*pgxpool.Pool, error) {
+func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *slog.Logger) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		// pgx quotes the connection string; keep the password out of the message.
 		return nil, errors.New("DATABASE_URL is not a Postgres connection string")
+	}
+	if err := sizePool(pc, full); err != nil {
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc) // connects lazily
 	if err != nil {
@@ -53,6 +58,47 @@ func newPool(lc fx.Lifecycle, cfg config.Database, logger *slog.Logger) (*pgxpoo
 		},
 	})
 	return pool, nil
+}
+
+// Connections the worker holds or needs besides its activities: the outbox
+// listener keeps one for LISTEN, the relay and the prune each use one.
+const (
+	workerReserved = 3
+	// maxActivityConns caps the default share of the activities: they hold a
+	// connection only for a claim or a short transaction, never while a
+	// provider answers, so a few serve many slots.
+	maxActivityConns = 16
+)
+
+// PoolNeeds returns the fewest connections the process of cfg's role can
+// work with, and the default pool size when DATABASE_URL sets no
+// pool_max_conns. The worker needs its reserved connections plus one for
+// activities, and by default gets one per activity slot up to
+// maxActivityConns; the starter (serve runs the API, a relay and its
+// listener) needs three.
+func PoolNeeds(cfg *config.Config) (least, def int32) {
+	if cfg.Role == config.Worker {
+		slots := int32(min(max(cfg.Worker.MaxConcurrentActivities, 1), maxActivityConns))
+		return workerReserved + 1, workerReserved + slots
+	}
+	return 3, int32(max(4, runtime.NumCPU())) + 2
+}
+
+// sizePool sets pc's MaxConns from PoolNeeds when DATABASE_URL leaves it
+// unset, and refuses an explicit pool_max_conns below the least the process
+// needs, which would stall it.
+func sizePool(pc *pgxpool.Config, cfg *config.Config) error {
+	least, def := PoolNeeds(cfg)
+	if !strings.Contains(cfg.Database.URL, "pool_max_conns") {
+		pc.MaxConns = def
+		return nil
+	}
+	if pc.MaxConns < least {
+		return fmt.Errorf("DATABASE_URL pool_max_conns=%d is below the %d connections the %s needs "+
+			"(the outbox listener, the relay and the prune hold or use one each, and the activities at least one); "+
+			"raise it or drop it to get the default of %d", pc.MaxConns, least, cfg.Role, def)
+	}
+	return nil
 }
 
 func newOrderStore(pool *pgxpool.Pool) (*orders.Store, error) {

@@ -2,27 +2,45 @@ package fxapp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/retention"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // RetentionModule prunes finished effect records (older than
 // EFFECTS_RETENTION) and expired collapse-window rows once per PRUNE_EVERY
 // window across all worker replicas: each window is an effect key, so one
-// replica does the work and the rest find it done. OnStart launches the
-// loop and returns; OnStop ends it.
+// replica does the work and the rest find it done. OnStart first refuses a
+// retention too short for the namespace (see CheckRetention), then launches
+// the loop and returns; OnStop ends it.
 var RetentionModule = fx.Module("retention",
 	fx.Provide(newPruner),
 	fx.Invoke(func(*retention.Pruner) {}),
 )
 
-func newPruner(lc fx.Lifecycle, fxc *effects.Client, sender *notify.Sender, w config.WorkerTuning, logger *slog.Logger) (*retention.Pruner, error) {
+type prunerIn struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Effects   *effects.Client
+	Sender    *notify.Sender
+	Tuning    config.WorkerTuning
+	Temporal  config.Temporal
+	Client    client.Client
+	Logger    *slog.Logger
+}
+
+func newPruner(in prunerIn) (*retention.Pruner, error) {
+	lc, fxc, sender, w, logger := in.Lifecycle, in.Effects, in.Sender, in.Tuning, in.Logger
 	jobs := []retention.Job{
 		{Name: "effects", Run: func(ctx context.Context) (int64, error) {
 			return fxc.Prune(ctx, &effects.PruneOpts{Retention: w.EffectsRetention})
@@ -33,6 +51,35 @@ func newPruner(lc fx.Lifecycle, fxc *effects.Client, sender *notify.Sender, w co
 	if err != nil {
 		return nil, err
 	}
-	lc.Append(fx.Hook{OnStart: p.Start, OnStop: p.Stop})
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := CheckRetention(ctx, in.Client, in.Temporal.Namespace, w.EffectsRetention); err != nil {
+				return err
+			}
+			return p.Start(ctx)
+		},
+		OnStop: p.Stop,
+	})
 	return p, nil
+}
+
+// CheckRetention refuses an effects retention under which a retry could
+// outlive its record: EFFECTS_RETENTION must cover the namespace's workflow
+// retention (a closed run can be reset and re-run until then) plus the
+// longest an order run can keep retrying (workflows.LongestRun). It returns
+// an error naming the figures and the least retention that would do, or the
+// error of DescribeNamespace.
+func CheckRetention(ctx context.Context, c client.Client, namespace string, retention time.Duration) error {
+	resp, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("describe namespace %q to check EFFECTS_RETENTION: %w", namespace, err)
+	}
+	nsRetention := resp.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
+	need := nsRetention + workflows.LongestRun()
+	if retention < need {
+		return fmt.Errorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest order run %s: "+
+			"a reset or retry could outlive its effect record and act again; set it to at least %s",
+			retention, namespace, nsRetention, workflows.LongestRun(), need.Round(time.Hour)+time.Hour)
+	}
+	return nil
 }
