@@ -3,6 +3,8 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -56,16 +58,18 @@ type bundle struct {
 }
 
 type setupOpts struct {
-	stripe  *fakestripe.Opts
-	sender  *notify.SenderOpts
-	effects *effects.ClientOpts
+	// maxConns caps the pool; zero means effectstest's default.
+	maxConns int32
+	stripe   *fakestripe.Opts
+	sender   *notify.SenderOpts
+	effects  *effects.ClientOpts
 }
 
 func setup(t *testing.T) *bundle { return setupWith(t, setupOpts{}) }
 
 func setupWith(t *testing.T, o setupOpts) *bundle {
 	t.Helper()
-	b := &bundle{pool: effectstest.NewPool(t), clock: &clock{}}
+	b := &bundle{pool: effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: o.maxConns}), clock: &clock{}}
 	quiet := slog.New(slog.DiscardHandler)
 	if o.effects == nil {
 		o.effects = &effects.ClientOpts{}
@@ -785,6 +789,10 @@ func TestErrorType(t *testing.T) {
 		{&pgconn.PgError{Code: "40001"}, activities.ErrTypeTransient, true},
 		{&pgconn.PgError{Code: "23505"}, activities.ErrTypeTerminal, false},
 		{context.DeadlineExceeded, activities.ErrTypeTransient, true},
+		{fmt.Errorf("mark paid: %w", io.ErrUnexpectedEOF), activities.ErrTypeTransient, true},
+		{&pgconn.PgError{Code: "57P01"}, activities.ErrTypeTransient, true},
+		{errors.Join(&activities.Error{Type: activities.ErrTypeCardDeclined}, fmt.Errorf("fail: %w", pgconn.ErrConnClosed)),
+			activities.ErrTypeTransient, true},
 		{temporal.NewNonRetryableApplicationError("x", "Custom", nil), "Custom", false},
 	} {
 		typ, retry := activities.ErrorType(tc.err)
@@ -826,4 +834,64 @@ func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {
 	_, err := b.charge(t, in)
 	requireRetryable(t, err, activities.ErrTypeLeaseLost)
 	require.Less(t, time.Since(start), 2*time.Second, "the lost lease cancelled the Stripe request")
+}
+
+// TestPipelineOnOneConnection runs every step on a pool of one connection:
+// no step may hold a connection while it waits for a second one.
+func TestPipelineOnOneConnection(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, setupOpts{maxConns: 1})
+	in := b.order(t, "9f3a", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+	_, err = b.receipt(t, in)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.sendgrid.Count())
+
+	declined := b.order(t, "9f3b", "pm_card_chargeDeclined")
+	_, err = b.charge(t, declined)
+	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	res, err := b.markFailed(t, declined)
+	require.NoError(t, err)
+	require.Equal(t, "card_declined", res.ChargeError)
+}
+
+// TestErrorCodeIsStable checks that each error type stores exactly one code,
+// every time: the stored code never depends on map iteration order.
+func TestErrorCodeIsStable(t *testing.T) {
+	t.Parallel()
+	for range 200 {
+		e := &activities.Error{Type: activities.ErrTypeProviderRejected}
+		require.Equal(t, "provider_rejected", e.Code())
+	}
+	seen := map[string]string{}
+	for _, typ := range append(activities.NonRetryableErrorTypes(), activities.ErrTypeTransient) {
+		code := (&activities.Error{Type: typ}).Code()
+		require.NotContains(t, seen, code, "%s and %s share a code", typ, seen[code])
+		seen[code] = typ
+		got, _ := activities.ErrorType(&effects.TerminalError{Code: code})
+		require.Equal(t, typ, got, "code %s reads back as its type", code)
+	}
+}
+
+func TestChargeRefusesAFailedOrderWithoutTouchingItsRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
+	_, err := b.charge(t, in)
+	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	_, err = b.markFailed(t, in)
+	require.NoError(t, err)
+	k, err := in.EffectKey(orders.StepCharge)
+	require.NoError(t, err)
+	_, err = b.fx.Resolve(context.Background(), k, effects.ResolveParams{Resolution: effects.ResolveRetry, Reason: "test"})
+	require.NoError(t, err)
+
+	_, err = b.charge(t, in)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	rec, err := b.fx.Get(context.Background(), k)
+	require.NoError(t, err)
+	require.Equal(t, "resolved_retry", rec.ErrorCode, "the refused charge did not claim the record")
 }
