@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +52,7 @@ func requireFlags(want [][2]string) error {
 }
 
 func runCreate(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "create", "--tenant ID --order ID --amount N --currency CODE --email ADDR --payment-method PM [flags]",
+	f := newFlags(e, "create", "--tenant ID --order ID --amount UNITS --currency CODE --email ADDRESS --payment-method ID [--json] [flags]",
 		"Creates the order in Postgres (or finds the identical one already there) together with its\n"+
 			"outbox row, so a crash after the commit still ends in a started checkout, and starts its checkout\n"+
 			"workflow. Prints the workflow ID, the run ID, and whether this start was new or collapsed into\n"+
@@ -105,16 +104,17 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("order %s/%s already exists with a different amount, currency, email or payment method; "+
 				"use `starter start` to check out the existing one, or choose another --order", no.TenantID, no.ID)
 		case err != nil:
-			return migrationHint(err)
+			return migrationHint(ctx, pool, cfg, err)
 		}
 		return startCheckout(ctx, e.stdout, cfg, tc, o, &created, *asJSON)
 	}, &pool, &store, &tc)
 }
 
 func runStart(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "start", "--tenant ID --order ID [flags]",
+	f := newFlags(e, "start", "--tenant ID --order ID [--json] [flags]",
 		"Starts the checkout workflow of an order that already exists in Postgres. A start while a run\n"+
-			"is in flight joins that run; a start after the order completed starts nothing.")
+			"is in flight joins that run; a start after the order completed starts nothing.",
+		config.MigrateFlag)
 	tenant, order := orderFlags(f)
 	asJSON := f.Bool("json", false, "print the result as JSON")
 	cfg, err := f.parse(args)
@@ -128,16 +128,17 @@ func runStart(ctx context.Context, e *env, args []string) error {
 		return usagef("invalid --tenant or --order: %v", err)
 	}
 	var (
+		pool  *pgxpool.Pool
 		store *orders.Store
 		tc    client.Client
 	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		o, err := store.Get(ctx, *tenant, *order)
 		if err != nil {
-			return migrationHint(err)
+			return migrationHint(ctx, pool, cfg, err)
 		}
 		return startCheckout(ctx, e.stdout, cfg, tc, o, nil, *asJSON)
-	}, &store, &tc)
+	}, &pool, &store, &tc)
 }
 
 // startResult is what create and start print with --json.
@@ -176,9 +177,7 @@ func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc clie
 		res.Start = "collapsed"
 	}
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(w, res)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	orderLine := fmt.Sprintf("%s/%s  %d %s  %s", o.TenantID, o.ID, o.AmountMinor, o.Currency, o.Status)
@@ -212,11 +211,24 @@ func validationUsage(err error) error {
 	return usagef("%v", err)
 }
 
-// migrationHint adds what to do when keyed's tables do not exist yet.
-func migrationHint(err error) error {
+// migrationHint adds what to do when keyed's tables do not exist where
+// DATABASE_URL points: it names the schema searched, and says to point
+// DATABASE_URL at the worker's schema before it suggests creating tables.
+func migrationHint(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Errorf("%w\nkeyed's tables are missing: start the worker once (it migrates on start) or run this command with --migrate", err)
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" { // undefined_table
+		return err
 	}
-	return err
+	where := "the schema searched could not be read"
+	var path, schema string
+	if qerr := pool.QueryRow(ctx, `SELECT current_setting('search_path'), coalesce(current_schema(), '')`).Scan(&path, &schema); qerr == nil {
+		where = fmt.Sprintf("searched schema %q (search_path %s)", schema, path)
+		if schema == "" {
+			where = fmt.Sprintf("search_path %s names no existing schema", path)
+		}
+	}
+	return fmt.Errorf("%w\nkeyed's tables are missing from %s: %s.\n"+
+		"Point DATABASE_URL at the database and schema the worker uses (add search_path=SCHEMA; after\n"+
+		"`make demo KEEP=1`, run `source .demo/env`). To set keyed up in this schema instead, run `starter migrate`.",
+		err, cfg.Database.Redacted(), where)
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
 )
 
 func main() {
@@ -63,7 +64,7 @@ func commands() []command {
 		{"relay", "run an outbox relay on its own", runRelay},
 		{"reconcile", "compare keyed's charge records with Stripe's payment intents", runReconcile},
 		{"resolve", "settle an effect whose outcome keyed cannot know (operators)", runResolve},
-		{"serve", "serve keyed's HTTP API and outbox relay", func(ctx context.Context, _ *env, args []string) error { return serve(ctx, args) }},
+		{"serve", "serve keyed's HTTP API and outbox relay", runServe},
 	}
 }
 
@@ -76,11 +77,14 @@ Commands:
 Run 'starter COMMAND -h' for a command's flags.
 
 Environment (flags override the non-secret ones):
-  DATABASE_URL          Postgres connection string (default %s)
-  TEMPORAL_ADDRESS      Temporal frontend host:port (default %s)
-  TEMPORAL_NAMESPACE    Temporal namespace (default %s)
-  TEMPORAL_TASK_QUEUE   task queue of the order workflow (default keyed-orders)
-  LOG_LEVEL             debug, info, warn or error (default warn)
+  DATABASE_URL          Postgres connection string; add search_path=SCHEMA to use a schema
+                        (default %q)
+  TEMPORAL_ADDRESS      Temporal frontend host:port (default %q)
+  TEMPORAL_NAMESPACE    Temporal namespace (default %q)
+  TEMPORAL_TASK_QUEUE   task queue of the order workflow (default %q)
+  LOG_LEVEL             debug, info, warn or error (default "warn")
+
+'make demo KEEP=1' writes these for its servers to .demo/env: run 'source .demo/env' first.
 
 Exit status: 0 on success, 1 when the command failed, 2 for bad input, and 3 when
 reconcile found disagreements with Stripe.
@@ -91,7 +95,7 @@ func printTopUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, topUsage, b.String(), config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace)
+	fmt.Fprintf(w, topUsage, b.String(), config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace, orders.TaskQueue)
 }
 
 // run is main without the process: it returns the exit code.
@@ -148,24 +152,32 @@ type flags struct {
 	*flag.FlagSet
 	loader *config.Loader
 	e      *env
+	// checks run after parsing and before the configuration is validated;
+	// they report problems through loader.Problem, so that every problem
+	// comes in one message.
+	checks []func()
 }
 
-func newFlags(e *env, name, synopsis, description string) *flags {
+// newFlags returns a command's flags. omit names the configuration's
+// settings the command never uses: they get no flags.
+func newFlags(e *env, name, synopsis, description string, omit ...config.FlagGroup) *flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	// The flag package prints its errors and the usage itself; parse
 	// reports errors once and prints the usage only for -h.
 	fs.SetOutput(io.Discard)
 	l := config.NewLoader(config.Starter, e.lookup)
+	l.Omit(omit...)
 	f := &flags{FlagSet: fs, loader: l, e: e}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, "Usage: starter %s %s\n\n%s\n\nFlags:\n", name, synopsis, description)
-		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		config.PrintFlags(e.stdout, fs)
 		fmt.Fprintf(e.stdout, "\nSee 'starter help' for the environment variables.\n")
 	}
 	return f
 }
+
+// check adds fn to the checks run after parsing.
+func (f *flags) check(fn func()) { f.checks = append(f.checks, fn) }
 
 // parse binds the configuration flags next to the command's, parses args,
 // and returns the validated configuration. Bad input is a *usageError; -h
@@ -183,6 +195,9 @@ func (f *flags) parse(args []string) (*config.Config, error) {
 	}
 	if f.NArg() > 0 {
 		return nil, usagef("unexpected arguments: %s", strings.Join(f.Args(), " "))
+	}
+	for _, fn := range f.checks {
+		fn()
 	}
 	cfg, err := f.loader.Load()
 	if err != nil {

@@ -44,10 +44,10 @@ func TestHelpDocumentsEveryCommandAndFlag(t *testing.T) {
 		require.Contains(t, out, v)
 	}
 	want := map[string][]string{
-		"create":    {"-tenant", "-order", "-amount", "-currency", "-email", "-payment-method", "-json", "-temporal-address", "-task-queue"},
-		"start":     {"-tenant", "-order", "-json"},
-		"show":      {"-tenant", "-order", "-json"},
-		"reconcile": {"-since", "-until", "-json"},
+		"create":    {"--tenant", "--order", "--amount", "--currency", "--email", "--payment-method", "--json", "--temporal-address", "--task-queue"},
+		"start":     {"--tenant", "--order", "--json"},
+		"show":      {"--tenant", "--order", "--json"},
+		"reconcile": {"--since", "--until", "--json"},
 	}
 	for cmd, flags := range want {
 		code, out, _ := starter(t, nil, cmd, "-h")
@@ -91,6 +91,10 @@ func TestBadInputNamesTheFlagAndCreatesNothing(t *testing.T) {
 		{with("--amount", "0"), "invalid --amount"},
 		{with("--currency", "xyz"), "invalid --currency"},
 		{with("--email", "not-an-email"), "invalid --email"},
+		{with("--email", "a@b"), "invalid --email"},
+		{with("--email", "ann\u202e@example.com"), "invalid --email"},
+		{with("--email", "ann@[127.0.0.1]"), "invalid --email"},
+		{with("--email", strings.Repeat("a", 250)+"@example.com"), "invalid --email"},
 		{with("--payment-method", "card_123"), "invalid --payment-method"},
 		{with("--tenant", "ac:me"), "invalid --tenant"},
 		{with("--order", "a b"), "invalid --order"},

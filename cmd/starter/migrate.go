@@ -6,29 +6,53 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/migrations"
 )
 
+// migrateResult is what migrate prints with --json.
+type migrateResult struct {
+	// Schema is the schema the migrations went to: the first existing one
+	// on DATABASE_URL's search_path.
+	Schema string `json:"schema"`
+	// Applied lists the versions this run applied; empty when the schema
+	// was up to date.
+	Applied []int `json:"applied"`
+}
+
 func runMigrate(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "migrate", "[flags]",
-		"Applies keyed's database migrations to DATABASE_URL and prints what it applied. The worker does\n"+
-			"this on start; run it from a deployment job instead when workers run with MIGRATE_ON_START=false.")
+	f := newFlags(e, "migrate", "[--json] [flags]",
+		"Applies keyed's database migrations to the schema DATABASE_URL selects (search_path=SCHEMA, else\n"+
+			"the database's default, usually public) and prints what it applied. The worker does this on start;\n"+
+			"run it from a deployment job instead when workers run with MIGRATE_ON_START=false.",
+		config.TemporalFlags, config.MigrateFlag)
+	asJSON := f.Bool("json", false, "print the result as JSON")
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
 	}
-	cfg.Database.Migrate = false // applied here, to report the versions
 	var pool *pgxpool.Pool
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
+		var res migrateResult
+		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&res.Schema); err != nil {
+			return fmt.Errorf("read current schema: %w", err)
+		}
+		if res.Schema == "" {
+			return fmt.Errorf("the search_path of DATABASE_URL (%s) names no existing schema: create it first", cfg.Database.Redacted())
+		}
 		applied, err := migrations.Apply(ctx, pool)
 		if err != nil {
 			return err
 		}
+		res.Applied = append([]int{}, applied...)
+		if *asJSON {
+			return writeJSON(e.stdout, res)
+		}
 		if len(applied) == 0 {
-			_, err = fmt.Fprintln(e.stdout, "schema is up to date")
+			_, err = fmt.Fprintf(e.stdout, "schema %s is up to date\n", clean(res.Schema))
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "applied migrations %v\n", applied)
+		_, err = fmt.Fprintf(e.stdout, "applied migrations %v to schema %s\n", applied, clean(res.Schema))
 		return err
 	}, &pool)
 }

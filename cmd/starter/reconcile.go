@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/reconcile"
 )
@@ -41,7 +41,8 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 			"can read PaymentIntents is enough), and optionally STRIPE_API_BASE (default "+activities.DefaultStripeAPIBase+").\n"+
 			"\n"+
 			"Exit status: 0 when keyed and Stripe agree, 3 when there are findings, 1 when Postgres or Stripe\n"+
-			"failed, 2 for bad input.")
+			"failed, 2 for bad input.",
+		config.TemporalFlags, config.MigrateFlag)
 	since := f.String("since", "24h", "start of the window: a `duration` before now, such as 25h, or an RFC 3339 time")
 	until := f.String("until", "now", "end of the window, exclusive: now, a `duration` before now, or an RFC 3339 time")
 	asJSON := f.Bool("json", false, "print the report as JSON")
@@ -77,12 +78,10 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 		}
 		rep, err := r.Run(ctx, w)
 		if err != nil {
-			return migrationHint(err)
+			return migrationHint(ctx, pool, cfg, err)
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			err = enc.Encode(rep)
+			err = writeJSON(e.stdout, rep)
 		} else {
 			err = printReport(e.stdout, rep)
 		}

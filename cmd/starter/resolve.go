@@ -1,27 +1,35 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "resolve", "--key KEY --as done|retry --reason TEXT [flags]",
+	f := newFlags(e, "resolve", "--key KEY --as done|retry --reason TEXT [--result JSON] [--json] [flags]",
 		"Settles an effect whose outcome keyed cannot know: an at-most-once receipt that failed as\n"+
 			"\"ambiguous\", a terminal failure that a fix has made worth retrying, or a claim whose owner died.\n"+
 			"Check the provider first (Stripe: metadata effect_key; SendGrid: custom_args effect_key), then:\n"+
 			"  --as done   it happened: later runs replay --result and never act\n"+
 			"  --as retry  it did not happen: the next run acts again\n"+
-			"Then re-run the order's checkout with `starter start`: a failed run may run again, and every\n"+
-			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused.")
+			"Then re-run the order's checkout with 'starter start': a failed run may run again, and every\n"+
+			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused.\n"+
+			"The reason is refused, not stored, when it holds a control or invisible character (newlines too).",
+		config.TemporalFlags, config.MigrateFlag)
 	key := f.String("key", "", "the effect `key`, such as acme:order:9f3a:receipt (required)")
-	as := f.String("as", "", "`done` or `retry` (required)")
-	reason := f.String("reason", "", "why, kept on the record (required)")
-	result := f.String("result", "null", "with --as done: the outcome to store, as `JSON`, e.g. '{\"message_id\":\"…\"}'")
+	as := f.String("as", "", "the `outcome`: done (it happened) or retry (it did not) (required)")
+	reason := f.String("reason", "", fmt.Sprintf("why, kept on the record: one line of printable `text`, at most %d bytes (required)", maxReasonBytes))
+	result := f.String("result", "", fmt.Sprintf("with --as done only: the outcome to store, as `JSON` of at most %d bytes,\n"+
+		"such as '{\"message_id\":\"…\"}' (default null)", effects.MaxResultBytes))
 	asJSON := f.Bool("json", false, "print the record as JSON")
 	cfg, err := f.parse(args)
 	if err != nil {
@@ -30,21 +38,17 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	if err := requireFlags([][2]string{{"key", *key}, {"as", *as}, {"reason", *reason}}); err != nil {
 		return err
 	}
+	params, err := resolveParams(*as, *reason, *result, f.isSet("result"))
+	if err != nil {
+		return err
+	}
 	k, err := effects.ParseKey(*key)
 	if err != nil {
 		return usagef("invalid --key: %v", err)
 	}
-	res := effects.Resolution(*as)
-	if res != effects.ResolveDone && res != effects.ResolveRetry {
-		return usagef("invalid --as %q: want done or retry", *as)
-	}
-	var outcome json.RawMessage
-	if err := json.Unmarshal([]byte(*result), &outcome); err != nil {
-		return usagef("invalid --result: not JSON: %v", err)
-	}
 	var fxc *effects.Client
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
-		rec, err := fxc.Resolve(ctx, k, effects.ResolveParams{Resolution: res, Result: outcome, Reason: *reason})
+		rec, err := fxc.Resolve(ctx, k, params)
 		if errors.Is(err, effects.ErrNotResolvable) || errors.Is(err, effects.ErrNotFound) {
 			return usagef("%v", err)
 		}
@@ -52,11 +56,50 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(rec)
+			return writeJSON(e.stdout, rec)
 		}
-		_, err = fmt.Fprintf(e.stdout, "%s is now %s (%s)\n", rec.Key, rec.State, rec.ErrorMessage)
+		_, err = fmt.Fprintf(e.stdout, "%s is now %s (%s)\n", clean(rec.Key), rec.State, clean(rec.ErrorMessage))
 		return err
 	}, &fxc)
+}
+
+// maxReasonBytes is the longest --reason effects.Resolve stores: its error
+// message, "resolved by operator: " and the reason, is at most 512 bytes.
+const maxReasonBytes = 512 - len("resolved by operator: ")
+
+// resolveParams checks resolve's --as, --reason and --result (resultSet
+// when --result was given) and returns Resolve's parameters, or a usage
+// error that says what is wrong.
+func resolveParams(as, reason, result string, resultSet bool) (effects.ResolveParams, error) {
+	p := effects.ResolveParams{Resolution: effects.Resolution(as), Reason: strings.TrimSpace(reason)}
+	switch p.Resolution {
+	case effects.ResolveDone:
+	case effects.ResolveRetry:
+		if resultSet {
+			return p, usagef("--result goes with --as done only: a retried effect stores no outcome")
+		}
+	default:
+		return p, usagef("invalid --as %q: want done or retry", as)
+	}
+	if n := len(p.Reason); n > maxReasonBytes {
+		return p, usagef("invalid --reason: %d bytes, over the %d kept on the record", n, maxReasonBytes)
+	}
+	for i, r := range p.Reason {
+		if r == utf8.RuneError || !printable(r) {
+			return p, usagef("invalid --reason: %s at byte %d is a control or invisible character; give one line of printable text",
+				strconv.QuoteRune(r), i)
+		}
+	}
+	if !resultSet {
+		return p, nil
+	}
+	var outcome bytes.Buffer
+	if err := json.Compact(&outcome, []byte(result)); err != nil {
+		return p, usagef("invalid --result: not JSON: %v", err)
+	}
+	if n := outcome.Len(); n > effects.MaxResultBytes {
+		return p, usagef("invalid --result: %d bytes of JSON, over the %d an outcome may have", n, effects.MaxResultBytes)
+	}
+	p.Result = json.RawMessage(outcome.Bytes())
+	return p, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +11,10 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
 )
 
 // Environment variables of serve, next to the shared ones.
@@ -22,11 +23,6 @@ const (
 	envServeRelay = "KEYED_SERVE_RELAY"
 	defaultAddr   = "127.0.0.1:8080"
 )
-
-// serve is the serve command with the process's own environment.
-func serve(ctx context.Context, args []string) error {
-	return runServe(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}, args)
-}
 
 func runServe(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "serve", "[flags]",
@@ -39,16 +35,18 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			api.EnvKeysFile+" naming a file with one tenant=key a line. The tenant is the key's.\n"+
 			"Orders are started by an outbox relay: the worker runs one; --relay runs one here too.")
 	addr := f.String("addr", lookupOr(e.lookup, envAPIAddr, defaultAddr), "listen `host:port` (env "+envAPIAddr+")")
-	relayDefault, _ := strconv.ParseBool(lookupOr(e.lookup, envServeRelay, "false"))
-	relay := f.Bool("relay", relayDefault, "also run an outbox relay in this process (env "+envServeRelay+")")
+	relay := f.Bool("relay", f.loader.Bool(envServeRelay, "relay", false), "also run an outbox relay in this process (env "+envServeRelay+")")
 	metrics := f.Bool("metrics", true, "serve /metrics on the API's port")
+	var keys *api.Keys
+	f.check(func() {
+		if err := config.CheckHostPort(*addr); err != nil {
+			f.loader.Problem(envAPIAddr+" (--addr)", "%v", err)
+		}
+		keys = serveKeys(f.loader, e.lookup)
+	})
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
-	}
-	keys, err := api.KeysFromEnv(e.lookup)
-	if err != nil {
-		return usagef("%v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	opts := []fx.Option{
@@ -67,6 +65,33 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return nil
 	})
 }
+
+// serveKeys loads the API keys, reporting each problem to l. Every tenant
+// must be able to form the effect keys of an order: one too long for the
+// shortest order ID and the longest step is refused here rather than on
+// each request.
+func serveKeys(l *config.Loader, lookup func(string) (string, bool)) *api.Keys {
+	keys, err := api.KeysFromEnv(lookup)
+	if err != nil {
+		name := api.EnvKeys
+		if v, ok := lookup(api.EnvKeysFile); ok && strings.TrimSpace(v) != "" {
+			name = api.EnvKeysFile
+		}
+		l.Problem(name, "%s", strings.TrimPrefix(err.Error(), api.EnvKeys+": "))
+		return nil
+	}
+	for _, t := range keys.Tenants() {
+		if _, err := orders.NewCheckoutInput(t, "x").EffectKey(orders.StepMarkFailed); err != nil {
+			l.Problem(api.EnvKeys, "tenant %.24q… (%d bytes) is too long to form an order's effect keys: at most %d bytes",
+				t, len(t), maxTenantLen)
+		}
+	}
+	return keys
+}
+
+// maxTenantLen is the longest tenant whose orders can have effect keys:
+// "TENANT:order:x:mark_failed" must fit in effects.MaxKeyLen.
+var maxTenantLen = effects.MaxKeyLen - len(":order:x:"+orders.StepMarkFailed)
 
 type serveRegistry struct {
 	fx.Out

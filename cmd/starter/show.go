@@ -2,15 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -34,9 +35,11 @@ type workflowView struct {
 }
 
 func runShow(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "show", "--tenant ID --order ID [flags]",
+	f := newFlags(e, "show", "--tenant ID --order ID [--json] [flags]",
 		"Shows the order row, each of its effect records (key, state, attempts, stored outcome or error)\n"+
-			"and, when a worker can answer, the workflow's own view of each step.")
+			"and, when a worker can answer, the workflow's own view of each step. Stored text that holds control\n"+
+			"or invisible characters is printed quoted, with those characters escaped (\\x1b, \\u202e).",
+		config.MigrateFlag)
 	tenant, order := orderFlags(f)
 	asJSON := f.Bool("json", false, "print the result as JSON")
 	cfg, err := f.parse(args)
@@ -51,6 +54,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		return usagef("invalid --tenant or --order: %v", err)
 	}
 	var (
+		pool  *pgxpool.Pool
 		store *orders.Store
 		fxc   *effects.Client
 		tc    client.Client
@@ -58,7 +62,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		o, err := store.Get(ctx, *tenant, *order)
 		if err != nil {
-			return migrationHint(err)
+			return migrationHint(ctx, pool, cfg, err)
 		}
 		recs, err := fxc.List(ctx, prefix)
 		if err != nil {
@@ -69,12 +73,10 @@ func runShow(ctx context.Context, e *env, args []string) error {
 			res.Effects = []*effects.Record{}
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(res)
+			return writeJSON(e.stdout, res)
 		}
 		return printShow(e.stdout, res)
-	}, &store, &fxc, &tc)
+	}, &pool, &store, &fxc, &tc)
 }
 
 func queryWorkflow(ctx context.Context, tc client.Client, workflowID string) workflowView {
@@ -97,11 +99,11 @@ func queryWorkflow(ctx context.Context, tc client.Client, workflowID string) wor
 func printShow(w io.Writer, res showResult) error {
 	o := res.Order
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "order\t%s/%s\n", o.TenantID, o.ID)
-	fmt.Fprintf(tw, "  status\t%s\n", o.Status)
-	fmt.Fprintf(tw, "  amount\t%d %s (minor units)\n", o.AmountMinor, o.Currency)
-	fmt.Fprintf(tw, "  email\t%s\n", o.CustomerEmail)
-	fmt.Fprintf(tw, "  payment method\t%s\n", o.PaymentMethod)
+	fmt.Fprintf(tw, "order\t%s/%s\n", clean(o.TenantID), clean(o.ID))
+	fmt.Fprintf(tw, "  status\t%s\n", clean(string(o.Status)))
+	fmt.Fprintf(tw, "  amount\t%d %s (minor units)\n", o.AmountMinor, clean(o.Currency))
+	fmt.Fprintf(tw, "  email\t%s\n", clean(o.CustomerEmail))
+	fmt.Fprintf(tw, "  payment method\t%s\n", clean(o.PaymentMethod))
 	fmt.Fprintf(tw, "  created\t%s\n", o.CreatedAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(tw, "  updated\t%s\n", o.UpdatedAt.UTC().Format(time.RFC3339))
 	if err := tw.Flush(); err != nil {
@@ -113,36 +115,36 @@ func printShow(w io.Writer, res showResult) error {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  KEY\tSTATE\tATTEMPTS\tOUTCOME\n")
 		for _, r := range res.Effects {
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", r.Key, r.State, r.Attempts, outcome(r))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", clean(r.Key), r.State, r.Attempts, outcome(r))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
 
-	fmt.Fprintf(w, "\nworkflow %s\n", res.Workflow.WorkflowID)
+	fmt.Fprintf(w, "\nworkflow %s\n", clean(res.Workflow.WorkflowID))
 	if res.Workflow.Error != "" {
-		fmt.Fprintf(w, "  query unavailable: %s\n", res.Workflow.Error)
+		fmt.Fprintf(w, "  query unavailable: %s\n", clean(res.Workflow.Error))
 		return nil
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  STEP\tSTATE\tEFFECT KEY\tERROR\n")
 	for _, s := range res.Workflow.Steps {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Step, s.State, s.EffectKey, s.Error)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", clean(s.Step), clean(s.State), clean(s.EffectKey), clean(s.Error))
 	}
 	return tw.Flush()
 }
 
 // outcome is a record's stored result, its error, or where its claim
-// stands.
+// stands, escaped for a terminal.
 func outcome(r *effects.Record) string {
 	switch {
 	case len(r.Result) > 0 && string(r.Result) != "null":
-		return string(r.Result)
+		return clean(string(r.Result))
 	case r.ErrorCode != "" || r.ErrorMessage != "":
-		return fmt.Sprintf("error %s: %s", r.ErrorCode, r.ErrorMessage)
+		return fmt.Sprintf("error %s: %s", clean(r.ErrorCode), clean(r.ErrorMessage))
 	case r.State == effects.StateClaimed && r.LeaseUntil != nil:
-		return fmt.Sprintf("claimed by %s until %s", r.Owner, r.LeaseUntil.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("claimed by %s until %s", clean(r.Owner), r.LeaseUntil.UTC().Format(time.RFC3339))
 	}
 	return "-"
 }

@@ -31,24 +31,24 @@ const usage = `Usage: worker [flags]
 Runs the keyed order workflow and its activities on Temporal.
 
 Environment (flags override the non-secret ones):
-  DATABASE_URL          Postgres connection string (default %s)
-  TEMPORAL_ADDRESS      Temporal frontend host:port (default %s)
-  TEMPORAL_NAMESPACE    Temporal namespace (default %s)
-  TEMPORAL_TASK_QUEUE   task queue (default %s)
+  DATABASE_URL          Postgres connection string (default %q)
+  TEMPORAL_ADDRESS      Temporal frontend host:port (default %q)
+  TEMPORAL_NAMESPACE    Temporal namespace (default %q)
+  TEMPORAL_TASK_QUEUE   task queue (default %q)
   STRIPE_SECRET_KEY     required: sk_… or rk_… (environment only)
-  STRIPE_API_BASE       Stripe API base URL (default %s)
+  STRIPE_API_BASE       Stripe API base URL (default %q)
   SENDGRID_API_KEY      required (environment only)
-  SENDGRID_API_BASE     SendGrid API base URL (default %s)
+  SENDGRID_API_BASE     SendGrid API base URL (default %q)
   RECEIPT_FROM          required: the receipts' sender address
-  RECEIPT_POLICY        at_most_once or at_least_once (default %s)
+  RECEIPT_POLICY        at_most_once or at_least_once (default %q)
   COLLAPSE_WINDOW       drop repeat receipts within this duration (default %s)
-  METRICS_ADDR          host:port for /metrics and /healthz (default %s)
+  METRICS_ADDR          host:port for /metrics and /healthz (default %q)
   MIGRATE_ON_START      apply migrations on start (default true)
   WORKER_STOP_TIMEOUT   drain time for in-flight activities on SIGTERM (default %s)
   WORKER_MAX_ACTIVITIES most concurrent activities (default %d)
   EFFECTS_RETENTION     prune finished effect records older than this (default %s)
   PRUNE_EVERY           prune once per window of this length, across replicas (default %s)
-  LOG_LEVEL             debug, info, warn or error (default info)
+  LOG_LEVEL             debug, info, warn or error (default "info")
 
 Flags:
 `
@@ -61,7 +61,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 		fmt.Fprintf(fs.Output(), usage, config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace,
 			orders.TaskQueue, config.DefaultStripeAPIBase, config.DefaultSendGridAPIBase, config.DefaultReceiptPolicy,
 			config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout, config.DefaultMaxActivities, config.DefaultEffectsRetention, config.DefaultPruneEvery)
-		fs.PrintDefaults()
+		config.PrintFlags(fs.Output(), fs)
 	}
 	cfg, err := config.Load(config.Worker, fs, args, lookup)
 	switch {
