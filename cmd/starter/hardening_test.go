@@ -234,3 +234,22 @@ func TestMissingTablesNameTheSchema(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, "schema "+schema+" is up to date\n", out)
 }
+
+// TestReconcileConfigurationIsOneMessage checks that reconcile's Stripe
+// settings are reported with the shared ones, without credentials.
+func TestReconcileConfigurationIsOneMessage(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := starter(t, map[string]string{
+		"STRIPE_SECRET_KEY": "pk_live_abc",
+		"STRIPE_API_BASE":   "ftp://user:s3cr3t@x",
+		"LOG_LEVEL":         "loud",
+	}, "reconcile")
+	require.Equal(t, 2, code, errOut)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "invalid starter configuration (3 problems)")
+	require.Contains(t, errOut, "STRIPE_SECRET_KEY: must start with sk_ or rk_")
+	require.Contains(t, errOut, `STRIPE_API_BASE: "ftp://x" carries credentials`)
+	require.Contains(t, errOut, "LOG_LEVEL (--log-level)")
+	require.NotContains(t, errOut, "s3cr3t")
+	require.NotContains(t, errOut, "pk_live_abc")
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,6 +45,8 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 	since := f.String("since", "24h", "start of the window: a `duration` before now, such as 25h, or an RFC 3339 time")
 	until := f.String("until", "now", "end of the window, exclusive: now, a `duration` before now, or an RFC 3339 time")
 	asJSON := f.Bool("json", false, "print the report as JSON")
+	var sc *stripeclient.API
+	f.check(func() { sc = stripeFromEnv(f.loader, e.lookup) })
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
@@ -60,10 +61,6 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 	}
 	if err := w.Validate(); err != nil {
 		return usagef("--since %s is not before --until %s", w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
-	}
-	sc, err := stripeFromEnv(e.lookup)
-	if err != nil {
-		return err
 	}
 
 	var (
@@ -115,31 +112,40 @@ func parseWhen(name, s string, now time.Time) (time.Time, error) {
 }
 
 // stripeFromEnv builds the Stripe client from STRIPE_SECRET_KEY and
-// STRIPE_API_BASE. The starter's configuration holds no Stripe key, and a
-// secret never comes from a flag. Errors are usage errors and never
-// contain the key.
-func stripeFromEnv(lookup func(string) (string, bool)) (*stripeclient.API, error) {
+// STRIPE_API_BASE, reporting each problem to l so that it comes with the
+// others. The starter's configuration holds no Stripe key, and a secret
+// never comes from a flag. Problems never contain the key or the URL's
+// credentials. It returns nil when there was a problem.
+func stripeFromEnv(l *config.Loader, lookup func(string) (string, bool)) *stripeclient.API {
 	key, _ := lookup("STRIPE_SECRET_KEY")
 	key = strings.TrimSpace(key)
+	ok := true
 	switch {
 	case key == "":
-		return nil, usagef("STRIPE_SECRET_KEY: required (a Stripe secret key sk_… or a restricted key rk_… that can read PaymentIntents)")
+		l.Problem("STRIPE_SECRET_KEY", "required (a Stripe secret key sk_… or a restricted key rk_… that can read PaymentIntents)")
+		ok = false
 	case !strings.HasPrefix(key, "sk_") && !strings.HasPrefix(key, "rk_"):
-		return nil, usagef("STRIPE_SECRET_KEY: must start with sk_ or rk_ (is it a publishable pk_ key?)")
+		l.Problem("STRIPE_SECRET_KEY", "must start with sk_ or rk_ (is it a publishable pk_ key?)")
+		ok = false
 	}
 	base, _ := lookup("STRIPE_API_BASE")
 	base = strings.TrimSpace(base)
 	if base == "" {
 		base = activities.DefaultStripeAPIBase
 	}
-	if u, err := url.Parse(base); err != nil || u.User != nil {
-		return nil, usagef("STRIPE_API_BASE: must be an http(s) URL without credentials")
+	if err := config.CheckBaseURL(base); err != nil {
+		l.Problem("STRIPE_API_BASE", "%v", err)
+		return nil
+	}
+	if !ok {
+		return nil
 	}
 	sc, err := activities.NewStripeClient(key, base, nil)
 	if err != nil {
-		return nil, usagef("STRIPE_API_BASE: %q is not an http(s) URL", base)
+		l.Problem("STRIPE_API_BASE", "%q is not a usable Stripe API base", base)
+		return nil
 	}
-	return sc, nil
+	return sc
 }
 
 // printReport prints the report as a summary and one row per finding.
