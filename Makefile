@@ -5,6 +5,7 @@ SHELL := /bin/bash
 BIN          := $(CURDIR)/bin
 TEMPORAL     := $(BIN)/temporal
 STRIPE_MOCK  := $(BIN)/stripe-mock
+PROMTOOL     := $(BIN)/promtool
 TEMPORAL_CLI_VERSION := v1.5.1
 STRIPE_MOCK_VERSION  := v0.203.0
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
@@ -50,7 +51,7 @@ postgres: ## Make sure PostgreSQL runs on 127.0.0.1:5432 (starts or installs it)
 	@scripts/ensure-postgres
 
 .PHONY: tools
-tools: $(TEMPORAL) $(STRIPE_MOCK) ## Build the Temporal CLI (dev server + Web UI) and stripe-mock into bin/.
+tools: $(TEMPORAL) $(STRIPE_MOCK) $(PROMTOOL) ## Build the Temporal CLI (dev server + Web UI) and stripe-mock into bin/, and put promtool there.
 
 $(TEMPORAL):
 	@echo "Building the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (about 5 minutes the first time)..."
@@ -58,6 +59,20 @@ $(TEMPORAL):
 
 $(STRIPE_MOCK):
 	GOBIN=$(BIN) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+# promtool tests deploy/prometheus's alert rules (go test ./deploy/). A
+# promtool on PATH is linked; otherwise apt-get downloads Debian's (or
+# Ubuntu's) prometheus package and only promtool is extracted from it: no
+# root, no Prometheus service, about 6 s (as root, apt-get warns that it
+# downloads unsandboxed: harmless).
+$(PROMTOOL):
+	@mkdir -p $(BIN)
+	@if command -v promtool >/dev/null; then ln -sf "$$(command -v promtool)" $@; else \
+	  echo "Fetching promtool from the Debian prometheus package into bin/..."; \
+	  tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+	  { apt-get download prometheus || { apt-get update -qq && apt-get download prometheus; }; } && \
+	  dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && mv usr/bin/promtool $@; fi
+	@$@ --version | head -1
 
 .PHONY: fmt
 fmt: ## Format the code.

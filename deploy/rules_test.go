@@ -18,6 +18,21 @@ const (
 	ruleManifest  = "k8s/base/prometheusrule.yaml"
 )
 
+// findPromtool returns $KEYED_PROMTOOL_BIN, bin/promtool (make tools puts
+// it there) or the promtool on PATH.
+func findPromtool(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("KEYED_PROMTOOL_BIN"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("../bin/promtool"); err == nil {
+		return "../bin/promtool"
+	}
+	p, err := exec.LookPath("promtool")
+	require.NoError(t, err, "no promtool in bin/ or on PATH: run `make tools` (it extracts promtool from Debian's prometheus package) or set KEYED_PROMTOOL_BIN")
+	return p
+}
+
 func readRules(t *testing.T) ruleGroups {
 	t.Helper()
 	raw, err := os.ReadFile(rulesFile)
@@ -52,8 +67,7 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 // TestPromtoolRules runs promtool's checks and the rules' unit tests.
 func TestPromtoolRules(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	require.NoError(t, err, "promtool is not on PATH: run `make tools` (installs Debian's prometheus package) or `apt-get install prometheus`")
+	promtool := findPromtool(t)
 	out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput()
 	require.NoError(t, err, "promtool check rules:\n%s", out)
 	out, err = exec.Command(promtool, "test", "rules", rulesTestFile).CombinedOutput()
