@@ -48,19 +48,22 @@ const (
 	HeartbeatTimeout = 15 * time.Second
 	// DatabaseStartToClose bounds one attempt of mark paid or mark failed.
 	DatabaseStartToClose = 30 * time.Second
-	// MaxAttempts caps the attempts of each step.
-	MaxAttempts = 10
+	// StepScheduleToClose is how long a step keeps retrying transient
+	// failures before the run fails: long enough to ride out a Postgres
+	// restart, a provider outage of several minutes, and SendGrid's
+	// indexing lag while a receipt's fate is looked up (notify's
+	// DefaultLookupLag plus DefaultLookupGiveUp, 15 minutes).
+	StepScheduleToClose = 30 * time.Minute
 )
 
 // RetryPolicy returns the retry policy of every step: exponential backoff
-// from 1s doubling up to 30s, at most MaxAttempts attempts, and no retry for
-// the activities' terminal error types.
+// from 1s doubling up to 30s, attempts bounded by StepScheduleToClose rather
+// than by a count, and no retry for the activities' terminal error types.
 func RetryPolicy() *temporal.RetryPolicy {
 	return &temporal.RetryPolicy{
 		InitialInterval:        time.Second,
 		BackoffCoefficient:     2,
 		MaximumInterval:        30 * time.Second,
-		MaximumAttempts:        MaxAttempts,
 		NonRetryableErrorTypes: activities.NonRetryableErrorTypes(),
 	}
 }
@@ -71,10 +74,11 @@ func RetryPolicy() *temporal.RetryPolicy {
 // in the Web UI and the CLI, names the effect key.
 func ActivityOptions(step, key string) workflow.ActivityOptions {
 	o := workflow.ActivityOptions{
-		StartToCloseTimeout: ExternalStartToClose,
-		HeartbeatTimeout:    HeartbeatTimeout,
-		RetryPolicy:         RetryPolicy(),
-		Summary:             step + " · effect " + key,
+		ScheduleToCloseTimeout: StepScheduleToClose,
+		StartToCloseTimeout:    ExternalStartToClose,
+		HeartbeatTimeout:       HeartbeatTimeout,
+		RetryPolicy:            RetryPolicy(),
+		Summary:                step + " · effect " + key,
 	}
 	if step == orders.StepMarkPaid || step == orders.StepMarkFailed {
 		o.StartToCloseTimeout, o.HeartbeatTimeout = DatabaseStartToClose, 0
@@ -83,8 +87,10 @@ func ActivityOptions(step, key string) workflow.ActivityOptions {
 }
 
 // RetryWindow returns the longest time one step with options o can keep
-// retrying: every attempt running to its start-to-close timeout, plus every
-// backoff of its retry policy. It is what an effect record must outlive.
+// retrying: its schedule-to-close timeout, or, when the retry policy caps
+// the attempts and that is sooner, every attempt running to its
+// start-to-close timeout plus every backoff. It is what an effect record
+// must outlive.
 func RetryWindow(o workflow.ActivityOptions) time.Duration {
 	p := o.RetryPolicy
 	if p == nil || p.MaximumAttempts <= 0 {
@@ -95,6 +101,9 @@ func RetryWindow(o workflow.ActivityOptions) time.Duration {
 	for i := int32(1); i < p.MaximumAttempts; i++ {
 		total += interval
 		interval = min(time.Duration(float64(interval)*p.BackoffCoefficient), p.MaximumInterval)
+	}
+	if o.ScheduleToCloseTimeout > 0 {
+		return min(total, o.ScheduleToCloseTimeout)
 	}
 	return total
 }

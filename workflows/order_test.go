@@ -232,7 +232,8 @@ func TestActivityOptions(t *testing.T) {
 		require.Equal(t, time.Second, rp.InitialInterval)
 		require.InDelta(t, 2.0, rp.BackoffCoefficient, 0)
 		require.Equal(t, 30*time.Second, rp.MaximumInterval)
-		require.EqualValues(t, workflows.MaxAttempts, rp.MaximumAttempts)
+		require.Zero(t, rp.MaximumAttempts, "attempts are bounded by time, not by a count")
+		require.Equal(t, workflows.StepScheduleToClose, o.ScheduleToCloseTimeout)
 		require.ElementsMatch(t, activities.NonRetryableErrorTypes(), rp.NonRetryableErrorTypes)
 		require.NotContains(t, rp.NonRetryableErrorTypes, activities.ErrTypeTransient)
 		if step == orders.StepMarkPaid || step == orders.StepMarkFailed {

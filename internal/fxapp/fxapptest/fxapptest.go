@@ -127,29 +127,43 @@ func Start(t testing.TB, opts *Opts) *Worker {
 	if opts == nil {
 		opts = &Opts{}
 	}
-	w := &Worker{Deps: Prepare(t, opts)}
+	w, err := StartOn(t, Prepare(t, opts), opts.Logger)
+	require.NoError(t, err, "start the worker app")
+	return w
+}
+
+// StartOn builds and starts the worker app on d, whose Env the caller may
+// have edited, and stops it (if the test did not) when the test ends. It
+// returns the error of building or starting the app, reduced to its root
+// cause, for tests of configurations the worker refuses.
+func StartOn(t testing.TB, d *Deps, logger *slog.Logger) (*Worker, error) {
+	t.Helper()
+	w := &Worker{Deps: d}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg, err := config.Load(config.Worker, fs, nil, Lookup(w.Env))
 	require.NoError(t, err)
 	w.Config = cfg
 
-	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	w.App = fx.New(fxapp.Worker(cfg, logger,
 		fx.Populate(&w.Client, &w.Pool, &w.Orders, &w.Effects, &w.Metrics)))
-	require.NoError(t, fxapp.RootCause(w.App.Err()), "build the worker app")
+	if err := w.App.Err(); err != nil {
+		return nil, fxapp.RootCause(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.App.StartTimeout())
 	defer cancel()
-	require.NoError(t, fxapp.RootCause(w.App.Start(ctx)), "start the worker app")
+	if err := w.App.Start(ctx); err != nil {
+		return nil, fxapp.RootCause(err)
+	}
 	t.Cleanup(func() {
 		if !w.stopped {
 			_ = w.Stop()
 		}
 	})
-	return w
+	return w, nil
 }
 
 // Stop stops the app within its stop timeout and returns the stop's error.

@@ -1,0 +1,120 @@
+package fxapp_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// runOrders creates n orders, starts each run twice at once, and waits for
+// every run; it returns how many ended paid.
+func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		id := fmt.Sprintf("%s-%03d", prefix, i)
+		o, _, err := w.Orders.Create(ctx, orders.NewOrder{TenantID: "acme", ID: id, AmountMinor: 1000 + int64(i),
+			Currency: "eur", CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
+		require.NoError(t, err)
+		in := orders.NewCheckoutInput("acme", id)
+		for range 2 {
+			wg.Go(func() {
+				st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
+				if err == nil {
+					err = w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil)
+				}
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var paid int
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id LIKE $1 AND status = 'paid'`, prefix+"-%").Scan(&paid))
+	return paid
+}
+
+// TestWorkerUnderLoadAndOnTheSmallestPool bursts 500 orders at the default
+// settings, then runs orders on the smallest pool the worker accepts; every
+// order ends paid with one charge and one receipt. It also checks the
+// configurations the worker refuses at start.
+func TestWorkerUnderLoadAndOnTheSmallestPool(t *testing.T) {
+	t.Parallel()
+	srv := fxapptest.StartServer(t)
+
+	t.Run("burst of 500 at default settings", func(t *testing.T) {
+		w := fxapptest.Start(t, &fxapptest.Opts{Server: srv})
+		require.Equal(t, 500, runOrders(t, w, "burst", 500))
+		require.Equal(t, 500, w.Stripe.Charges())
+		require.Len(t, w.SendGrid.Messages(), 500)
+	})
+
+	t.Run("smallest pool", func(t *testing.T) {
+		d := fxapptest.Prepare(t, &fxapptest.Opts{Server: srv})
+		least, _ := fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: 64}})
+		d.Env["DATABASE_URL"] += fmt.Sprintf("&pool_max_conns=%d", least)
+		w, err := fxapptest.StartOn(t, d, nil)
+		require.NoError(t, err)
+		require.EqualValues(t, least, w.Pool.Config().MaxConns)
+		require.Equal(t, 40, runOrders(t, w, "small", 40))
+		require.Equal(t, 40, w.Stripe.Charges())
+		require.Len(t, w.SendGrid.Messages(), 40)
+	})
+
+	t.Run("a smaller pool is refused", func(t *testing.T) {
+		d := fxapptest.Prepare(t, &fxapptest.Opts{Server: srv})
+		d.Env["DATABASE_URL"] += "&pool_max_conns=1"
+		_, err := fxapptest.StartOn(t, d, nil)
+		require.ErrorContains(t, err, "pool_max_conns=1 is below the 4 connections the worker needs")
+	})
+
+	t.Run("a retention shorter than the namespace's is refused", func(t *testing.T) {
+		d := fxapptest.Prepare(t, &fxapptest.Opts{Server: srv})
+		d.Env["EFFECTS_RETENTION"] = "2h"
+		_, err := fxapptest.StartOn(t, d, nil)
+		require.Error(t, err)
+		require.True(t, strings.HasPrefix(err.Error(), "EFFECTS_RETENTION 2h0m0s is shorter than namespace"), err.Error())
+		require.ErrorContains(t, err, "set it to at least")
+	})
+}
+
+func TestPoolNeeds(t *testing.T) {
+	t.Parallel()
+	least, def := fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: 64}})
+	require.EqualValues(t, 4, least)
+	require.EqualValues(t, 19, def)
+	least, def = fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: 2}})
+	require.EqualValues(t, 4, least)
+	require.EqualValues(t, 5, def)
+}
+
+func TestRetryWindowCoversEveryAttempt(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, workflows.StepScheduleToClose, workflows.RetryWindow(workflows.ActivityOptions(orders.StepCharge, "")))
+	// 10 attempts of 1 min, backoffs 1+2+4+8+16+30+30+30+30 s.
+	capped := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 10}}
+	require.Equal(t, 10*time.Minute+151*time.Second, workflows.RetryWindow(capped))
+	capped.ScheduleToCloseTimeout = 5 * time.Minute
+	require.Equal(t, 5*time.Minute, workflows.RetryWindow(capped))
+	require.Equal(t, 4*workflows.StepScheduleToClose, workflows.LongestRun())
+}
