@@ -27,7 +27,7 @@ test: postgres tools ## Run every test against real Postgres (and, from the pipe
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(FUZZ_TIME) ./effects
 
 .PHONY: demo
-demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up).
+demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up and writes .demo/env for bin/starter).
 	bin/demo $(if $(KEEP),-keep)
 
 .PHONY: build

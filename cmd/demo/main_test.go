@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/internal/devserver"
+)
+
+func TestReportFitsAHundredColumnsAndExplainsItself(t *testing.T) {
+	t.Parallel()
+	rows := []row{
+		{order: "A-150405.3", scenario: "happy path", runs: 1, duplicates: 4, later: "refused", outcome: "paid, receipt sent",
+			charges: 1, workflowID: "order:demo:A-150405.3:fulfil", charge: "pi_3MtwBwLkdIwHu7ix28a3tqPa succeeded",
+			receipt: "14c5d75ce93.dfd.64b469.filter0001p3las1-2-5f5f-1", effects: "charge=succeeded mark_paid=succeeded receipt=succeeded"},
+		{order: "D-150405.3", scenario: "card declined", runs: 1, duplicates: 4, later: "re-ran: CardDeclined",
+			outcome: "failed: PaymentIncomplete and then some", charges: 0, workflowID: "order:demo:D-150405.3:fulfil",
+			charge: "none", receipt: "not sent", effects: strings.Repeat("charge=failed_terminal mark_failed=succeeded ", 4)},
+	}
+	var b bytes.Buffer
+	require.NoError(t, printReport(&b, rows, 5, true))
+	out := b.String()
+	for i, line := range strings.Split(out, "\n") {
+		require.LessOrEqual(t, utf8.RuneCountInString(line), maxWidth, "line %d is too wide:\n%s", i+1, line)
+	}
+	require.Regexp(t, `(?m)^ORDER\s+SCENARIO\s+NEW\s+DUPLICATE\s+LATER START\s+OUTCOME\s+CHARGES$`, out)
+	require.Regexp(t, `(?m)^A-150405\.3\s+happy path\s+1\s+4\s+refused\s+paid, receipt sent\s+1$`, out)
+	for _, words := range []string{"Each order got 5 concurrent starts", "NEW counts the starts\nthat began a workflow run",
+		"DUPLICATE counts the starts Temporal suppressed", "LATER START is one more start", "CHARGES counts the charges"} {
+		require.Contains(t, out, words)
+	}
+	require.NotContains(t, out, "new/duplicates suppressed")
+	require.Contains(t, out, "  re-run    CardDeclined (replayed from the effect records)")
+}
+
+func TestEnvFileIsSourceable(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "env")
+	vars := []string{
+		"DATABASE_URL=postgres://u:p'a$s%20\"w@127.0.0.1:5432/postgres?sslmode=disable&search_path=keyed_demo",
+		"TEMPORAL_ADDRESS=127.0.0.1:41234",
+		"KEYED_DEMO_WEB_UI=http://127.0.0.1:8233/namespaces/default/workflows?query=TenantID%3D%22demo%22",
+	}
+	require.NoError(t, writeEnvFile(path, vars))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "DATABASE_URL may hold a password")
+	out, err := exec.Command("sh", "-c", `. "$1" && printf '%s\n' "$DATABASE_URL" "$TEMPORAL_ADDRESS" "$KEYED_DEMO_WEB_UI"`, "sh", path).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	want := ""
+	for _, v := range vars {
+		_, value, _ := strings.Cut(v, "=")
+		want += value + "\n"
+	}
+	require.Equal(t, want, string(out))
+
+	var b bytes.Buffer
+	require.NoError(t, printKeep(&b, ".demo/env", vars, "A-1", ".demo/worker.log"))
+	require.NotContains(t, b.String(), "p'a$s", "the terminal never shows the database password")
+	require.Contains(t, b.String(), "source .demo/env")
+}
+
+// TestDemoTheCLICanReach runs the demo twice against a real dev server and
+// worker: without keep it links to nothing and leaves no .demo/env; with
+// keep, a shell that sources .demo/env reaches the demo with bin/starter.
+func TestDemoTheCLICanReach(t *testing.T) {
+	temporalBin, err := devserver.FindBinary()
+	require.NoError(t, err, "the demo needs the Temporal dev server: run `make tools`")
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	bins := t.TempDir()
+	build := exec.Command("go", "build", "-o", bins+"/", "./cmd/worker", "./cmd/starter")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	t.Setenv("KEYED_TEMPORAL_BIN", temporalBin)
+	t.Chdir(t.TempDir())
+	opts := options{uiPort: 0, workerBin: filepath.Join(bins, "worker"), duplicates: 3}
+
+	// A stale file from an earlier run is removed: its servers are gone.
+	require.NoError(t, os.MkdirAll(stateDir, 0o755))
+	require.NoError(t, os.WriteFile(envPath(), []byte("export TEMPORAL_ADDRESS=gone:1\n"), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var plain bytes.Buffer
+	require.NoError(t, run(ctx, opts, &plain), plain.String())
+	report := plain.String()
+	require.NotContains(t, report, "http://", "without keep the demo links to no stopped server")
+	require.Contains(t, report, "make demo KEEP=1")
+	require.Contains(t, report, "DUPLICATE counts the starts Temporal suppressed")
+	require.NoFileExists(t, envPath())
+	for i, line := range strings.Split(report, "\n") {
+		require.LessOrEqual(t, utf8.RuneCountInString(line), maxWidth, "line %d: %s", i+1, line)
+	}
+
+	opts.keep = true
+	keepCtx, stop := context.WithCancel(ctx)
+	var kept syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(keepCtx, opts, &kept) }()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(envPath())
+		return err == nil && strings.Contains(kept.String(), "Worker log:")
+	}, 2*time.Minute, 100*time.Millisecond,
+		"the demo writes %s while it keeps its servers up:\n%s", envPath(), kept.String())
+	require.Contains(t, kept.String(), "source .demo/env")
+	order := firstOrder(t, kept.String())
+
+	show := exec.Command("sh", "-c", `. .demo/env && "$1" show --tenant "$KEYED_DEMO_TENANT" --order "$2" --json`, "sh",
+		filepath.Join(bins, "starter"), order)
+	show.Env = []string{"PATH=" + os.Getenv("PATH")} // nothing but what .demo/env sets
+	out, err = show.CombinedOutput()
+	require.NoError(t, err, "starter show with .demo/env: %s", out)
+	var shown struct {
+		Order struct {
+			Status string `json:"status"`
+		} `json:"order"`
+		Workflow struct {
+			Error string `json:"error"`
+			Steps []any  `json:"steps"`
+		} `json:"workflow"`
+	}
+	require.NoError(t, json.Unmarshal(out, &shown), "%s", out)
+	require.Equal(t, "paid", shown.Order.Status)
+	require.Empty(t, shown.Workflow.Error, "the workflow query reaches the demo's worker")
+	require.NotEmpty(t, shown.Workflow.Steps)
+
+	stop()
+	require.NoError(t, <-done)
+	require.NoFileExists(t, envPath(), "the file goes when its servers stop")
+}
+
+// firstOrder returns the first order ID of the report's table.
+func firstOrder(t *testing.T, report string) string {
+	t.Helper()
+	_, table, ok := strings.Cut(report, "ORDER ")
+	require.True(t, ok, report)
+	lines := strings.Split(table, "\n")
+	require.Greater(t, len(lines), 1, report)
+	return strings.Fields(lines[1])[0]
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

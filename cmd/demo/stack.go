@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/migrations"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// stack is everything the demo runs, and how to stop it.
+type stack struct {
+	out         io.Writer
+	srv         *devserver.Server
+	dbURL       string
+	pool        *pgxpool.Pool
+	metricsAddr string
+	stripeFake  *fakestripe.Server
+	logPath     string
+	tc          client.Client
+	store       *orders.Store
+	fxc         *effects.Client
+	started     time.Time
+	// stops run in reverse order on close.
+	stops []func() error
+}
+
+func (s *stack) say(format string, args ...any) {
+	fmt.Fprintf(s.out, "▸ "+format+"\n", args...)
+}
+
+// start brings up the dev server, Postgres schema, providers, worker and
+// clients, in that order.
+func (s *stack) start(ctx context.Context, o options) error {
+	s.started = time.Now()
+	for _, step := range []func(context.Context, options) error{
+		s.startTemporal, s.prepareDB, s.startWorker, s.dial,
+	} {
+		if err := step(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stamp makes the run's order IDs unique.
+func (s *stack) stamp() string { return s.started.Format("150405.0") }
+
+func (s *stack) startTemporal(ctx context.Context, o options) error {
+	uiPort := o.uiPort
+	if uiPort != 0 && !portFree(uiPort) {
+		s.say("port %d is busy; the Web UI gets a free port instead", uiPort)
+		uiPort = 0
+	}
+	s.say("starting the Temporal dev server (bin/temporal) with its Web UI")
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: uiPort})
+	if err != nil {
+		return err
+	}
+	s.srv = srv
+	s.stops = append(s.stops, srv.Stop)
+	return nil
+}
+
+func (s *stack) prepareDB(ctx context.Context, _ options) error {
+	s.say("preparing Postgres schema %s", demoSchema)
+	base := os.Getenv("DATABASE_URL")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	if err := createSchema(ctx, base); err != nil {
+		return err
+	}
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	s.dbURL = base + sep + "search_path=" + demoSchema
+	pool, err := pgxpool.New(ctx, s.dbURL)
+	if err != nil {
+		return err
+	}
+	s.pool = pool
+	s.stops = append(s.stops, func() error { pool.Close(); return nil })
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", demoSchema, err)
+	}
+	return nil
+}
+
+func createSchema(ctx context.Context, base string) (err error) {
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return fmt.Errorf("connect to Postgres (run `make postgres`): %w", err)
+	}
+	defer func() { err = joinErr(err, conn.Close(ctx)) }()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+demoSchema); err != nil {
+		return fmt.Errorf("create schema %s: %w", demoSchema, err)
+	}
+	return nil
+}
+
+// providerEnv starts fake Stripe and SendGrid, unless the real ones' keys
+// are set, and returns the worker's settings for them.
+func (s *stack) providerEnv() []string {
+	if os.Getenv("STRIPE_SECRET_KEY") != "" && os.Getenv("SENDGRID_API_KEY") != "" {
+		s.say("using real Stripe (test mode) and SendGrid: their keys are set")
+		return []string{"STRIPE_SECRET_KEY=" + os.Getenv("STRIPE_SECRET_KEY"), "SENDGRID_API_KEY=" + os.Getenv("SENDGRID_API_KEY")}
+	}
+	s.say("starting fake Stripe and SendGrid (set STRIPE_SECRET_KEY and SENDGRID_API_KEY to use the real ones)")
+	s.stripeFake = fakestripe.New(nil)
+	st := httptest.NewServer(s.stripeFake)
+	sg := httptest.NewServer(fakesendgrid.New(nil))
+	s.stops = append(s.stops, func() error { st.Close(); sg.Close(); return nil })
+	return []string{"STRIPE_SECRET_KEY=sk_test_demo", "STRIPE_API_BASE=" + st.URL,
+		"SENDGRID_API_KEY=SG.demo", "SENDGRID_API_BASE=" + sg.URL}
+}
+
+func (s *stack) startWorker(_ context.Context, o options) error {
+	s.metricsAddr = "127.0.0.1:9464"
+	if !portFree(9464) {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	env := append(s.cliEnv(), "METRICS_ADDR="+s.metricsAddr)
+	env = append(env, s.providerEnv()...)
+	if os.Getenv("RECEIPT_FROM") == "" {
+		env = append(env, "RECEIPT_FROM=receipts@keyed.example")
+	}
+	s.say("starting the worker: %s", o.workerBin)
+	s.logPath = filepath.Join(stateDir, "worker.log")
+	logFile, err := os.Create(s.logPath)
+	if err != nil {
+		return err
+	}
+	worker := exec.Command(o.workerBin)
+	worker.Env = append(os.Environ(), env...)
+	worker.Stdout, worker.Stderr = logFile, logFile
+	worker.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := worker.Start(); err != nil {
+		return joinErr(fmt.Errorf("start worker (run `make demo`, which builds it): %w", err), logFile.Close())
+	}
+	s.stops = append(s.stops, func() error {
+		// The worker drains and exits 0 on SIGTERM.
+		err := worker.Process.Signal(syscall.SIGTERM)
+		if werr := worker.Wait(); werr != nil {
+			err = joinErr(err, fmt.Errorf("worker (see %s): %w", s.logPath, werr))
+		}
+		return joinErr(err, logFile.Close())
+	})
+	return nil
+}
+
+func (s *stack) dial(_ context.Context, _ options) error {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tc, err := client.Dial(client.Options{HostPort: s.srv.Address(), Namespace: namespace, Logger: sdklog.NewStructuredLogger(quiet)})
+	if err != nil {
+		return fmt.Errorf("connect to the dev server: %w", err)
+	}
+	s.tc = tc
+	s.stops = append(s.stops, func() error { tc.Close(); return nil })
+	if s.store, err = orders.NewStore(s.pool); err != nil {
+		return err
+	}
+	s.fxc, err = effects.NewClient(s.pool, &effects.ClientOpts{Logger: quiet})
+	return err
+}
+
+// cliEnv is what the worker and the starter CLI need to reach the demo.
+func (s *stack) cliEnv() []string {
+	return []string{
+		"DATABASE_URL=" + s.dbURL,
+		"TEMPORAL_ADDRESS=" + s.srv.Address(),
+		"TEMPORAL_NAMESPACE=" + namespace,
+		"TEMPORAL_TASK_QUEUE=" + taskQueue,
+	}
+}
+
+// close stops everything started, last first, and returns every error.
+func (s *stack) close() error {
+	var err error
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		err = joinErr(err, s.stops[i]())
+	}
+	s.stops = nil
+	return err
+}
+
+// keep writes .demo/env, prints how to use it, and waits for Ctrl-C.
+func (s *stack) keep(ctx context.Context, path, someOrder string) error {
+	vars := append(s.cliEnv(),
+		"KEYED_DEMO_TENANT="+tenant,
+		"KEYED_DEMO_WEB_UI="+s.webUI(),
+		"KEYED_DEMO_METRICS=http://"+s.metricsAddr+"/metrics",
+	)
+	if err := writeEnvFile(path, vars); err != nil {
+		return err
+	}
+	if err := printKeep(s.out, path, vars, someOrder, s.logPath); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// webUI links to the demo tenant's runs in the Web UI.
+func (s *stack) webUI() string {
+	return fmt.Sprintf("%s/namespaces/%s/workflows?query=TenantID%%3D%%22%s%%22", s.srv.UIAddress(), namespace, tenant)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return false
+	}
+	return l.Close() == nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// joinErr is errors.Join, kept short for deferred cleanups.
+func joinErr(errs ...error) error { return errors.Join(errs...) }
