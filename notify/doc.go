@@ -26,19 +26,21 @@
 //
 //   - Found: the effect is completed with SendGrid's message ID (the
 //     X-Message-Id part of its msg_id), and nothing is sent.
-//   - Not found, and the earlier attempt may have posted less than
-//     LookupLag ago: a transient error wrapping ErrLookupPending ("waiting
-//     for SendGrid's activity index …"), so that Temporal retries with
-//     backoff, and the next attempt looks again. The time of the possible
-//     send is the collapse-window row of this effect key, whose sent_at is
-//     written right before each POST; no row means the earlier attempt never
-//     reached the POST (or a definite failure gave the row back), so there
-//     is nothing to wait for.
+//   - Not found, and SendGrid may have accepted the earlier attempt's
+//     request less than LookupLag ago (its POST started less than the send
+//     timeout plus LookupLag ago): a transient error wrapping
+//     ErrLookupPending ("waiting for SendGrid's activity index …"), so that
+//     Temporal retries with backoff, and the next attempt looks again. The
+//     start of the POST is the sent_at of this effect key's collapse-window
+//     row, written right before each POST; no row means the earlier attempt
+//     never reached the POST (or a definite failure gave the row back), so
+//     there is nothing to wait for.
 //   - Not found after the lag window: the message is sent, with the same
 //     key, custom argument and header.
 //   - The look-up fails (unreachable, timeout, 429, 5xx, 401/403): a
-//     transient error wrapping ErrLookupFailed until LookupLag+LookupGiveUp
-//     have passed since the possible send; then the policy decides. With no
+//     transient error wrapping ErrLookupFailed until the send timeout plus
+//     LookupLag+LookupGiveUp have passed since the POST; then the policy
+//     decides. With no
 //     row, the look-up is not needed, unless the claim is older than the
 //     collapse window (the row may have aged out).
 //
@@ -52,12 +54,12 @@
 //     residual risk of a second copy is a message SendGrid accepted but did
 //     not index within LookupLag; the residual risk of no email is a
 //     request that never reached SendGrid while the look-up failed for
-//     LookupLag+LookupGiveUp: the send then fails with an error wrapping
+//     the whole bound: the send then fails with an error wrapping
 //     effects.ErrAmbiguous and the record is failed terminally with code
 //     "ambiguous" for an operator (see effects.Resolve).
 //   - AtLeastOnce: the same look-up runs before any resend, so a lost
 //     answer no longer means a second copy. When the look-up keeps failing
-//     for LookupLag+LookupGiveUp the message is sent again: the cost is,
+//     for the whole bound the message is sent again: the cost is,
 //     rarely, a second copy, never a missing email. The same residual risk
 //     of an accepted but unindexed message applies.
 //
@@ -75,7 +77,8 @@
 // table; a dropped send completes its effect with Result.Collapsed set. The
 // window is given back only after a definite "not sent" (failure to
 // connect, an answer of 4xx or 5xx), never after ErrUnconfirmed. Because
-// its row dates a possible send, the window must be at least LookupLag.
+// its row dates a possible send, the window must be at least the send
+// timeout plus LookupLag.
 //
 // What is stored is the outcome only: the SendGrid message ID and the
 // collapsed flag. Addresses are stored as SHA-256 digests, bodies never, and

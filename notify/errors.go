@@ -92,7 +92,7 @@ func (e *SendError) Unwrap() error { return e.kind }
 // LookupError describes an attempt that found an earlier attempt's
 // unfinished claim and could not yet settle it from SendGrid's Email
 // Activity API. Key is the effect key. Since is how long ago the earlier
-// attempt may have posted the message. Status is the HTTP status of a
+// attempt's POST started (or, when its row has aged out, its claim). Status is the HTTP status of a
 // failed look-up, or 0; Reason is the look-up's error, empty when the
 // look-up answered but found nothing. Neither contains the API key.
 type LookupError struct {
@@ -111,10 +111,10 @@ func (e *LookupError) Error() string {
 	since := e.Since.Round(time.Millisecond)
 	switch e.code {
 	case CodeLookupPending:
-		return fmt.Sprintf("%s: no message under effect key %s yet, %s after the possible send; it is sent if none shows within %s more",
+		return fmt.Sprintf("%s: no message under effect key %s yet, %s after the earlier attempt's POST; it is sent if none shows within %s more",
 			e.kind, e.Key, since, e.Wait.Round(time.Millisecond))
 	case CodeLookupFailed:
-		return fmt.Sprintf("%s: %s, %s after the possible send of %s; retrying for %s more", e.kind, e.failure(), since, e.Key,
+		return fmt.Sprintf("%s: %s, %s after the earlier attempt's POST of %s; retrying for %s more", e.kind, e.failure(), since, e.Key,
 			e.Wait.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("%s: %s may have been sent %s ago and SendGrid's email activity look-up kept failing (%s); it is not sent again",

@@ -21,12 +21,13 @@ import (
 // activityPath is SendGrid's Email Activity API, "Filter all messages".
 const activityPath = "/v3/messages"
 
-// lookupOpts is the validated look-up configuration of a Sender.
+// lookupOpts is the validated look-up configuration of a Sender. lag
+// includes the send timeout: it counts from the start of the POST.
 type lookupOpts struct {
 	lag, timeout, giveUp time.Duration
 }
 
-func newLookupOpts(opts *SenderOpts, window time.Duration) (lookupOpts, error) {
+func newLookupOpts(opts *SenderOpts, window, sendTimeout time.Duration) (lookupOpts, error) {
 	o := lookupOpts{lag: opts.LookupLag, timeout: opts.LookupTimeout, giveUp: opts.LookupGiveUp}
 	for _, d := range []struct {
 		name string
@@ -39,9 +40,11 @@ func newLookupOpts(opts *SenderOpts, window time.Duration) (lookupOpts, error) {
 	o.lag = cmp.Or(o.lag, DefaultLookupLag)
 	o.timeout = cmp.Or(o.timeout, DefaultLookupTimeout)
 	o.giveUp = cmp.Or(o.giveUp, DefaultLookupGiveUp)
-	if o.lag > window {
-		return o, fmt.Errorf("notify: NewSender: LookupLag %s exceeds the collapse window %s: the window's row, which dates a possible send, must outlive SendGrid's indexing lag", o.lag, window)
+	if sendTimeout+o.lag > window {
+		return o, fmt.Errorf("notify: NewSender: send timeout %s plus LookupLag %s exceeds the collapse window %s: the window's row, which dates a possible send, must outlive the request and SendGrid's indexing lag",
+			sendTimeout, o.lag, window)
 	}
+	o.lag += sendTimeout
 	return o, nil
 }
 
@@ -82,7 +85,7 @@ func (s *Sender) settle(ctx context.Context, m Message, policy Policy, rcpt []by
 	if lerr == nil {
 		if since < s.lookup.lag {
 			le.code, le.kind, le.Wait = CodeLookupPending, ErrLookupPending, s.lookup.lag-since
-			log.InfoContext(ctx, "waiting for SendGrid's activity index", "since", since.String(), "lag", s.lookup.lag.String())
+			log.InfoContext(ctx, "waiting for SendGrid's activity index", "since_post", since.String(), "wait_until", s.lookup.lag.String())
 			return Result{}, false, effects.Transient(le)
 		}
 		log.InfoContext(ctx, "no email under the effect key after the lag window; sending", "since", since.String())

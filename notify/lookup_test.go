@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -12,10 +13,12 @@ import (
 	"github.com/keyedhq/keyed/notify"
 )
 
-// Short look-up windows keep these tests fast; the defaults are minutes.
+// Short look-up windows keep these tests fast; the defaults are minutes. A
+// send may be accepted up to testSendTimeout+testLag after its POST started.
 const (
-	testLag    = 600 * time.Millisecond
-	testGiveUp = 600 * time.Millisecond
+	testSendTimeout = time.Second
+	testLag         = time.Second
+	testGiveUp      = 500 * time.Millisecond
 )
 
 // policies runs f for each delivery policy of the "receipt" template.
@@ -30,7 +33,8 @@ func policies(t *testing.T, f func(t *testing.T, policy notify.Policy)) {
 
 func lookupOpts(policy notify.Policy) *notify.SenderOpts {
 	return &notify.SenderOpts{LookupLag: testLag, LookupGiveUp: testGiveUp,
-		Policies: map[string]notify.Policy{"receipt": policy}}
+		HTTPClient: &http.Client{Timeout: testSendTimeout},
+		Policies:   map[string]notify.Policy{"receipt": policy}}
 }
 
 // sent returns the messages the fake accepted under m's key.
@@ -104,8 +108,8 @@ func TestLostResponseIsSettledFromSendGrid(t *testing.T) {
 func TestLostResponseWaitsForTheIndex(t *testing.T) {
 	t.Parallel()
 	policies(t, func(t *testing.T, policy notify.Policy) {
-		// SendGrid indexes the message after 300ms; we wait up to 600ms.
-		b := setupWith(t, lookupOpts(policy), &fakesendgrid.Opts{IndexLag: testLag / 2})
+		// SendGrid indexes the message after 1s; we wait up to 2s.
+		b := setupWith(t, lookupOpts(policy), &fakesendgrid.Opts{IndexLag: testLag})
 		ctx := context.Background()
 		m := message("9f3a", "receipt")
 		b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
@@ -179,7 +183,7 @@ func TestReentryAfterPossiblePostWaitsOutTheLag(t *testing.T) {
 		require.Zero(t, b.fake.Count())
 
 		res := retryUntilDone(t, b, m)
-		require.GreaterOrEqual(t, time.Since(start), testLag, "sent only after the lag window")
+		require.GreaterOrEqual(t, time.Since(start), testSendTimeout+testLag, "sent only after the lag window")
 		require.NotEmpty(t, res.MessageID)
 		require.Len(t, b.sent(m), 1)
 		require.Equal(t, m.Key.String(), b.sent(m)[0].Headers[notify.HeaderEffectKey])
@@ -229,7 +233,7 @@ func TestLookupOutage(t *testing.T) {
 		require.Equal(t, 503, le.Status)
 		b.requireRecord(t, m, effects.StateFailedTransient, notify.CodeLookupFailed)
 
-		time.Sleep(testLag + testGiveUp)
+		time.Sleep(testSendTimeout + testLag + testGiveUp)
 		_, err = b.sender.Send(ctx, m)
 		require.ErrorIs(t, err, effects.ErrAmbiguous)
 		require.False(t, effects.IsTransient(err))
@@ -256,7 +260,7 @@ func TestLookupOutage(t *testing.T) {
 
 		_, err := b.sender.Send(ctx, m)
 		require.ErrorIs(t, err, notify.ErrLookupFailed)
-		time.Sleep(testLag + testGiveUp)
+		time.Sleep(testSendTimeout + testLag + testGiveUp)
 		res, err := b.sender.Send(ctx, m)
 		require.NoError(t, err)
 		require.NotEmpty(t, res.MessageID)
@@ -301,12 +305,12 @@ func TestLookupOutage(t *testing.T) {
 		t.Parallel()
 		// The row may have aged out of a (short) window: no row no longer
 		// proves that nothing was posted.
-		b := setup(t, &notify.SenderOpts{CollapseWindow: 200 * time.Millisecond, LookupLag: 100 * time.Millisecond,
-			LookupGiveUp: 100 * time.Millisecond})
+		b := setup(t, &notify.SenderOpts{CollapseWindow: 300 * time.Millisecond, LookupLag: 100 * time.Millisecond,
+			LookupGiveUp: 100 * time.Millisecond, HTTPClient: &http.Client{Timeout: 200 * time.Millisecond}})
 		m := message("9f3a", "receipt")
 		crash(t, b, m)
 		b.fake.SetLookupOutage(true)
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(450 * time.Millisecond)
 		_, err := b.sender.Send(context.Background(), m)
 		require.ErrorIs(t, err, effects.ErrAmbiguous)
 		require.Zero(t, b.fake.Count())
@@ -317,11 +321,10 @@ func TestTimeoutIsUnconfirmedThenSettled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, lookupOpts(notify.AtMostOnce))
 	m := message("9f3a", "receipt")
-	// SendGrid accepts the message after the caller gave up waiting.
-	b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultLatency, Delay: 400 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_, err := b.sender.Send(ctx, m)
+	// SendGrid accepts the message after the send timed out: within the
+	// lag window that counts from the send timeout.
+	b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultLatency, Delay: testSendTimeout + 200*time.Millisecond})
+	_, err := b.sender.Send(context.Background(), m)
 	require.ErrorIs(t, err, notify.ErrUnconfirmed)
 	require.True(t, effects.IsTransient(err))
 

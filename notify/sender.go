@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -52,23 +53,24 @@ const (
 	// DefaultBaseURL is SendGrid's global API host.
 	DefaultBaseURL = "https://api.sendgrid.com"
 	// DefaultTimeout bounds one mail send request when SenderOpts.HTTPClient
-	// is nil.
+	// is nil or has no Timeout.
 	DefaultTimeout = 30 * time.Second
 	// DefaultLookupLag is how long an accepted message may take to appear in
 	// SendGrid's Email Activity index. SendGrid publishes no bound; messages
 	// usually show within seconds of their "processed" event, and delays of
 	// a minute or two are seen when SendGrid is loaded. Five minutes covers
 	// those with room to spare, fits twice in the default collapse window
-	// (which must outlive it, see SenderOpts.LookupLag), and is the extra
+	// (which must outlive it and the send timeout, see SenderOpts.LookupLag),
+	// and is the extra
 	// wait paid only by an email whose request never reached SendGrid.
 	DefaultLookupLag = 5 * time.Minute
 	// DefaultLookupTimeout bounds one Email Activity request.
 	DefaultLookupTimeout = 10 * time.Second
 	// DefaultLookupGiveUp is how long past the lag window a failing look-up
-	// is retried before the policy decides. With DefaultLookupLag it ends
-	// ten minutes after the possible send, together with the default
-	// collapse window.
-	DefaultLookupGiveUp = 5 * time.Minute
+	// is retried before the policy decides. With DefaultTimeout and
+	// DefaultLookupLag it ends 9.5 minutes after the POST started, inside
+	// the default collapse window, whose row dates the POST.
+	DefaultLookupGiveUp = 4 * time.Minute
 )
 
 // HeaderEffectKey is the email header that carries the effect key.
@@ -96,13 +98,16 @@ type SenderOpts struct {
 	// AtMostOnce.
 	Policies map[string]Policy
 	// HTTPClient sends the requests. Nil means a client with DefaultTimeout.
+	// Its Timeout (DefaultTimeout if zero) also bounds each mail send
+	// request, which dates the latest moment SendGrid may have accepted it.
 	HTTPClient *http.Client
 	// LookupLag is how long SendGrid's Email Activity index may take to show
-	// an accepted message. A retry whose earlier attempt may have posted
-	// less than LookupLag ago, and finds nothing under the key, waits
-	// (returns a transient error) instead of sending. Zero means
-	// DefaultLookupLag. It must not exceed the collapse window, whose row
-	// records the time of the possible send.
+	// an accepted message. A retry whose earlier attempt's request may have
+	// been accepted less than LookupLag ago (its POST started less than the
+	// send timeout plus LookupLag ago), and finds nothing under the key,
+	// waits (returns a transient error) instead of sending. Zero means
+	// DefaultLookupLag. The send timeout plus LookupLag must not exceed the
+	// collapse window, whose row dates the POST.
 	LookupLag time.Duration
 	// LookupTimeout bounds one Email Activity request. Zero means
 	// DefaultLookupTimeout.
@@ -128,14 +133,16 @@ type Sender struct {
 	http     *rest.Client
 	logger   *slog.Logger
 	lookup   lookupOpts
+	// sendTimeout bounds each mail send request.
+	sendTimeout time.Duration
 }
 
 // NewSender returns a Sender that claims effects with fx and keeps its
 // collapse window in db, which must have keyed's migrations applied. It
 // returns an error if fx or db is nil, the API key or From is missing, From
 // is not an address, BaseURL is not an http(s) URL, the window or a look-up
-// duration is negative, LookupLag exceeds the collapse window, or a policy is
-// unknown.
+// duration is negative, the send timeout plus LookupLag exceeds the collapse
+// window, or a policy is unknown.
 func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, error) {
 	if fx == nil {
 		return nil, errors.New("notify: NewSender: effects client is nil")
@@ -171,7 +178,12 @@ func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, er
 	case window < 0:
 		return nil, fmt.Errorf("notify: NewSender: collapse window %s is negative", window)
 	}
-	lk, err := newLookupOpts(opts, window)
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	sendTimeout := cmp.Or(hc.Timeout, DefaultTimeout)
+	lk, err := newLookupOpts(opts, window, sendTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -182,10 +194,6 @@ func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, er
 		}
 		policies[tmpl] = p
 	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: DefaultTimeout}
-	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -193,7 +201,7 @@ func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, er
 	return &Sender{
 		fx: fx, db: db, apiKey: opts.APIKey, baseURL: strings.TrimRight(base, "/"),
 		from: sgmail.NewEmail(from.Name, from.Address), window: window, policies: policies,
-		http: &rest.Client{HTTPClient: hc}, logger: logger, lookup: lk,
+		http: &rest.Client{HTTPClient: hc}, logger: logger, lookup: lk, sendTimeout: sendTimeout,
 	}, nil
 }
 
@@ -371,11 +379,11 @@ WHERE tenant_id = $1 AND recipient_sha256 = $2 AND template = $3 AND entity = $4
 	return err
 }
 
-// Prune deletes collapse-window rows older than both the window and
-// LookupLag+LookupGiveUp, which no longer affect any send or look-up, and
-// returns how many it deleted.
+// Prune deletes collapse-window rows older than both the window and the
+// send timeout plus LookupLag+LookupGiveUp, which no longer affect any send
+// or look-up, and returns how many it deleted.
 func (s *Sender) Prune(ctx context.Context) (int64, error) {
-	keep := max(s.window, s.lookup.lag+s.lookup.giveUp)
+	keep := max(s.window, s.lookup.lag+s.lookup.giveUp) // lag includes the send timeout.
 	tag, err := s.db.Exec(ctx, `DELETE FROM keyed_sends WHERE sent_at < now() - $1 * interval '1 microsecond'`, keep.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("prune sends: %w", err)
@@ -386,6 +394,8 @@ func (s *Sender) Prune(ctx context.Context) (int64, error) {
 // post makes one mail send request. It never retries: Temporal (or the
 // caller) retries, through the effect claim.
 func (s *Sender) post(ctx context.Context, m Message) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.sendTimeout)
+	defer cancel()
 	msg := sgmail.NewV3MailInit(s.from, m.Subject, sgmail.NewEmail("", m.To), sgmail.NewContent("text/plain", m.Text))
 	msg.SetCustomArg(CustomArgEffectKey, m.Key.String())
 	msg.SetHeader(HeaderEffectKey, m.Key.String())

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -187,14 +188,15 @@ func TestCollapseWindowDropsRepeatOfAnotherKey(t *testing.T) {
 
 func TestCollapseWindowIsConfigurable(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &notify.SenderOpts{CollapseWindow: 300 * time.Millisecond, LookupLag: 100 * time.Millisecond})
+	b := setup(t, &notify.SenderOpts{CollapseWindow: time.Second, LookupLag: 100 * time.Millisecond,
+		HTTPClient: &http.Client{Timeout: 900 * time.Millisecond}})
 	ctx := context.Background()
 	_, err := b.sender.Send(ctx, message("9f3a", "receipt"))
 	require.NoError(t, err)
 	res, err := b.sender.Send(ctx, message("9f3a", "receipt-2"))
 	require.NoError(t, err)
 	require.True(t, res.Collapsed)
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond)
 	res, err = b.sender.Send(ctx, message("9f3a", "receipt-3"))
 	require.NoError(t, err)
 	require.False(t, res.Collapsed)
@@ -364,7 +366,7 @@ func TestNewSenderValidates(t *testing.T) {
 		"neg lag":      {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupLag = -time.Second }, want: "LookupLag -1s is negative"},
 		"neg timeout":  {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupTimeout = -time.Second }, want: "LookupTimeout -1s is negative"},
 		"neg give up":  {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupGiveUp = -time.Second }, want: "LookupGiveUp -1s is negative"},
-		"lag > window": {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = time.Minute }, want: "LookupLag 5m0s exceeds the collapse window 1m0s"},
+		"lag > window": {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = time.Minute }, want: "send timeout 30s plus LookupLag 5m0s exceeds the collapse window 1m0s"},
 		"nil opts key": {fx: fx, db: pool, mutate: nil, want: "API key is required"},
 	} {
 		var opts *notify.SenderOpts
