@@ -26,6 +26,10 @@ test: postgres tools ## Run every test against real Postgres (and, from the pipe
 	go test $(GO_TEST_FLAGS) ./...
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(FUZZ_TIME) ./effects
 
+.PHONY: test-faults
+test-faults: postgres tools ## Run the fault-injection end-to-end test alone (kills, terminated backends, a Postgres restart, lost responses) and print its figures.
+	go test -count=1 -timeout 15m -v -run '^TestFaults$$' ./tests
+
 .PHONY: demo
 demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up and writes .demo/env for bin/starter).
 	bin/demo $(if $(KEEP),-keep)
@@ -41,6 +45,10 @@ bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 conne
 .PHONY: bench-api
 bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempotency-Keys, side by side.
 	go test -run '^$$' -bench CreateOrder -benchtime 3s -count 3 ./api
+
+.PHONY: bench-relay
+bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
+	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox
 
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).

@@ -1,0 +1,371 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fakefault"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// The fault test's plan, per receipt policy. Both sub-runs run at once, so
+// the test deals 2×faultOrders orders.
+const (
+	faultOrders    = 110                      // orders per sub-run
+	faultSpread    = 15 * time.Second         // the orders' first starts are spread over this
+	faultSettle    = 150 * time.Second        // from the first start, the time every order has to settle
+	faultDeclinePM = "pm_card_chargeDeclined" // the card of every 37th order
+)
+
+// faultSchedule is when, after the first start, each fault is dealt: worker
+// kills (slot, time), the Postgres restart, and the backend terminations
+// every faultTerminateEvery until the orders settle.
+var (
+	faultKills          = []struct{ slot, at int }{{0, 7}, {1, 17}, {0, 29}}
+	faultRestartAt      = 22 * time.Second
+	faultTerminateEvery = 3 * time.Second
+)
+
+// TestFaults runs the order pipeline through faults on every side, under
+// each receipt policy: 110 orders per policy, each started three times (twice
+// concurrently, once more seconds later; a third also through the outbox),
+// two real worker processes SIGKILLed three times between them,
+// pg_terminate_backend of the workers' connections every 3 s, one immediate
+// restart of a private Postgres, Stripe dropping 10% of responses after
+// charging and answering 5% with 500 and 5% with 429, SendGrid accepting and
+// then dropping 5% of sends and answering 3% with 500, and a declining card
+// on every 37th order. It counts at the fakes: no order is charged twice or
+// gets two receipts; every order ends paid with one charge and one receipt,
+// or declined with neither; at most 1% of orders need a person.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	bin := buildWorker(t)
+	for _, policy := range []string{config.AtMostOnce, config.AtLeastOnce} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			runFaults(t, bin, policy)
+		})
+	}
+}
+
+// faultOrder is one order of the plan and what happened to it.
+type faultOrder struct {
+	id       string
+	declined bool // paid with faultDeclinePM
+	outbox   bool // created through outbox.CreateOrderTx
+	created  atomic.Int32
+
+	// Filled in by inspect.
+	status             orders.Status
+	charges, receipts  int
+	runs               int
+	runStatus          enumspb.WorkflowExecutionStatus
+	runErr, runErrType string
+	pending            []string
+	records            []string
+}
+
+func runFaults(t *testing.T, bin, policy string) {
+	ctx, cancel := context.WithTimeout(context.Background(), faultSettle+2*time.Minute)
+	defer cancel()
+	w := newFaultWorld(t, ctx, bin, policy)
+	plan := make([]*faultOrder, faultOrders)
+	for i := range plan {
+		plan[i] = &faultOrder{id: fmt.Sprintf("o%03d", i), declined: i%37 == 5, outbox: i%3 == 0}
+	}
+	w.stripe.Inject(fakefault.Fault{Kind: fakefault.FaultDropResponse, Rate: 0.10})
+	w.stripe.Inject(fakefault.Fault{Kind: fakefault.FaultServerError, Rate: 0.05})
+	w.stripe.Inject(fakefault.Fault{Kind: fakefault.FaultRateLimit, Rate: 0.05})
+	w.mail.Inject(fakefault.Fault{Kind: fakefault.FaultDropResponse, Rate: 0.05})
+	w.mail.Inject(fakefault.Fault{Kind: fakefault.FaultServerError, Rate: 0.03})
+	require.NoError(t, w.spawn(0))
+	require.NoError(t, w.spawn(1))
+
+	w.began = time.Now()
+	settled := make(chan struct{})
+	chaosDone := make(chan error, 1)
+	go func() { chaosDone <- w.chaos(ctx, settled) }()
+
+	var (
+		starts   sync.WaitGroup
+		startErr = make(chan error, 4*len(plan))
+	)
+	for i, o := range plan {
+		starts.Go(func() {
+			time.Sleep(time.Duration(i) * faultSpread / time.Duration(len(plan)))
+			if err := w.startOrder(ctx, o); err != nil {
+				startErr <- fmt.Errorf("order %s: %w", o.id, err)
+			}
+		})
+	}
+	starts.Wait()
+	close(startErr)
+	for err := range startErr {
+		t.Errorf("start: %v", err)
+	}
+	settledIn, settleErr := w.waitSettled(ctx, plan)
+	close(settled)
+	require.NoError(t, <-chaosDone, "deal the faults")
+
+	w.inspect(t, ctx, plan)
+	w.report(t, plan, settledIn, settleErr)
+}
+
+// startOrder creates o (through the outbox for a third of the orders) and
+// starts its run twice concurrently, then once more a few seconds later, as
+// impatient clients and retried requests do.
+func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
+	pm := "pm_card_visa"
+	if o.declined {
+		pm = faultDeclinePM
+	}
+	no := orders.NewOrder{TenantID: w.tenant, ID: o.id, AmountMinor: 1999, Currency: "eur",
+		CustomerEmail: "ada+" + o.id + "@example.com", PaymentMethod: pm}
+	err := retryDB(ctx, func(ctx context.Context) error {
+		if !o.outbox {
+			_, _, err := w.orders.Create(ctx, no)
+			return err
+		}
+		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			_, _, err := outbox.CreateOrderTx(ctx, tx, w.orders, no)
+			return err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	in := orders.NewCheckoutInput(w.tenant, o.id)
+	start := func() error {
+		st, err := workflows.Start(ctx, w.temporal, in, &workflows.StartOpts{TaskQueue: w.taskQueue})
+		if err == nil && st.Created {
+			o.created.Add(1)
+		}
+		return err
+	}
+	var twice sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		twice.Go(func() { errs[i] = start() })
+	}
+	twice.Wait()
+	time.Sleep(2*time.Second + rand.N(6*time.Second))
+	return errors.Join(errs[0], errs[1], start())
+}
+
+// chaos deals the faults on schedule until settled is closed: the worker
+// kills, the Postgres restart, and the backend terminations.
+func (w *faultWorld) chaos(ctx context.Context, settled <-chan struct{}) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	kills, restarted, nextTerm := 0, false, faultTerminateEvery
+	for {
+		select {
+		case <-settled:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		at := time.Since(w.began)
+		switch {
+		case kills < len(faultKills) && at >= time.Duration(faultKills[kills].at)*time.Second:
+			if err := w.killWorker(faultKills[kills].slot); err != nil {
+				return err
+			}
+			kills++
+		case !restarted && at >= faultRestartAt:
+			if err := w.restartPostgres(ctx); err != nil {
+				return err
+			}
+			restarted = true
+		case at >= nextTerm:
+			if _, err := w.terminateBackends(ctx); err != nil {
+				return err
+			}
+			nextTerm = at + faultTerminateEvery
+		}
+	}
+}
+
+// waitSettled waits until no run of the world's task queue is running and
+// the outbox is empty, after every start; it returns how long the orders
+// took from the first start, and an error if they did not settle in time.
+func (w *faultWorld) waitSettled(ctx context.Context, plan []*faultOrder) (time.Duration, error) {
+	deadline := w.began.Add(faultSettle)
+	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running'", w.taskQueue)
+	var last string
+	for time.Now().Before(deadline) {
+		running, err := w.temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default", Query: query})
+		var depth int64 = -1
+		if err == nil {
+			err = retryDB(ctx, func(ctx context.Context) error {
+				st, err := outbox.ReadStats(ctx, w.pool)
+				depth = st.Depth
+				return err
+			})
+		}
+		if err == nil && running.GetCount() == 0 && depth == 0 {
+			return time.Since(w.began), nil
+		}
+		last = fmt.Sprintf("%d runs running, outbox depth %d, err %v", running.GetCount(), depth, err)
+		time.Sleep(time.Second)
+	}
+	return time.Since(w.began), fmt.Errorf("not settled %s after the first start: %s", faultSettle, last)
+}
+
+// inspect fills in each order's outcome: its status, the charges and
+// receipts counted at the fakes, its runs, and for a run that did not
+// complete, its failure, pending activities and effect records.
+func (w *faultWorld) inspect(t *testing.T, ctx context.Context, plan []*faultOrder) {
+	t.Helper()
+	for _, o := range plan {
+		in := orders.NewCheckoutInput(w.tenant, o.id)
+		chargeKey, err := in.EffectKey(orders.StepCharge)
+		require.NoError(t, err)
+		receiptKey, err := in.EffectKey(orders.StepReceipt)
+		require.NoError(t, err)
+		o.charges = w.stripe.ChargesForMetadata("effect_key", chargeKey.String())
+		o.receipts = len(w.mail.MessagesFor(notify.CustomArgEffectKey, receiptKey.String()))
+		got, err := w.orders.Get(ctx, w.tenant, o.id)
+		require.NoError(t, err, "load order %s", o.id)
+		o.status = got.Status
+		o.runs = w.runs(t, in.WorkflowID())
+
+		desc, err := w.temporal.DescribeWorkflowExecution(ctx, in.WorkflowID(), "")
+		require.NoError(t, err, "describe the run of order %s", o.id)
+		o.runStatus = desc.GetWorkflowExecutionInfo().GetStatus()
+		for _, pa := range desc.GetPendingActivities() {
+			o.pending = append(o.pending, fmt.Sprintf("%s attempt %d %s: %s", pa.GetActivityType().GetName(),
+				pa.GetAttempt(), pa.GetState(), truncate(pa.GetLastFailure().GetMessage(), 300)))
+		}
+		if o.runStatus != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED && o.runStatus != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			o.runErrType, o.runErr = runFailure(ctx, w, in.WorkflowID())
+		}
+		if !o.fine() {
+			for _, r := range w.records(t, o.id) {
+				o.records = append(o.records, fmt.Sprintf("%s=%s(attempts %d%s)", r.Kind, r.State, r.Attempts,
+					cond(r.ErrorCode != "", ", "+r.ErrorCode+": "+truncate(r.ErrorMessage, 200), "")))
+			}
+			slices.Sort(o.records)
+		}
+	}
+}
+
+// runFailure returns the error type and message of the latest run of
+// workflowID, which has closed.
+func runFailure(ctx context.Context, w *faultWorld, workflowID string) (typ, msg string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := w.temporal.GetWorkflow(ctx, workflowID, "").Get(ctx, nil)
+	var app *temporal.ApplicationError
+	switch {
+	case err == nil:
+		return "", ""
+	case errors.As(err, &app):
+		return app.Type(), truncate(app.Error(), 400)
+	}
+	return "other", truncate(err.Error(), 400)
+}
+
+// fine reports whether o ended as it should with no person involved: paid
+// with one charge and one receipt after a completed run, or (a declining
+// card) failed with neither, its run failed as CardDeclined.
+func (o *faultOrder) fine() bool {
+	if o.declined {
+		return o.status == orders.StatusFailed && o.charges == 0 && o.receipts == 0 &&
+			o.runStatus == enumspb.WORKFLOW_EXECUTION_STATUS_FAILED && o.runErrType == "CardDeclined"
+	}
+	return o.status == orders.StatusPaid && o.charges == 1 && o.receipts == 1 &&
+		o.runStatus == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+}
+
+func (o *faultOrder) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s (%s%s): order %s, %d charges, %d receipts, %d runs (%d created by Start), latest %s",
+		o.id, cond(o.declined, "declining card", "visa"), cond(o.outbox, ", outbox", ""), o.status, o.charges, o.receipts,
+		o.runs, o.created.Load(), strings.TrimPrefix(o.runStatus.String(), "WorkflowExecutionStatus"))
+	if o.runErr != "" {
+		fmt.Fprintf(&sb, " [%s] %s", o.runErrType, o.runErr)
+	}
+	for _, p := range o.pending {
+		fmt.Fprintf(&sb, "\n      pending %s", p)
+	}
+	if !o.fine() {
+		fmt.Fprintf(&sb, "\n      effects %s", cond(len(o.records) == 0, "(no records)", strings.Join(o.records, " ")))
+	}
+	return sb.String()
+}
+
+// report prints the figures line and, for every order that did not end
+// fine, its state; then asserts the outcomes.
+func (w *faultWorld) report(t *testing.T, plan []*faultOrder, settledIn time.Duration, settleErr error) {
+	t.Helper()
+	var charges, receipts, doubleCharged, doubleReceipts, declined, outboxed, reruns int
+	var bad []string
+	for _, o := range plan {
+		charges += o.charges
+		receipts += o.receipts
+		declined += b2i(o.declined)
+		outboxed += b2i(o.outbox)
+		doubleCharged += b2i(o.charges > 1)
+		doubleReceipts += b2i(o.receipts > 1)
+		reruns += max(o.runs-1, 0)
+		if !o.fine() {
+			bad = append(bad, "  "+o.String())
+		}
+	}
+	w.mu.Lock()
+	f := w.figs
+	events := slices.Clone(w.events)
+	w.mu.Unlock()
+	t.Logf("fault figures: policy=%s orders=%d (declining %d, via outbox %d) kills=%d terminations=%d (backends %d) restarts=%d "+
+		"charges=%d receipts=%d double_charges=%d duplicate_receipts=%d needing_a_person=%d reruns=%d stripe_requests=%d sendgrid_requests=%d settled_in=%s",
+		w.policy, len(plan), declined, outboxed, f.kills, f.terminations, f.backends, f.restarts,
+		charges, receipts, doubleCharged, doubleReceipts, len(bad), reruns, w.stripe.Requests(), w.mail.Requests(), settledIn.Round(time.Second))
+	if len(bad) > 0 || settleErr != nil || t.Failed() {
+		t.Logf("faults dealt:\n  %s", strings.Join(events, "\n  "))
+		t.Logf("orders that did not end fine (%d):\n%s", len(bad), strings.Join(bad, "\n"))
+		t.Logf("worker warnings and errors, grouped:\n%s", w.logSummary(25))
+	}
+	require.NoError(t, settleErr)
+	require.Zero(t, doubleCharged, "orders charged more than once")
+	require.Zero(t, doubleReceipts, "orders with more than one receipt")
+	for _, o := range plan {
+		if o.declined {
+			require.Zero(t, o.charges+o.receipts, "declined order %s was charged or sent a receipt", o.id)
+		}
+	}
+	require.LessOrEqual(t, len(bad), len(plan)/100, "orders needing a person (at most 1%%)")
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func cond(c bool, yes, no string) string {
+	if c {
+		return yes
+	}
+	return no
+}

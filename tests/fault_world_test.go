@@ -1,0 +1,284 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/internal/pgcluster"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// The application names of the fault test's connections: the workers' are
+// the ones pg_terminate_backend aims at, the test's own are spared.
+const (
+	faultWorkerApp = "keyed-fault-worker"
+	faultTestApp   = "keyed-fault-test"
+)
+
+// faultWorld is one sub-run of the fault test: a bundle whose database is a
+// private Postgres cluster (so that it can be restarted), two real worker
+// processes, and the record of every fault dealt.
+type faultWorld struct {
+	*bundle
+	cluster *pgcluster.Cluster
+	bin     string
+	policy  string
+	began   time.Time
+
+	mu      sync.Mutex
+	workers [2]*faultWorker
+	all     []*faultWorker // every worker process spawned, for the log summary
+	events  []string       // the faults dealt, with their time, for failure output
+	figs    faultFigures
+}
+
+// faultFigures counts what a sub-run did.
+type faultFigures struct {
+	kills, terminations, backends, restarts int
+}
+
+// faultWorker is one worker process and its output.
+type faultWorker struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	stop sync.Once
+}
+
+// kill SIGKILLs the process, once, and reaps it.
+func (w *faultWorker) kill() {
+	w.stop.Do(func() {
+		if err := w.cmd.Process.Signal(syscall.SIGKILL); err == nil {
+			_ = w.cmd.Wait() // a killed process reports "signal: killed"
+		}
+	})
+}
+
+// newFaultWorld builds a sub-run's world: a private cluster with keyed's
+// migrations, the fakes, a Temporal client, and a tenant and task queue of
+// its own. It spawns no worker yet.
+func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *faultWorld {
+	t.Helper()
+	cluster := pgcluster.New(t, nil)
+	pool := effectstest.Connect(t, cluster.URL()+"&application_name="+faultTestApp)
+	b := &bundle{
+		ctx:       ctx,
+		dbURL:     cluster.URL() + "&application_name=" + faultWorkerApp,
+		pool:      pool,
+		effects:   effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()}),
+		stripe:    fakestripe.New(nil),
+		mail:      fakesendgrid.New(nil),
+		taskQueue: "e2e-faults-" + randomID(),
+		tenant:    "t" + randomID(),
+	}
+	var err error
+	b.orders, err = orders.NewStore(pool)
+	require.NoError(t, err)
+	stripeSrv := httptest.NewServer(b.stripe)
+	t.Cleanup(stripeSrv.Close)
+	mailSrv := httptest.NewServer(b.mail)
+	t.Cleanup(mailSrv.Close)
+	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
+	b.temporal, err = client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK()})
+	require.NoError(t, err, "dial the Temporal dev server")
+	t.Cleanup(b.temporal.Close)
+	w := &faultWorld{bundle: b, cluster: cluster, bin: bin, policy: policy}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, p := range w.all {
+			p.kill()
+		}
+	})
+	return w
+}
+
+// spawn starts worker process slot i (0 or 1) with the world's receipt
+// policy, replacing whatever the slot held.
+func (w *faultWorld) spawn(i int) error {
+	cmd := exec.Command(w.bin)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+w.dbURL,
+		"TEMPORAL_ADDRESS="+temporalAddr,
+		"TEMPORAL_NAMESPACE=default",
+		"TEMPORAL_TASK_QUEUE="+w.taskQueue,
+		"STRIPE_SECRET_KEY="+stripeKey,
+		"STRIPE_API_BASE="+w.stripeURL,
+		"SENDGRID_API_KEY="+sendgridKey,
+		"SENDGRID_API_BASE="+w.mailURL,
+		"RECEIPT_FROM="+receiptFrom,
+		"RECEIPT_POLICY="+w.policy,
+		"METRICS_ADDR=127.0.0.1:0",
+	)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := &faultWorker{name: fmt.Sprintf("worker%d.%d", i, len(w.all)), cmd: cmd, out: out}
+	w.workers[i] = p
+	w.all = append(w.all, p)
+	return nil
+}
+
+// event records a fault dealt, with the time since the run began.
+func (w *faultWorld) event(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.events = append(w.events, fmt.Sprintf("%6.1fs ", time.Since(w.began).Seconds())+fmt.Sprintf(format, args...))
+}
+
+// killWorker SIGKILLs worker slot i and respawns it after a second.
+func (w *faultWorld) killWorker(i int) error {
+	w.mu.Lock()
+	p := w.workers[i]
+	w.figs.kills++
+	w.mu.Unlock()
+	p.kill()
+	w.event("SIGKILL %s", p.name)
+	time.Sleep(time.Second)
+	return w.spawn(i)
+}
+
+// terminateBackends runs pg_terminate_backend on every connection of the
+// workers, retrying through a Postgres restart, and returns how many it ended.
+func (w *faultWorld) terminateBackends(ctx context.Context) (int, error) {
+	var n int
+	err := retryDB(ctx, func(ctx context.Context) error {
+		return w.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, faultWorkerApp).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("terminate the workers' backends: %w", err)
+	}
+	w.mu.Lock()
+	w.figs.terminations++
+	w.figs.backends += n
+	w.mu.Unlock()
+	w.event("pg_terminate_backend: %d worker connections", n)
+	return n, nil
+}
+
+// restartPostgres restarts the private cluster in immediate mode: every
+// connection drops mid-query and the server recovers as after a crash.
+func (w *faultWorld) restartPostgres(ctx context.Context) error {
+	start := time.Now()
+	if err := w.cluster.Restart(ctx, pgcluster.Immediate); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.figs.restarts++
+	w.mu.Unlock()
+	w.event("Postgres restarted (immediate) in %s", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// retryDB runs fn until it succeeds, for up to 15 seconds, so that the
+// test's own database calls ride out the Postgres restart.
+func retryDB(ctx context.Context, fn func(context.Context) error) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := fn(ctx)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// logSummary groups the warnings and errors the worker processes logged,
+// with digits and IDs blanked so that one cause is one line, most frequent
+// first, each with one example.
+func (w *faultWorld) logSummary(limit int) string {
+	w.mu.Lock()
+	procs := slices.Clone(w.all)
+	w.mu.Unlock()
+	type group struct {
+		n       int
+		example string
+	}
+	groups := map[string]*group{}
+	for _, p := range procs {
+		for line := range strings.Lines(p.out.String()) {
+			key, ok := logKey(line)
+			if !ok {
+				continue
+			}
+			g := groups[key]
+			if g == nil {
+				g = &group{example: p.name + ": " + truncate(strings.TrimSpace(line), 600)}
+				groups[key] = g
+			}
+			g.n++
+		}
+	}
+	keys := slices.SortedFunc(func(yield func(string) bool) {
+		for k := range groups {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b string) int { return groups[b].n - groups[a].n })
+	var sb strings.Builder
+	for i, k := range keys {
+		if i == limit {
+			fmt.Fprintf(&sb, "  … %d more kinds\n", len(keys)-limit)
+			break
+		}
+		fmt.Fprintf(&sb, "  %5d× %s\n         e.g. %s\n", groups[k].n, k, groups[k].example)
+	}
+	return sb.String()
+}
+
+var blank = regexp.MustCompile(`[0-9a-fA-F]{8,}|[0-9]+`)
+
+// logKey returns the grouping key of a worker log line at WARN or ERROR
+// level: its message and error with numbers and IDs blanked.
+func logKey(line string) (string, bool) {
+	var rec map[string]any
+	if json.Unmarshal([]byte(line), &rec) != nil {
+		if strings.Contains(line, "panic") || strings.Contains(line, "fatal") {
+			return "unstructured: " + truncate(blank.ReplaceAllString(strings.TrimSpace(line), "#"), 200), true
+		}
+		return "", false
+	}
+	level, _ := rec["level"].(string)
+	if level != "WARN" && level != "ERROR" {
+		return "", false
+	}
+	key := level + " " + fmt.Sprint(rec["msg"])
+	for _, f := range []string{"err", "error", "Error"} {
+		if v, ok := rec[f]; ok {
+			key += " | " + truncate(fmt.Sprint(v), 200)
+		}
+	}
+	return blank.ReplaceAllString(key, "#"), true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
