@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"time"
@@ -11,13 +13,22 @@ import (
 )
 
 // NotifyChannel prefixes the Postgres channel EnqueueTx notifies on commit.
-// The full name adds the current schema, "keyed_outbox.public", because
-// channels are database-wide: deployments in two schemas of one database
-// must not wake each other's relays.
+// Channels are database-wide, so deployments in two schemas of one database
+// must not wake each other's relays: the full name is Channel(schema).
 const NotifyChannel = "keyed_outbox"
 
-// channelSQL computes the schema's channel name in SQL.
-const channelSQL = `'` + NotifyChannel + `.' || current_schema()`
+// Channel returns the name of the channel on which EnqueueTx notifies, and
+// Listen listens, for the given schema: NotifyChannel, a dot, and the MD5 of
+// the schema name in hex, such as "keyed_outbox.4c9184f37cff01bcdc32dc486ec36961"
+// for "public". A hash rather than the name itself keeps every channel at 45
+// bytes, within Postgres's 63-byte limit, whatever the schema's length.
+func Channel(schema string) string {
+	sum := md5.Sum([]byte(schema))
+	return NotifyChannel + "." + hex.EncodeToString(sum[:])
+}
+
+// channelSQL computes Channel(current_schema()) in SQL.
+const channelSQL = `'` + NotifyChannel + `.' || md5(current_schema())`
 
 // Listen holds one connection of pool listening on the outbox channel of
 // the pool's current schema until ctx is done, and sends on wake (without

@@ -2,12 +2,14 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 )
@@ -51,4 +53,83 @@ func TestListenWakesTheRelayOnCommit(t *testing.T) {
 	b.requireOneRunEach(t, ids)
 	calls, _ := b.starter.counts()
 	require.Equal(t, 1, calls[orders.WorkflowID(b.tenant, ids[0])])
+}
+
+// A schema name of 63 bytes, Postgres's longest, still gives a channel
+// within the limit: creates commit, the listener wakes the relay, and a
+// plain LISTEN on Channel(schema) hears the same notification.
+func TestLongSchemaNameStillWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	schema := longSchema(t)
+	require.Len(t, schema, 63)
+	b.pool = effectstest.Connect(t, effectstest.WithSearchPath(effectstest.DatabaseURL(), schema), &effectstest.PoolOpts{MaxConns: 8})
+	store, err := orders.NewStore(b.pool)
+	require.NoError(t, err)
+	b.store = store
+	require.LessOrEqual(t, len(outbox.Channel(schema)), 63)
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	go outbox.Listen(ctx, b.pool, wake, b.logger)
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener never started")
+	}
+	plain, err := pgx.Connect(b.ctx, effectstest.DatabaseURL())
+	require.NoError(t, err)
+	defer plain.Close(b.ctx)
+	_, err = plain.Exec(b.ctx, "LISTEN "+pgx.Identifier{outbox.Channel(schema)}.Sanitize())
+	require.NoError(t, err)
+
+	ids := b.createOrders(t, 1)
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the commit did not wake the relay")
+	}
+	waitCtx, waitCancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer waitCancel()
+	n, err := plain.WaitForNotification(waitCtx)
+	require.NoError(t, err, "a LISTEN on outbox.Channel(schema) hears the commit")
+	require.Equal(t, outbox.Channel(schema), n.Channel)
+
+	sent, err := b.relay(t, nil).Poll(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, sent)
+	b.requireOneRunEach(t, ids)
+}
+
+func TestChannelIsBoundedAndPerSchema(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "keyed_outbox.4c9184f37cff01bcdc32dc486ec36961", outbox.Channel("public"))
+	require.NotEqual(t, outbox.Channel("a"), outbox.Channel("b"))
+	require.Len(t, outbox.Channel(strings.Repeat("x", 63)), 45)
+}
+
+// longSchema creates a schema whose name is 63 bytes long and drops it when
+// the test ends.
+func longSchema(t *testing.T) string {
+	t.Helper()
+	schema := "keyed_test_long_" + randomHex(4)
+	schema += strings.Repeat("x", 63-len(schema))
+	conn, err := pgx.Connect(context.Background(), effectstest.DatabaseURL())
+	require.NoError(t, err, "connect to Postgres at DATABASE_URL (start it with `make postgres`)")
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), effectstest.DatabaseURL())
+		if err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
 }
