@@ -25,11 +25,34 @@
 // each row the relay starts the workflow under its business-derived ID
 // (orders.WorkflowID), then marks the row sent. A relay that dies after the
 // start and before the mark starts it again later, which is harmless: a
-// second start of the same ID collapses into the first run.
+// second start of the same ID collapses into the first run, and that
+// relay marks the row.
+//
+// The relay keeps up under load:
+//
+//   - Starts run concurrently, up to RelayOpts.Concurrency per relay
+//     (DefaultConcurrency, chosen with the relay benchmark). Run claims only
+//     as many rows as it has free slots and claims again as soon as a start
+//     finishes, so a slow start holds up one slot, not a batch.
+//   - Each row's result is recorded as soon as its start returns, with a
+//     budget of its own (RelayOpts.RecordTimeout) counted from then, never
+//     from the claim: a batch of slow starts cannot make later marks time out.
+//   - A row whose start succeeded but whose mark failed is remembered and
+//     marked by the relay's next pass, before it claims more, instead of
+//     waiting out its lease to be started again.
+//   - A row carries what the start needs: EnqueueTx copies the order's
+//     amount into it in the enqueueing transaction, and a RequestStarter
+//     (fxapp.TemporalStarter) puts it in the run's static summary, so no
+//     order is loaded per start.
+//   - EnqueueTx notifies Channel(schema) on commit, and a relay fed by
+//     Listen claims at once rather than at its next poll; polling remains the
+//     safety net. The channel name is a hash of the schema, so any schema
+//     name fits Postgres's 63-byte limit.
 //
 // A failed start pushes its row back by an exponential backoff with full
-// jitter, and the relay itself backs off the same way before its next poll,
-// so an unreachable Temporal sees a trickle of retries, not a stampede.
+// jitter, and the relay itself backs off the same way before its next claim
+// (starts already in flight finish), so an unreachable Temporal sees a
+// trickle of retries, not a stampede.
 //
 // # Metrics
 //
@@ -71,11 +94,14 @@ var ErrInvalid = errors.New("invalid outbox request")
 
 // EnqueueTx records, inside the caller's transaction, a request to start the
 // checkout workflow for in. The request commits or rolls back with tx: if tx
-// rolls back, no workflow is ever started. Enqueueing the same workflow ID
-// again is a no-op and returns enqueued=false. A new request also notifies
-// the schema's outbox channel (see Listen), which Postgres delivers on
-// commit, so that listening relays start it at once. It returns an error wrapping
-// ErrInvalid when in does not validate, and the database error otherwise.
+// rolls back, no workflow is ever started. The row also records the order's
+// amount and currency if the order is visible in tx (CreateOrderTx writes it
+// first), so that the relay need not load the order to start its run.
+// Enqueueing the same workflow ID again is a no-op and returns
+// enqueued=false. A new request also notifies the schema's outbox channel
+// (see Channel and Listen), which Postgres delivers on commit, so that
+// listening relays start it at once. It returns an error wrapping ErrInvalid
+// when in does not validate, and the database error otherwise.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) (enqueued bool, err error) {
 	if tx == nil {
 		return false, errors.New("enqueue checkout: tx is nil")
@@ -87,10 +113,14 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) (enqueue
 	if err != nil {
 		return false, fmt.Errorf("enqueue checkout %s: encode input: %w", in.WorkflowID(), err)
 	}
+	// The row copies the order's amount, when the order is there, so that
+	// the relay can show it in the run's summary without loading the order.
 	tag, err := tx.Exec(ctx, `
-INSERT INTO keyed_outbox (tenant_id, workflow_type, workflow_id, payload)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.WorkflowID(), payload)
+INSERT INTO keyed_outbox (tenant_id, workflow_type, workflow_id, payload, amount_minor, currency)
+SELECT $1, $2, $3, $4, o.amount_minor, o.currency
+FROM (VALUES (1)) AS one
+LEFT JOIN orders o ON o.tenant_id = $1 AND o.id = $5
+ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.WorkflowID(), payload, in.OrderID)
 	if err != nil {
 		return false, fmt.Errorf("enqueue checkout %s: %w", in.WorkflowID(), err)
 	}

@@ -9,9 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 func TestCreateOrderTxCommitsOrderAndStartRequestTogether(t *testing.T) {
@@ -166,6 +169,9 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 		{Lease: 500 * time.Millisecond},
 		{Lease: 5 * time.Second, StartTimeout: 4 * time.Second},
 		{MinBackoff: time.Minute, MaxBackoff: time.Second},
+		{Concurrency: 1001},
+		{Concurrency: -1},
+		{Lease: 2 * time.Second, StartTimeout: time.Second, RecordTimeout: 3 * time.Second},
 		{PollInterval: -time.Second},
 		{Retention: time.Minute},
 	} {
@@ -175,4 +181,34 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Name: "relay-a"})
 	require.NoError(t, err)
 	require.Equal(t, "relay-a", r.Name())
+}
+
+// The row carries the order's amount from the enqueueing transaction, so
+// the production starter puts it in the run's summary without loading the
+// order (it has no store here to load it from).
+func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.createOrders(t, 1)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE amount_minor = 1999 AND currency = 'usd'`))
+	starter := fxapp.TemporalStarter(b.temporal, nil, &workflows.StartOpts{TaskQueue: b.taskQueue})
+	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Logger: b.logger})
+	require.NoError(t, err)
+	n, err := r.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	desc, err := b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, ids[0]), "")
+	require.NoError(t, err)
+	var summary string
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(desc.GetExecutionConfig().GetUserMetadata().GetSummary(), &summary))
+	require.Equal(t, "tenant "+b.tenant+" · order "+ids[0]+" · 19.99 USD", summary)
+
+	// EnqueueTx alone, before the order exists, leaves the amount out.
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := outbox.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "no-order-yet"))
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE amount_minor IS NULL AND currency IS NULL`))
 }

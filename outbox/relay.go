@@ -22,9 +22,11 @@ import (
 // Relay defaults. See RelayOpts.
 const (
 	DefaultBatchSize     = 100
+	DefaultConcurrency   = 16
 	DefaultPollInterval  = 250 * time.Millisecond
 	DefaultLease         = 30 * time.Second
 	DefaultStartTimeout  = 10 * time.Second
+	DefaultRecordTimeout = 5 * time.Second
 	DefaultMinBackoff    = 500 * time.Millisecond
 	DefaultMaxBackoff    = time.Minute
 	DefaultStatsInterval = 5 * time.Second
@@ -45,8 +47,10 @@ type Started struct {
 
 // Starter starts the checkout workflow for one outbox row. It must start
 // under in.WorkflowID() so that a repeated start collapses into the first
-// run and returns Created=false rather than an error. TemporalStarter is the
-// production implementation; tests wrap it to count or fail starts.
+// run and returns Created=false rather than an error. It must be safe for
+// concurrent use: a relay runs up to RelayOpts.Concurrency starts at once.
+// fxapp.TemporalStarter is the production implementation; tests wrap it to
+// count or fail starts.
 type Starter interface {
 	Start(ctx context.Context, in orders.CheckoutInput) (*Started, error)
 }
@@ -59,23 +63,56 @@ func (f StarterFunc) Start(ctx context.Context, in orders.CheckoutInput) (*Start
 	return f(ctx, in)
 }
 
+// Request is one outbox row's start request: the workflow input, and what
+// the row carries about its order.
+type Request struct {
+	Input orders.CheckoutInput
+	// AmountMinor and Currency are the order's amount as EnqueueTx found it
+	// in the enqueueing transaction. Currency is empty when the order was
+	// not there, or the row was enqueued before the columns existed.
+	AmountMinor int64
+	Currency    string
+}
+
+// RequestStarter is a Starter that also takes what the row carries about its
+// order, such as the amount for the run's static summary, so that it need
+// not load the order before each start. A Relay calls StartRequest instead
+// of Start when its Starter implements it; fxapp.TemporalStarter does.
+type RequestStarter interface {
+	Starter
+	StartRequest(ctx context.Context, req Request) (*Started, error)
+}
+
 // RelayOpts configures a Relay. A nil *RelayOpts means all defaults.
 type RelayOpts struct {
-	// BatchSize is how many rows one poll claims. Zero means
+	// BatchSize is how many rows one claim takes at most. Zero means
 	// DefaultBatchSize; at most 10,000.
 	BatchSize int
-	// PollInterval is the wait between polls that found fewer rows than a
-	// full batch. Zero means DefaultPollInterval.
+	// Concurrency bounds the starts one relay has in flight at once. Run
+	// claims only as many rows as it has free slots, and claims again as
+	// soon as a start finishes. Zero means DefaultConcurrency; at most
+	// 1,000. Each start in flight briefly needs a pooled connection to
+	// record its result.
+	Concurrency int
+	// PollInterval is the wait between polls that found fewer rows than
+	// they could take. Zero means DefaultPollInterval.
 	PollInterval time.Duration
 	// Lease is how long claimed rows stay invisible to other relays. A
 	// relay that dies holding rows gives them back after it. Zero means
-	// DefaultLease; it must be at least twice StartTimeout.
+	// DefaultLease; it must be at least twice StartTimeout and at least
+	// RecordTimeout.
 	Lease time.Duration
 	// StartTimeout bounds one workflow start. Zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// RecordTimeout bounds the write that records one row's result (sent,
+	// rescheduled or given back). Each row gets its own, counted from the
+	// end of its own start, so a slow start never eats another row's
+	// budget. Zero means DefaultRecordTimeout, or half the lease if that is
+	// shorter.
+	RecordTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the exponential backoff, with full
 	// jitter, applied to a row whose start failed and to the relay's next
-	// poll after a failure. Zero means DefaultMinBackoff and
+	// claim after a failure. Zero means DefaultMinBackoff and
 	// DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
 	// StatsInterval is how often the relay refreshes the depth and age
@@ -107,9 +144,11 @@ type Relay struct {
 	db      effects.DB
 	starter Starter
 	batch   int
+	conc    int
 	poll    time.Duration
 	lease   time.Duration
 	timeout time.Duration
+	record  time.Duration
 	minBack time.Duration
 	maxBack time.Duration
 	statsIv time.Duration
@@ -124,6 +163,22 @@ type Relay struct {
 	running bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// unmarked holds rows whose start succeeded but whose mark failed; the
+	// next pass marks them before claiming more.
+	unmarkedMu sync.Mutex
+	unmarked   []unmarked
+}
+
+// unmarked is a row started under this relay's claim but not yet marked
+// sent.
+type unmarked struct {
+	id         int64
+	workflowID string
+	runID      string
+	// leaseEnd is when another relay may claim the row again; after it,
+	// that relay's start collapses and marks the row itself.
+	leaseEnd time.Time
 }
 
 // NewRelay returns a Relay that claims rows from db and starts them with
@@ -142,9 +197,11 @@ func NewRelay(db effects.DB, starter Starter, opts *RelayOpts) (*Relay, error) {
 	r := &Relay{
 		db: db, starter: starter,
 		batch:   orDefault(opts.BatchSize, DefaultBatchSize),
+		conc:    orDefault(opts.Concurrency, DefaultConcurrency),
 		poll:    orDefault(opts.PollInterval, DefaultPollInterval),
 		lease:   orDefault(opts.Lease, DefaultLease),
 		timeout: orDefault(opts.StartTimeout, DefaultStartTimeout),
+		record:  opts.RecordTimeout,
 		minBack: orDefault(opts.MinBackoff, DefaultMinBackoff),
 		maxBack: orDefault(opts.MaxBackoff, DefaultMaxBackoff),
 		statsIv: orDefault(opts.StatsInterval, DefaultStatsInterval),
@@ -155,19 +212,11 @@ func NewRelay(db effects.DB, starter Starter, opts *RelayOpts) (*Relay, error) {
 		metrics: opts.Metrics,
 		wake:    opts.Wake,
 	}
-	switch {
-	case r.batch < 0 || r.batch > 10_000:
-		return nil, fmt.Errorf("outbox: NewRelay: batch size %d is outside 1..10000", r.batch)
-	case r.poll < 0 || r.timeout < 0 || r.minBack < 0 || r.maxBack < 0 || r.statsIv < 0:
-		return nil, errors.New("outbox: NewRelay: negative interval")
-	case r.lease < time.Second:
-		return nil, fmt.Errorf("outbox: NewRelay: lease %s is shorter than one second", r.lease)
-	case r.lease < 2*r.timeout:
-		return nil, fmt.Errorf("outbox: NewRelay: lease %s is shorter than twice the start timeout %s", r.lease, r.timeout)
-	case r.minBack > r.maxBack:
-		return nil, fmt.Errorf("outbox: NewRelay: min backoff %s exceeds max backoff %s", r.minBack, r.maxBack)
-	case r.pruneIv > 0 && r.retain < time.Hour:
-		return nil, fmt.Errorf("outbox: NewRelay: retention %s is under one hour", r.retain)
+	if r.record == 0 {
+		r.record = min(DefaultRecordTimeout, r.lease/2)
+	}
+	if err := r.validate(); err != nil {
+		return nil, fmt.Errorf("outbox: NewRelay: %w", err)
 	}
 	if r.name == "" {
 		host, _ := os.Hostname()
@@ -178,6 +227,28 @@ func NewRelay(db effects.DB, starter Starter, opts *RelayOpts) (*Relay, error) {
 	}
 	r.logger = r.logger.With("relay", r.name)
 	return r, nil
+}
+
+func (r *Relay) validate() error {
+	switch {
+	case r.batch < 0 || r.batch > 10_000:
+		return fmt.Errorf("batch size %d is outside 1..10000", r.batch)
+	case r.conc < 0 || r.conc > 1000:
+		return fmt.Errorf("concurrency %d is outside 1..1000", r.conc)
+	case r.poll < 0 || r.timeout < 0 || r.record < 0 || r.minBack < 0 || r.maxBack < 0 || r.statsIv < 0:
+		return errors.New("negative interval")
+	case r.lease < time.Second:
+		return fmt.Errorf("lease %s is shorter than one second", r.lease)
+	case r.lease < 2*r.timeout:
+		return fmt.Errorf("lease %s is shorter than twice the start timeout %s", r.lease, r.timeout)
+	case r.lease < r.record:
+		return fmt.Errorf("lease %s is shorter than the record timeout %s", r.lease, r.record)
+	case r.minBack > r.maxBack:
+		return fmt.Errorf("min backoff %s exceeds max backoff %s", r.minBack, r.maxBack)
+	case r.pruneIv > 0 && r.retain < time.Hour:
+		return fmt.Errorf("retention %s is under one hour", r.retain)
+	}
+	return nil
 }
 
 func orDefault[T comparable](v, def T) T {
@@ -191,7 +262,8 @@ func orDefault[T comparable](v, def T) T {
 // Name returns the relay's name, as recorded in claimed rows.
 func (r *Relay) Name() string { return r.name }
 
-// Run polls the outbox until ctx is done and then returns nil. It never
+// Run claims and starts due rows until ctx is done and then returns nil,
+// after the starts in flight have finished or been cancelled. It never
 // returns early on a database or Temporal error: it logs it and backs off.
 // It returns ErrRunning if the relay is already running.
 func (r *Relay) Run(ctx context.Context) error {
@@ -211,52 +283,157 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// loop is the state of one run: the starts in flight and the failures in a
+// row.
+type loop struct {
+	r        *Relay
+	done     chan error
+	wg       sync.WaitGroup
+	inflight int
+	failures int
+	// Housekeeping times.
+	lastStats, lastPrune time.Time
+}
+
 func (r *Relay) run(ctx context.Context) {
-	r.logger.InfoContext(ctx, "outbox relay started", "batch_size", r.batch, "poll_interval", r.poll)
-	defer r.logger.Info("outbox relay stopped")
-	var failures int
-	var lastStats, lastPrune time.Time
+	r.logger.InfoContext(ctx, "outbox relay started", "batch_size", r.batch, "concurrency", r.conc, "poll_interval", r.poll)
+	l := &loop{r: r, done: make(chan error, r.conc)}
+	defer func() {
+		l.wg.Wait()
+		if _, err := r.flushUnmarked(context.WithoutCancel(ctx)); err != nil {
+			r.logger.Warn("mark started outbox rows sent; they are marked when their lease runs out", "error", err)
+		}
+		r.logger.Info("outbox relay stopped")
+	}()
 	for ctx.Err() == nil {
-		n, err := r.Poll(ctx)
+		if l.drain(ctx) {
+			// A start failed while the relay was busy claiming: back
+			// off before claiming more.
+			if !l.wait(ctx, pause{d: r.backoff(l.failures)}) {
+				return
+			}
+			continue
+		}
+		limit := min(r.batch, r.conc-l.inflight)
+		n, err := l.dispatch(ctx, limit)
 		if ctx.Err() != nil {
 			return
 		}
-		if time.Since(lastStats) >= r.statsIv {
-			r.refreshStats(ctx)
-			lastStats = time.Now()
-		}
-		if r.pruneIv > 0 && time.Since(lastPrune) >= r.pruneIv {
-			r.prune(ctx)
-			lastPrune = time.Now()
-		}
-		var wait time.Duration
+		l.housekeeping(ctx)
+		w := pause{d: r.poll, wake: r.wake}
 		switch {
 		case err != nil:
-			failures++
-			wait = r.backoff(failures)
-			r.logger.WarnContext(ctx, "outbox poll failed; backing off", "error", err, "failures", failures, "wait", wait)
-		case n >= r.batch:
-			failures = 0
+			l.failures++
+			w = pause{d: r.backoff(l.failures)}
+			r.logger.WarnContext(ctx, "outbox poll failed; backing off", "error", err, "failures", l.failures, "wait", w.d)
+		case limit > 0 && n == limit && l.inflight < r.conc:
 			continue // more may be due right now
-		default:
-			failures = 0
-			wait = r.poll
+		case l.inflight >= r.conc:
+			w = pause{d: r.poll, forSlot: true} // claim again as soon as a start finishes
+		case n == 0 && l.inflight == 0:
+			l.failures = 0 // nothing due: failed rows back off on their own
 		}
-		// A commit that enqueued a row wakes the relay early, except while
-		// it backs off from a failure.
-		wake := r.wake
-		if err != nil {
-			wake = nil
+		if !l.wait(ctx, w) {
+			return
 		}
-		t := time.NewTimer(wait)
+	}
+}
+
+// pause describes what ends the loop's wait: the timer, a wake-up (nil
+// while backing off), or, with forSlot, the end of a start in flight.
+type pause struct {
+	d       time.Duration
+	wake    <-chan struct{}
+	forSlot bool
+}
+
+// wait blocks until w ends, recording the starts that finish meanwhile; a
+// failed start turns the wait into a backoff. It returns false when ctx is
+// done.
+func (l *loop) wait(ctx context.Context, w pause) bool {
+	t := time.NewTimer(w.d)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return
+			return false
 		case <-t.C:
-		case <-wake:
-			t.Stop()
+			return true
+		case <-w.wake:
+			return true
+		case err := <-l.done:
+			l.finished(ctx, err)
+			switch {
+			case err != nil:
+				// Back off from the failure, whatever the wait was for.
+				t.Reset(l.r.backoff(l.failures))
+				w.wake, w.forSlot = nil, false
+			case w.forSlot:
+				return true
+			}
 		}
+	}
+}
+
+// drain records the starts that have finished, without waiting, and
+// reports whether one of them failed.
+func (l *loop) drain(ctx context.Context) (failed bool) {
+	for {
+		select {
+		case err := <-l.done:
+			l.finished(ctx, err)
+			failed = failed || err != nil
+		default:
+			return failed
+		}
+	}
+}
+
+func (l *loop) finished(ctx context.Context, err error) {
+	l.inflight--
+	if err == nil {
+		l.failures = 0
+		return
+	}
+	l.failures++
+	l.r.logger.WarnContext(ctx, "outbox start failed; backing off", "error", err, "failures", l.failures)
+}
+
+// dispatch marks the rows left unmarked, claims up to limit due rows and
+// starts each in its own goroutine, which reports on l.done. It returns how
+// many rows it claimed.
+func (l *loop) dispatch(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	if _, err := l.r.flushUnmarked(ctx); err != nil {
+		return 0, err
+	}
+	batch, err := l.r.claim(ctx, limit)
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range batch {
+		l.inflight++
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			_, err := l.r.handle(ctx, c)
+			l.done <- err
+		}()
+	}
+	return len(batch), nil
+}
+
+func (l *loop) housekeeping(ctx context.Context) {
+	r := l.r
+	if time.Since(l.lastStats) >= r.statsIv {
+		r.refreshStats(ctx)
+		l.lastStats = time.Now()
+	}
+	if r.pruneIv > 0 && time.Since(l.lastPrune) >= r.pruneIv {
+		r.prune(ctx)
+		l.lastPrune = time.Now()
 	}
 }
 
@@ -305,10 +482,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops a relay started with Start and waits for its current batch to
-// finish; rows it claimed but did not start are given back at once. It
-// returns ctx's error if ctx ends first, and nil if the relay was not
-// started.
+// Stop stops a relay started with Start and waits for its starts in flight
+// to finish or be cancelled; a row whose start was cancelled is given back
+// at once. It returns ctx's error if ctx ends first, and nil if the relay
+// was not started.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	cancel, done := r.cancel, r.done
@@ -328,11 +505,17 @@ func (r *Relay) Stop(ctx context.Context) error {
 
 // claimed is one outbox row claimed by a poll.
 type claimed struct {
-	id         int64
-	workflowID string
-	payload    []byte
-	attempts   int
-	age        time.Duration
+	id          int64
+	workflowID  string
+	payload     []byte
+	attempts    int
+	amountMinor *int64
+	currency    *string
+	// age is the row's age when claimed; claimedAt is when, on this
+	// process's clock; token is the claim's.
+	age       time.Duration
+	claimedAt time.Time
+	token     string
 }
 
 const claimSQL = `
@@ -346,86 +529,144 @@ FROM (
 	FOR UPDATE SKIP LOCKED
 ) due
 WHERE o.id = due.id
-RETURNING o.id, o.workflow_id, o.payload, o.attempts,
+RETURNING o.id, o.workflow_id, o.payload, o.attempts, o.amount_minor, o.currency,
 	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint`
 
-// Poll claims one batch of due rows, starts their workflows and marks them
-// sent, and returns how many it sent. A failed start reschedules its row
-// with a jittered backoff, gives the rest of the batch back and returns the
-// start's error; Run then backs off before polling again. When ctx ends
-// mid-batch, the rows not yet started are given back. Poll is for tests and
-// for callers with their own loop; Run calls it.
-func (r *Relay) Poll(ctx context.Context) (int, error) {
+// claim leases up to limit due rows to this relay, in id order.
+func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	token := r.name + "/" + randomHex(6)
 	claimedAt := time.Now()
-	rows, err := r.db.Query(ctx, claimSQL, r.batch, r.lease.Microseconds(), token)
+	rows, err := r.db.Query(ctx, claimSQL, limit, r.lease.Microseconds(), token)
 	if err != nil {
-		return 0, fmt.Errorf("claim outbox rows: %w", err)
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
+	defer rows.Close()
 	var batch []claimed
 	for rows.Next() {
-		var c claimed
+		c := claimed{claimedAt: claimedAt, token: token}
 		var ageMicros int64
-		if err := rows.Scan(&c.id, &c.workflowID, &c.payload, &c.attempts, &ageMicros); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("claim outbox rows: %w", err)
+		if err := rows.Scan(&c.id, &c.workflowID, &c.payload, &c.attempts, &c.amountMinor, &c.currency, &ageMicros); err != nil {
+			return nil, fmt.Errorf("claim outbox rows: %w", err)
 		}
 		c.age = time.Duration(ageMicros) * time.Microsecond
 		batch = append(batch, c)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("claim outbox rows: %w", err)
-	}
-	if len(batch) == 0 {
-		return 0, nil
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
 	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.id, b.id) })
+	return batch, nil
+}
 
-	// Writes after the starts must happen even when ctx ends mid-batch:
-	// they record what was done and give back what was not.
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
+// Poll marks the rows a previous pass started but could not mark, claims
+// one batch of due rows, starts their workflows (up to Concurrency at once)
+// and marks each sent as soon as its start returns, and returns how many
+// rows it marked sent. A failed start reschedules its row with a jittered
+// backoff and stops further starts: the rest of the batch is given back, and
+// Poll returns the start's error. A row whose workflow started but whose
+// mark failed is kept for the next pass to mark, and its error returned too,
+// without stopping the batch. When ctx ends mid-batch, the rows not yet
+// started are given back. Poll is for tests and for callers with their own
+// loop; Run keeps Concurrency starts in flight without waiting for batches.
+func (r *Relay) Poll(ctx context.Context) (int, error) {
+	flushed, err := r.flushUnmarked(ctx)
+	if err != nil {
+		return 0, err
+	}
+	batch, err := r.claim(ctx, r.batch)
+	if err != nil {
+		return flushed, err
+	}
+	if len(batch) == 0 {
+		return flushed, nil
+	}
 	// Stop starting before the lease runs out, so that no other relay
 	// claims a row this one is still starting.
-	deadline := claimedAt.Add(r.lease - r.timeout)
-	var sentIDs []int64
-	var runIDs []string
-	var startErr error
+	deadline := batch[0].claimedAt.Add(r.lease - r.timeout)
+	var (
+		mu   sync.Mutex
+		sent int
+		errs []error
+		wg   sync.WaitGroup
+	)
+	slots := make(chan struct{}, r.conc)
+	halt := false
 	for i, c := range batch {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			r.release(bg, token, batch[i:])
+		slots <- struct{}{}
+		mu.Lock()
+		stop := halt
+		mu.Unlock()
+		if stop || ctx.Err() != nil || time.Now().After(deadline) {
+			<-slots
+			r.release(ctx, batch[i:])
 			break
 		}
-		st, err := r.startOne(ctx, c)
-		if err != nil {
-			if ctx.Err() != nil {
-				r.release(bg, token, batch[i:])
-				break
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			ok, err := r.handle(ctx, c)
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				sent++
 			}
-			r.metrics.failed()
-			r.reschedule(bg, token, c, err)
-			r.release(bg, token, batch[i+1:])
-			startErr = fmt.Errorf("start %s: %w", c.workflowID, err)
-			break
-		}
-		r.metrics.started(st.Created, c.age+time.Since(claimedAt))
-		sentIDs = append(sentIDs, c.id)
-		runIDs = append(runIDs, st.RunID)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			// A failed start stops the batch; a failed mark does not:
+			// the row is remembered, and starting the others is safe.
+			halt = halt || (err != nil && !errors.As(err, new(*unmarkedError)))
+		}()
 	}
-	if len(sentIDs) > 0 {
-		if _, err := r.db.Exec(bg, `
-UPDATE keyed_outbox o
-SET sent_at = now(), run_id = v.run_id, claimed_by = NULL, last_error = NULL
-FROM unnest($1::bigint[], $2::text[]) AS v(id, run_id)
-WHERE o.id = v.id AND o.sent_at IS NULL`, sentIDs, runIDs); err != nil {
-			// The workflows are started; the rows will be claimed again
-			// after the lease and their starts will collapse.
-			return 0, errors.Join(startErr, fmt.Errorf("mark %d outbox rows sent: %w", len(sentIDs), err))
-		}
-		r.logger.DebugContext(ctx, "outbox rows sent", "rows", len(sentIDs))
+	wg.Wait()
+	if sent > 0 {
+		r.logger.DebugContext(ctx, "outbox rows sent", "rows", sent)
 	}
-	return len(sentIDs), startErr
+	return flushed + sent, errors.Join(errs...)
 }
+
+// handle starts one claimed row and records the result, with a budget of
+// its own for the write: the row marked sent, rescheduled after a failure,
+// or given back when ctx ended first. It reports whether the row was marked
+// sent, and returns the start's error, or the mark's when the workflow
+// started but the row could not be marked; such a row is kept for the next
+// pass to mark.
+func (r *Relay) handle(ctx context.Context, c claimed) (bool, error) {
+	st, err := r.startOne(ctx, c)
+	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
+	defer cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			r.release(rec, []claimed{c})
+			return false, nil
+		}
+		r.metrics.failed()
+		r.reschedule(rec, c, err)
+		return false, fmt.Errorf("start %s: %w", c.workflowID, err)
+	}
+	r.metrics.started(st.Created, c.age+time.Since(c.claimedAt))
+	_, err = r.db.Exec(rec, `
+UPDATE keyed_outbox SET sent_at = now(), run_id = $2, claimed_by = NULL, last_error = NULL
+WHERE id = $1 AND sent_at IS NULL`, c.id, st.RunID)
+	if err != nil {
+		r.remember(unmarked{id: c.id, workflowID: c.workflowID, runID: st.RunID, leaseEnd: c.claimedAt.Add(r.lease)})
+		return false, &unmarkedError{workflowID: c.workflowID, runID: st.RunID, err: err}
+	}
+	return true, nil
+}
+
+// unmarkedError is handle's error for a row whose workflow started but
+// whose mark failed.
+type unmarkedError struct {
+	workflowID, runID string
+	err               error
+}
+
+func (e *unmarkedError) Error() string {
+	return fmt.Sprintf("mark %s sent (started as run %s; the next pass marks it): %v", e.workflowID, e.runID, e.err)
+}
+
+func (e *unmarkedError) Unwrap() error { return e.err }
 
 func (r *Relay) startOne(ctx context.Context, c claimed) (*Started, error) {
 	var in orders.CheckoutInput
@@ -437,7 +678,17 @@ func (r *Relay) startOne(ctx context.Context, c claimed) (*Started, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	st, err := r.starter.Start(ctx, in)
+	var st *Started
+	var err error
+	if rs, ok := r.starter.(RequestStarter); ok {
+		req := Request{Input: in}
+		if c.amountMinor != nil && c.currency != nil {
+			req.AmountMinor, req.Currency = *c.amountMinor, *c.currency
+		}
+		st, err = rs.StartRequest(ctx, req)
+	} else {
+		st, err = r.starter.Start(ctx, in)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -447,9 +698,51 @@ func (r *Relay) startOne(ctx context.Context, c claimed) (*Started, error) {
 	return st, nil
 }
 
+func (r *Relay) remember(u unmarked) {
+	r.unmarkedMu.Lock()
+	defer r.unmarkedMu.Unlock()
+	r.unmarked = append(r.unmarked, u)
+}
+
+// flushUnmarked marks sent, in one statement, the rows this relay started
+// but could not mark, and returns how many it marked. A row whose lease has
+// run out is left to the relay that claims it next: its start collapses into
+// the run and that relay marks it. On failure the rows are kept for the next
+// try and the database error is returned.
+func (r *Relay) flushUnmarked(ctx context.Context) (int, error) {
+	r.unmarkedMu.Lock()
+	pending := r.unmarked
+	r.unmarked = nil
+	r.unmarkedMu.Unlock()
+	now := time.Now()
+	pending = slices.DeleteFunc(pending, func(u unmarked) bool { return now.After(u.leaseEnd) })
+	if len(pending) == 0 {
+		return 0, nil
+	}
+	ids := make([]int64, len(pending))
+	runIDs := make([]string, len(pending))
+	for i, u := range pending {
+		ids[i], runIDs[i] = u.id, u.runID
+	}
+	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
+	defer cancel()
+	tag, err := r.db.Exec(rec, `
+UPDATE keyed_outbox o
+SET sent_at = now(), run_id = v.run_id, claimed_by = NULL, last_error = NULL
+FROM unnest($1::bigint[], $2::text[]) AS v(id, run_id)
+WHERE o.id = v.id AND o.sent_at IS NULL`, ids, runIDs)
+	if err != nil {
+		r.unmarkedMu.Lock()
+		r.unmarked = append(r.unmarked, pending...)
+		r.unmarkedMu.Unlock()
+		return 0, fmt.Errorf("mark %d started outbox rows sent: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // reschedule pushes a failed row back by a jittered backoff that grows with
 // its attempts.
-func (r *Relay) reschedule(ctx context.Context, token string, c claimed, cause error) {
+func (r *Relay) reschedule(ctx context.Context, c claimed, cause error) {
 	wait := r.backoff(c.attempts)
 	msg := cause.Error()
 	if len(msg) > 512 {
@@ -459,25 +752,28 @@ func (r *Relay) reschedule(ctx context.Context, token string, c claimed, cause e
 		"attempt", c.attempts, "retry_in", wait, "error", cause)
 	if _, err := r.db.Exec(ctx, `
 UPDATE keyed_outbox SET available_at = now() + $3 * interval '1 microsecond', last_error = $4, claimed_by = NULL
-WHERE id = $1 AND claimed_by = $2 AND sent_at IS NULL`, c.id, token, wait.Microseconds(), msg); err != nil {
+WHERE id = $1 AND claimed_by = $2 AND sent_at IS NULL`, c.id, c.token, wait.Microseconds(), msg); err != nil {
 		r.logger.WarnContext(ctx, "reschedule outbox row; it returns when its lease runs out",
 			"workflow_id", c.workflowID, "error", err)
 	}
 }
 
 // release gives claimed rows back for immediate claiming, without counting
-// the claim as an attempt.
-func (r *Relay) release(ctx context.Context, token string, rows []claimed) {
+// the claim as an attempt. It writes with a budget of its own, since ctx
+// may be the one that ended.
+func (r *Relay) release(ctx context.Context, rows []claimed) {
 	if len(rows) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
+	defer cancel()
 	ids := make([]int64, len(rows))
 	for i, c := range rows {
 		ids[i] = c.id
 	}
 	if _, err := r.db.Exec(ctx, `
 UPDATE keyed_outbox SET available_at = now(), attempts = greatest(attempts - 1, 0), claimed_by = NULL
-WHERE id = ANY($1) AND claimed_by = $2 AND sent_at IS NULL`, ids, token); err != nil {
+WHERE id = ANY($1) AND claimed_by = $2 AND sent_at IS NULL`, ids, rows[0].token); err != nil {
 		r.logger.WarnContext(ctx, "release outbox rows; they return when their lease runs out", "rows", len(ids), "error", err)
 	}
 }

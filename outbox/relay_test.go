@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 )
@@ -51,13 +53,13 @@ func TestRelayBacksOffWhenStartsFail(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics, err := outbox.NewMetrics(reg)
 	require.NoError(t, err)
-	r := b.relay(t, &outbox.RelayOpts{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Metrics: metrics})
+	r := b.relay(t, &outbox.RelayOpts{Concurrency: 1, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Metrics: metrics})
 
 	n, err := r.Poll(b.ctx)
 	require.ErrorContains(t, err, "temporal: unavailable")
 	require.Zero(t, n)
 	calls, _ := b.starter.counts()
-	require.Len(t, calls, 1, "the first failure stops the batch instead of hammering Temporal")
+	require.Len(t, calls, 1, "the first failure stops the batch instead of hammering Temporal (one start at a time here)")
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE last_error LIKE '%unavailable%' AND attempts = 1`))
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts = 0 AND claimed_by IS NULL`),
 		"the rest of the batch is given back unclaimed")
@@ -226,7 +228,7 @@ func TestRelayStopGivesBackUnstartedRows(t *testing.T) {
 		}
 		return nil
 	})
-	r := b.relay(t, &outbox.RelayOpts{PollInterval: time.Hour})
+	r := b.relay(t, &outbox.RelayOpts{PollInterval: time.Hour, Concurrency: 1, BatchSize: 10})
 	require.NoError(t, r.Start(b.ctx))
 	<-started
 	stopCtx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
@@ -254,4 +256,141 @@ func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
 		}
 		require.True(t, sawLow && sawHigh, "attempt %d: delays spread over [0, %s]", n, ceiling)
 	}
+}
+
+// Each row's result is recorded with a budget of its own, counted from the
+// end of its own start: two slow starts make the poll last longer than the
+// record budget, yet every row, slow or fast, is marked sent, and the fast
+// ones are marked while the slow ones are still starting.
+func TestRelayRecordsEachRowWithItsOwnBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.createOrders(t, 8)
+	const budget = time.Second
+	var sentWhileSlow []int
+	var mu sync.Mutex
+	b.starter.setFail(func(in orders.CheckoutInput) error {
+		if strings.HasSuffix(in.OrderID, "0001") || strings.HasSuffix(in.OrderID, "0005") {
+			time.Sleep(2 * budget)
+			mu.Lock()
+			sentWhileSlow = append(sentWhileSlow, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NOT NULL`))
+			mu.Unlock()
+		}
+		return nil
+	})
+	r := b.relay(t, &outbox.RelayOpts{Concurrency: 8, RecordTimeout: budget, StartTimeout: 5 * time.Second, Lease: 10 * time.Second})
+	began := time.Now()
+	n, err := r.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.Greater(t, time.Since(began), budget, "the poll outlasted one record budget")
+	require.Zero(t, b.unsent(t))
+	require.Equal(t, []int{6, 6}, sentWhileSlow, "the fast rows were marked while the slow ones started")
+	b.requireOneRunEach(t, ids)
+}
+
+// failingDB fails the statements that contain match while fail is set.
+type failingDB struct {
+	effects.DB
+	match string
+	fail  atomic.Int32 // how many more matching statements fail
+}
+
+func (d *failingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.Contains(sql, d.match) && d.fail.Add(-1) >= 0 {
+		return pgconn.CommandTag{}, errors.New("connection reset by peer")
+	}
+	return d.DB.Exec(ctx, sql, args...)
+}
+
+// A row whose workflow started but whose mark failed is marked by the very
+// next pass, long before its lease runs out, without a second start.
+func TestRelayMarksAStartedButUnmarkedRowOnTheNextPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.createOrders(t, 3)
+	db := &failingDB{DB: b.pool, match: "SET sent_at"}
+	db.fail.Store(1)
+	r, err := outbox.NewRelay(db, b.starter, &outbox.RelayOpts{Concurrency: 1, Logger: b.logger})
+	require.NoError(t, err)
+
+	n, err := r.Poll(b.ctx)
+	require.ErrorContains(t, err, "connection reset by peer")
+	require.Equal(t, 2, n, "the other rows were marked")
+	require.Equal(t, 1, b.unsent(t))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL AND available_at > now() + interval '20 seconds'`),
+		"the unmarked row is under its 30-second lease")
+
+	n, err = r.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Zero(t, b.unsent(t))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE run_id IS NULL OR claimed_by IS NOT NULL`))
+	calls, _ := b.starter.counts()
+	for _, id := range ids {
+		require.Equal(t, 1, calls[orders.WorkflowID(b.tenant, id)], "one start for %s", id)
+	}
+	b.requireOneRunEach(t, ids)
+}
+
+// Neither Poll nor Run has more starts in flight than Concurrency, and both
+// reach it.
+func TestRelayRespectsItsConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var inflight, peak atomic.Int32
+	b.starter.setFail(func(orders.CheckoutInput) error {
+		now := inflight.Add(1)
+		defer inflight.Add(-1)
+		for {
+			p := peak.Load()
+			if now <= p || peak.CompareAndSwap(p, now) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	ids := b.createOrders(t, 20)
+	r := b.relay(t, &outbox.RelayOpts{Concurrency: 4, PollInterval: 10 * time.Millisecond})
+	n, err := r.Poll(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	require.EqualValues(t, 4, peak.Load(), "Poll")
+
+	peak.Store(0)
+	ids = append(ids, b.createOrdersWithPrefix(t, "run", 20)...)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.EqualValues(t, 4, peak.Load(), "Run")
+	b.requireOneRunEach(t, ids)
+}
+
+// Under Run, a failed start makes the relay back off instead of claiming
+// more, and the row comes back after its own jittered backoff.
+func TestRunBacksOffAfterAFailedStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var failed atomic.Bool
+	b.starter.setFail(func(in orders.CheckoutInput) error {
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("temporal: unavailable")
+		}
+		return nil
+	})
+	ids := b.createOrders(t, 5)
+	r := b.relay(t, &outbox.RelayOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts = 2`), "the failed row was retried once")
+	b.requireOneRunEach(t, ids)
 }

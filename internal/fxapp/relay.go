@@ -90,25 +90,49 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 }
 
 // TemporalStarter returns the outbox.Starter that starts order runs with
-// workflows.Start, so that a repeated start collapses into the first run.
-// When store is not nil it loads the order first, so that the run's static
-// summary in the Web UI shows the amount and currency; an order that cannot
-// be loaded is still started (the workflow reports it missing).
+// workflows.Start, so that a repeated start collapses into the first run. It
+// also implements outbox.RequestStarter: the relay hands it the amount the
+// outbox row carries, which goes into the run's static summary in the Web UI
+// without a lookup. Only for a row that carries no amount (enqueued before
+// migration 0007, or before its order existed), and for plain Start calls,
+// does it load the order from store, when store is not nil; an order that
+// cannot be loaded is still started (the workflow reports it missing).
 func TemporalStarter(c client.Client, store *orders.Store, opts *workflows.StartOpts) outbox.Starter {
-	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-		var o workflows.StartOpts
-		if opts != nil {
-			o = *opts
+	s := &temporalStarter{client: c, store: store}
+	if opts != nil {
+		s.opts = *opts
+	}
+	return s
+}
+
+type temporalStarter struct {
+	client client.Client
+	store  *orders.Store
+	opts   workflows.StartOpts
+}
+
+// Start starts in's run, loading the order for the summary when it has a
+// store.
+func (s *temporalStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+	return s.StartRequest(ctx, outbox.Request{Input: in})
+}
+
+// StartRequest starts req's run with the amount the row carries in its
+// summary.
+func (s *temporalStarter) StartRequest(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+	o := s.opts
+	in := req.Input
+	switch {
+	case req.Currency != "":
+		o.Order = &orders.Order{TenantID: in.TenantID, ID: in.OrderID, AmountMinor: req.AmountMinor, Currency: req.Currency}
+	case s.store != nil:
+		if order, err := s.store.Get(ctx, in.TenantID, in.OrderID); err == nil {
+			o.Order = order
 		}
-		if store != nil {
-			if order, err := store.Get(ctx, in.TenantID, in.OrderID); err == nil {
-				o.Order = order
-			}
-		}
-		st, err := workflows.Start(ctx, c, in, &o)
-		if err != nil {
-			return nil, err
-		}
-		return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
-	})
+	}
+	st, err := workflows.Start(ctx, s.client, in, &o)
+	if err != nil {
+		return nil, err
+	}
+	return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
 }
