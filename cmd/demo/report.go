@@ -54,8 +54,8 @@ func legend(dups int, fake bool) string {
 Each order got %d concurrent starts, all with the order's one workflow ID. NEW counts the starts
 that began a workflow run (1). DUPLICATE counts the starts Temporal suppressed because that run
 was already going: they joined it instead of charging again. LATER START is one more start fired
-after the run had finished: refused for a paid order; a failed order may run again, and its effect
-records replay the stored decline without calling Stripe.
+after the run had finished: refused for a paid order. A failed order may start a new run, which
+refuses to charge (a failed order is final) and calls Stripe no more.
 `, dups)
 	if fake {
 		s += `CHARGES counts the charges the fake Stripe made for the order: one for each paid order despite
@@ -75,7 +75,7 @@ func printDetails(w io.Writer, r row) error {
 		{"effects", r.effects},
 	}
 	if r.later != "refused" {
-		lines = append(lines, [2]string{"re-run", strings.TrimPrefix(r.later, "re-ran: ") + " (replayed from the effect records)"})
+		lines = append(lines, [2]string{"re-run", "ended " + strings.TrimPrefix(r.later, "re-ran: ")})
 	}
 	if _, err := fmt.Fprintf(w, "\n%s\n", r.order); err != nil {
 		return err

@@ -102,8 +102,8 @@ func (s *stack) createAndStart(ctx context.Context, o *demoOrder, dups int) erro
 }
 
 // startLater fires a start at a finished order: refused for a paid order;
-// a failed one may run again (a deliberate re-run), which replays its
-// stored outcome without calling Stripe.
+// a failed one may start a new run (a deliberate re-run), whose charge step
+// refuses a failed order without calling Stripe.
 func (s *stack) startLater(ctx context.Context, o *demoOrder) error {
 	st, err := workflows.Start(ctx, s.tc, orders.NewCheckoutInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue})
 	if err != nil {

@@ -127,7 +127,7 @@ func (s *stack) providerEnv() []string {
 		s.say("using real Stripe (test mode) and SendGrid: their keys are set")
 		return []string{"STRIPE_SECRET_KEY=" + os.Getenv("STRIPE_SECRET_KEY"), "SENDGRID_API_KEY=" + os.Getenv("SENDGRID_API_KEY")}
 	}
-	s.say("starting fake Stripe and SendGrid (set STRIPE_SECRET_KEY and SENDGRID_API_KEY to use the real ones)")
+	s.say("starting fake Stripe and SendGrid (set STRIPE_SECRET_KEY and SENDGRID_API_KEY for the real ones)")
 	s.stripeFake = fakestripe.New(nil)
 	st := httptest.NewServer(s.stripeFake)
 	sg := httptest.NewServer(fakesendgrid.New(nil))
