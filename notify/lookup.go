@@ -203,3 +203,20 @@ func xMessageID(msgID string) string {
 	}
 	return msgID
 }
+
+// CheckLookup makes one Email Activity request, for a key no message
+// carries, so that a worker can tell at start whether unfinished sends can
+// be settled: the API key needs the Email Activity scope and the account the
+// Email Activity add-on. It returns nil when SendGrid answers, and otherwise
+// an error wrapping ErrLookupFailed that names the HTTP status (403: no
+// scope or no add-on) but never the API key.
+func (s *Sender) CheckLookup(ctx context.Context) error {
+	probe, err := effects.NewKey("keyed", "lookup-check")
+	if err != nil {
+		return fmt.Errorf("check email activity look-up: %w", err)
+	}
+	if _, err := s.find(ctx, probe); err != nil {
+		return fmt.Errorf("check email activity look-up: %w: %w", ErrLookupFailed, err)
+	}
+	return nil
+}

@@ -371,3 +371,20 @@ func TestXMessageID(t *testing.T) {
 		require.Equal(t, want, notify.XMessageID(in), in)
 	}
 }
+
+func TestCheckLookup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	require.NoError(t, b.sender.CheckLookup(ctx))
+	require.Equal(t, 1, b.fake.Lookups())
+
+	denied := setupWith(t, nil, &fakesendgrid.Opts{NoActivityAccess: true})
+	err := denied.sender.CheckLookup(ctx)
+	require.ErrorIs(t, err, notify.ErrLookupFailed)
+	require.ErrorContains(t, err, "status 403")
+	require.NotContains(t, err.Error(), apiKey)
+
+	denied.fake.SetLookupOutage(true)
+	require.ErrorContains(t, denied.sender.CheckLookup(ctx), "status 503")
+}

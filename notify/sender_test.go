@@ -38,13 +38,13 @@ type bundle struct {
 	logs   *syncBuffer
 }
 
-func setup(t *testing.T, opts *notify.SenderOpts) *bundle {
+func setup(t testing.TB, opts *notify.SenderOpts) *bundle {
 	t.Helper()
 	return setupWith(t, opts, nil)
 }
 
 // setupWith is setup with options for the fake SendGrid.
-func setupWith(t *testing.T, opts *notify.SenderOpts, fakeOpts *fakesendgrid.Opts) *bundle {
+func setupWith(t testing.TB, opts *notify.SenderOpts, fakeOpts *fakesendgrid.Opts) *bundle {
 	t.Helper()
 	b := &bundle{pool: effectstest.NewPool(t), fake: fakesendgrid.New(fakeOpts), logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -205,7 +205,7 @@ func TestCollapseWindowIsConfigurable(t *testing.T) {
 
 // crash leaves m's claim behind as an attempt that died after claiming
 // would: claimed, lease live, same owner.
-func crash(t *testing.T, b *bundle, m notify.Message) {
+func crash(t testing.TB, b *bundle, m notify.Message) {
 	t.Helper()
 	_, kind, owner, fp := notify.ClaimParamsFor(m)
 	_, err := b.fx.Claim(context.Background(), effects.ClaimParams{Key: m.Key, Kind: kind, Owner: owner, Fingerprint: fp})
