@@ -32,13 +32,12 @@ type Policy string
 // The delivery policies.
 const (
 	// AtMostOnce never sends without evidence that no earlier attempt's
-	// email is at SendGrid: when the look-up keeps failing past
-	// LookupLag+LookupGiveUp after the possible send, the record fails as
-	// "ambiguous" for an operator.
+	// email is at SendGrid: when the look-up keeps failing until the send
+	// timeout plus LookupLag+LookupGiveUp after the earlier POST, the record
+	// fails as "ambiguous" for an operator.
 	AtMostOnce Policy = "at_most_once"
 	// AtLeastOnce prefers a second copy to no email: when the look-up keeps
-	// failing past LookupLag+LookupGiveUp after the possible send, it sends
-	// again.
+	// failing for as long, it sends again.
 	AtLeastOnce Policy = "at_least_once"
 )
 
@@ -56,13 +55,12 @@ const (
 	// is nil or has no Timeout.
 	DefaultTimeout = 30 * time.Second
 	// DefaultLookupLag is how long an accepted message may take to appear in
-	// SendGrid's Email Activity index. SendGrid publishes no bound; messages
-	// usually show within seconds of their "processed" event, and delays of
-	// a minute or two are seen when SendGrid is loaded. Five minutes covers
-	// those with room to spare, fits twice in the default collapse window
-	// (which must outlive it and the send timeout, see SenderOpts.LookupLag),
-	// and is the extra
-	// wait paid only by an email whose request never reached SendGrid.
+	// SendGrid's Email Activity index. SendGrid publishes no bound; keyed
+	// assumes the usual delay is seconds and a loaded SendGrid's a couple of
+	// minutes, and takes five minutes as the margin. It fits, with the send
+	// timeout and DefaultLookupGiveUp, in the default collapse window (see
+	// SenderOpts.LookupLag). The wait is paid only when nothing is found:
+	// by an email whose request never reached SendGrid.
 	DefaultLookupLag = 5 * time.Minute
 	// DefaultLookupTimeout bounds one Email Activity request.
 	DefaultLookupTimeout = 10 * time.Second
