@@ -15,17 +15,19 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
 )
 
-// runOrders creates n orders, starts each run twice at once, and waits for
-// every run; it returns how many ended paid.
+// runOrders creates n orders, starts each run twice from 32 concurrent
+// clients, and waits until every order is paid; it returns how many are.
 func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
 	errs := make(chan error, 2*n)
 	for i := range n {
 		id := fmt.Sprintf("%s-%03d", prefix, i)
@@ -35,10 +37,9 @@ func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 		in := orders.NewCheckoutInput("acme", id)
 		for range 2 {
 			wg.Go(func() {
-				st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
-				if err == nil {
-					err = w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil)
-				}
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				_, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
 				errs <- err
 			})
 		}
@@ -49,7 +50,10 @@ func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 		require.NoError(t, err)
 	}
 	var paid int
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id LIKE $1 AND status = 'paid'`, prefix+"-%").Scan(&paid))
+	require.Eventually(t, func() bool {
+		err := w.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id LIKE $1 AND status = 'paid'`, prefix+"-%").Scan(&paid)
+		return err == nil && paid == n && w.SendGrid.Count() >= n
+	}, 4*time.Minute, 200*time.Millisecond, "orders paid: %d of %d", paid, n)
 	return paid
 }
 
@@ -66,6 +70,7 @@ func TestWorkerUnderLoadAndOnTheSmallestPool(t *testing.T) {
 		require.Equal(t, 500, runOrders(t, w, "burst", 500))
 		require.Equal(t, 500, w.Stripe.Charges())
 		require.Len(t, w.SendGrid.Messages(), 500)
+		requireOneEach(t, w)
 	})
 
 	t.Run("smallest pool", func(t *testing.T) {
@@ -78,6 +83,7 @@ func TestWorkerUnderLoadAndOnTheSmallestPool(t *testing.T) {
 		require.Equal(t, 40, runOrders(t, w, "small", 40))
 		require.Equal(t, 40, w.Stripe.Charges())
 		require.Len(t, w.SendGrid.Messages(), 40)
+		requireOneEach(t, w)
 	})
 
 	t.Run("a smaller pool is refused", func(t *testing.T) {
@@ -117,4 +123,16 @@ func TestRetryWindowCoversEveryAttempt(t *testing.T) {
 	capped.ScheduleToCloseTimeout = 5 * time.Minute
 	require.Equal(t, 5*time.Minute, workflows.RetryWindow(capped))
 	require.Equal(t, 4*workflows.StepScheduleToClose, workflows.LongestRun())
+}
+
+// requireOneEach checks at the fakes that no order was charged or mailed
+// twice.
+func requireOneEach(t *testing.T, w *fxapptest.Worker) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, m := range w.SendGrid.Messages() {
+		k := m.CustomArgs[notify.CustomArgEffectKey]
+		require.False(t, seen[k], "two receipts under %s", k)
+		seen[k] = true
+	}
 }
