@@ -218,6 +218,10 @@ func TestMissingTablesNameTheSchema(t *testing.T) {
 	require.Contains(t, errOut, "source .demo/env")
 	require.NotContains(t, errOut, "--migrate")
 
+	code, _, errOut = starter(t, env, "resolve", "--key", "acme:order:o1:receipt", "--as", "retry", "--reason", "x")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, `searched schema "`+schema+`"`)
+
 	env["DATABASE_URL"] = effectstest.WithSearchPath(effectstest.DatabaseURL(), "no_such_schema_x")
 	code, _, errOut = starter(t, env, "start", "--tenant", "acme", "--order", "o1")
 	require.Equal(t, 1, code, errOut)

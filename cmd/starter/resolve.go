@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 )
@@ -46,21 +48,24 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usagef("invalid --key: %v", err)
 	}
-	var fxc *effects.Client
+	var (
+		pool *pgxpool.Pool
+		fxc  *effects.Client
+	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		rec, err := fxc.Resolve(ctx, k, params)
 		if errors.Is(err, effects.ErrNotResolvable) || errors.Is(err, effects.ErrNotFound) {
 			return usagef("%v", err)
 		}
 		if err != nil {
-			return err
+			return migrationHint(ctx, pool, cfg, err)
 		}
 		if *asJSON {
 			return writeJSON(e.stdout, rec)
 		}
 		_, err = fmt.Fprintf(e.stdout, "%s is now %s (%s)\n", clean(rec.Key), rec.State, clean(rec.ErrorMessage))
 		return err
-	}, &fxc)
+	}, &pool, &fxc)
 }
 
 // maxReasonBytes is the longest --reason effects.Resolve stores: its error
