@@ -256,12 +256,15 @@ func TestAuthentication(t *testing.T) {
 	b := setup(t)
 	for _, tc := range []struct {
 		name, header string
+		second       string // a second Authorization header, if not empty
 	}{
-		{"missing", ""},
-		{"unknown key", "Bearer sk_test_unknown_0000000000"},
-		{"other scheme", "Basic " + b.keyA},
-		{"no token", "Bearer "},
-		{"key as prefix", "Bearer " + b.keyA[:len(b.keyA)-1]},
+		{"missing", "", ""},
+		{"two headers, valid key first", "Bearer " + b.keyA, "Bearer " + b.keyB},
+		{"two headers, same key", "Bearer " + b.keyA, "Bearer " + b.keyA},
+		{"unknown key", "Bearer sk_test_unknown_0000000000", ""},
+		{"other scheme", "Basic " + b.keyA, ""},
+		{"no token", "Bearer ", ""},
+		{"key as prefix", "Bearer " + b.keyA[:len(b.keyA)-1], ""},
 	} {
 		for _, method := range []string{"POST /v1/orders", "GET /v1/orders/ord_1"} {
 			m, path, _ := strings.Cut(method, " ")
@@ -269,6 +272,9 @@ func TestAuthentication(t *testing.T) {
 			require.NoError(t, err)
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
+			}
+			if tc.second != "" {
+				req.Header.Add("Authorization", tc.second)
 			}
 			req.Header.Set(api.HeaderIdempotencyKey, "k")
 			resp, err := b.srv.Client().Do(req)

@@ -33,8 +33,24 @@
 //
 // Only successful responses are stored, for Retention (24 hours) at least.
 // A request that fails (bad input, order_conflict, a database error) writes
-// nothing and may be retried with the same key. Bad input gets 400 (413 for
-// a body over 64 KiB) with a JSON error naming the field: {"error":{"code":…,"field":…,"message":…}}.
+// nothing, releases its key on a fresh context bounded by ReleaseTimeout,
+// and may be retried with the same key at once. Bad input gets 400 (413 for
+// a body over 64 KiB, 408 for a body slower than the server's read timeout)
+// with a JSON error naming the field: {"error":{"code":…,"field":…,"message":…}}.
+// Input is strict: a member sent twice or in another case, a non-ASCII
+// currency and a second Authorization header are refused, and the customer
+// email must pass orders.ValidateEmail.
+//
+// # Failures
+//
+// Every database call of a request, the Idempotency-Key claim included,
+// runs under HandlerOpts.RequestTimeout. A database that is down, stalled
+// or shutting down gets 503 unavailable with Retry-After; any other
+// failure 500 internal. Neither shows its cause, and GET shows failed
+// starts and effects as stable codes with plain messages: the stored
+// errors (a Temporal dial error, an operator's resolve reason) go to logs
+// and operator commands only. api/README.md lists every status; a test
+// drives the server through that table.
 //
 // # Starting workflows
 //

@@ -1,9 +1,15 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Error codes in the "code" member of an error response. Clients branch on
@@ -14,7 +20,9 @@ const (
 	CodeInvalidIdempotencyKey = "invalid_idempotency_key" // 400: empty, over 255 bytes, or bad characters
 	CodeBodyTooLarge          = "body_too_large"          // 413: body over MaxBodyBytes
 	CodeInvalidJSON           = "invalid_json"            // 400: not one JSON object
-	CodeUnknownField          = "unknown_field"           // 400: a member the API does not know
+	CodeUnknownField          = "unknown_field"           // 400: a member the API does not know, or a known one in another case
+	CodeDuplicateField        = "duplicate_field"         // 400: a member sent twice
+	CodeRequestTimeout        = "request_timeout"         // 408: the body did not arrive within the server's read timeout
 	CodeMissingField          = "missing_field"           // 400
 	CodeInvalidField          = "invalid_field"           // 400: wrong type or value
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422: the key was first used with another request
@@ -22,8 +30,8 @@ const (
 	CodeOrderConflict         = "order_conflict"          // 409: the order ID exists with other details
 	CodeNotFound              = "not_found"               // 404
 	CodeMethodNotAllowed      = "method_not_allowed"      // 405
-	CodeUnavailable           = "unavailable"             // 503: the database cannot be reached
-	CodeInternal              = "internal"                // 500
+	CodeUnavailable           = "unavailable"             // 503: the database is down or did not answer in time; with Retry-After
+	CodeInternal              = "internal"                // 500: an unexpected failure, such as a missing migration
 )
 
 // Error is an API error: the HTTP status and the JSON body
@@ -60,6 +68,35 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusRequestTimeout {
+		w.Header().Set("Connection", "close") // the rest of the body may still be on its way
+	}
 	body, _ := json.Marshal(ErrorBody{Error: e})
 	writeJSON(w, e.Status, append(body, '\n'))
+}
+
+// unavailable reports whether err means the database could not serve the
+// request now (down, unreachable, shutting down, overloaded, or too slow
+// for the request's deadline), so that a retry may succeed: 503, not 500.
+// A cancelled context (the client of a GET went away) counts too. An error
+// the server reported for the statement itself, such as a missing table,
+// does not.
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) < 2:
+			return false
+		case pgErr.Code[:2] == "08", pgErr.Code[:2] == "53", pgErr.Code[:2] == "57": // connection, resources, shutdown or cancel
+			return true
+		}
+		return pgErr.Code == "40001" || pgErr.Code == "40P01" // serialization failure, deadlock
+	}
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }

@@ -1,8 +1,17 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // IdemForTest exposes one idempotency outcome counter for testutil.ToFloat64.
 func (m *Metrics) IdemForTest(outcome string) prometheus.Collector {
 	return m.idempotency.WithLabelValues(outcome)
+}
+
+// HandleForTest adds a route to the handler's mux.
+func (h *Handler) HandleForTest(pattern string, f http.HandlerFunc) {
+	h.mux.HandleFunc(pattern, f)
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +43,10 @@ const (
 // Defaults of HandlerOpts.
 const (
 	DefaultMaxBodyBytes   = 64 << 10
-	DefaultRequestTimeout = 10 * time.Second
+	DefaultRequestTimeout = 5 * time.Second
+	// ReleaseTimeout bounds the release of an Idempotency-Key after a
+	// failed request, which runs on a fresh context.
+	ReleaseTimeout = time.Second
 	// RetryAfterSeconds is the Retry-After sent with 409
 	// request_in_progress: the first request usually finishes in
 	// milliseconds. A holder that died keeps the key for at most the
@@ -83,7 +87,9 @@ type HandlerOpts struct {
 	// RequestLease is how long a request holds its Idempotency-Key. Zero
 	// means DefaultRequestLease. It must exceed RequestTimeout.
 	RequestLease time.Duration
-	// RequestTimeout bounds the database work of one request, which keeps
+	// RequestTimeout bounds the database work of one request, from the
+	// Idempotency-Key claim to the commit (and each GET); a request that
+	// runs out answers 503 unavailable with Retry-After. The work keeps
 	// running when the client disconnects so that its retry finds the
 	// response stored. Zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -223,7 +229,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), requestIDKey, id)
 	r = r.WithContext(context.WithValue(ctx, tenantKey, &tenant))
 	sw := &statusWriter{ResponseWriter: w}
-	h.mux.ServeHTTP(sw, r)
+	h.serveRecovering(sw, r)
 	if sw.status == 0 {
 		sw.status = http.StatusOK
 	}
@@ -248,6 +254,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.logger.LogAttrs(r.Context(), level, "http request", attrs...)
 }
 
+// serveRecovering serves r, turning a panic into a logged 500 internal with
+// a JSON body (net/http would drop the connection without an answer).
+// http.ErrAbortHandler still aborts.
+func (h *Handler) serveRecovering(w *statusWriter, r *http.Request) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		if p == http.ErrAbortHandler {
+			panic(p)
+		}
+		h.logger.ErrorContext(r.Context(), "handler panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		if w.status == 0 {
+			writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "the server failed; retry (with the same Idempotency-Key for a POST)"))
+		}
+	}()
+	h.mux.ServeHTTP(w, r)
+}
+
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 64 {
 		return false
@@ -265,6 +291,11 @@ func validRequestID(id string) bool {
 // tenant comes from the key only, never from the request.
 func (h *Handler) authed(next func(w http.ResponseWriter, r *http.Request, tenant string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := len(r.Header.Values("Authorization")); n > 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="keyed", error="invalid_request"`)
+			writeError(w, newError(http.StatusUnauthorized, CodeUnauthorized, "", "send one Authorization header, not %d", n))
+			return
+		}
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		token = strings.TrimSpace(token)
 		if !strings.EqualFold(scheme, "Bearer") || token == "" {
@@ -320,15 +351,24 @@ type OrderDetail struct {
 type StartView struct {
 	// State is "queued" until the relay has started the workflow, then
 	// "started".
-	State     string     `json:"state"`
-	Attempts  int        `json:"attempts"`
-	LastError string     `json:"last_error,omitempty"`
-	RunID     string     `json:"run_id,omitempty"`
-	QueuedAt  time.Time  `json:"queued_at"`
-	StartedAt *time.Time `json:"started_at,omitempty"`
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+	// LastErrorCode is StartFailed while the last attempt to start the
+	// workflow failed, and LastError a plain message saying so. The cause
+	// (which names internal servers) goes to the relay's log and to
+	// operator commands, never to the tenant.
+	LastErrorCode string     `json:"last_error_code,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	RunID         string     `json:"run_id,omitempty"`
+	QueuedAt      time.Time  `json:"queued_at"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
 }
 
 // EffectView is one effect of an order: its key, state and stored outcome.
+// A failed effect shows a stable ErrorCode (such as "card_declined",
+// "transient" or "resolved_retry") and a plain Error message chosen by the
+// code and state; the stored failure message, which may quote a provider
+// or an operator's reason, goes to logs and operator commands only.
 type EffectView struct {
 	Key        string          `json:"key"`
 	Kind       string          `json:"kind"`
@@ -366,7 +406,12 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 	hash := requestHash(RouteCreateOrder, no)
 	owner, _ := r.Context().Value(requestIDKey).(string)
 	owner += "/" + randomHex(6) // request IDs come from clients; owners must be unique
-	outcome, prev, err := h.idem.claim(r.Context(), tenant, key, RouteCreateOrder, hash, owner)
+	// Every database call from here on shares one deadline, and runs to the
+	// end even if the client goes away, so that its retry finds the
+	// response stored rather than a claim to wait out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
+	defer cancel()
+	outcome, prev, err := h.idem.claim(ctx, tenant, key, RouteCreateOrder, hash, owner)
 	switch {
 	case errors.Is(err, errKeyReused):
 		h.metrics.idem("key_reused")
@@ -380,7 +425,8 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
 		return
 	case err != nil:
-		h.internal(w, r, "claim idempotency key", err)
+		h.release(ctx, tenant, key, owner) // the claim may have committed before the error
+		h.dbFailure(w, r, "claim idempotency key", err)
 		return
 	case outcome == claimReplay:
 		h.metrics.idem("replayed")
@@ -393,16 +439,9 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 		h.metrics.idem("new")
 	}
 
-	// From here the work runs to the end even if the client goes away, so
-	// that its retry finds the response stored rather than a claim to wait
-	// out.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
-	defer cancel()
 	resp, err := h.createTx(ctx, tenant, key, owner, no)
 	if err != nil {
-		if rerr := h.idem.release(ctx, tenant, key, owner); rerr != nil {
-			h.logger.WarnContext(ctx, "release idempotency key; it frees when its lease runs out", "error", rerr)
-		}
+		h.release(ctx, tenant, key, owner)
 		switch {
 		case errors.Is(err, orders.ErrConflict):
 			writeError(w, newError(http.StatusConflict, CodeOrderConflict, "order_id",
@@ -412,11 +451,24 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 			writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
 				"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
 		default:
-			h.internal(w, r, "create order", err)
+			h.dbFailure(w, r, "create order", err)
 		}
 		return
 	}
 	writeJSON(w, resp.status, resp.body)
+}
+
+// release frees owner's claim on key after a failure that wrote nothing,
+// so that the retry a 503 invites runs at once instead of getting 409 until
+// the lease runs out. It uses a fresh context bounded by ReleaseTimeout:
+// the request's own may be the one that ran out. A failed release is
+// logged; the key then frees when its lease ends.
+func (h *Handler) release(ctx context.Context, tenant, key, owner string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	if err := h.idem.release(rctx, tenant, key, owner); err != nil {
+		h.logger.WarnContext(rctx, "release idempotency key; it frees when its lease runs out", "error", err)
+	}
 }
 
 // createTx writes the order, its outbox row and the stored response in one
@@ -482,10 +534,13 @@ func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.N
 		if errors.As(err, &mbe) {
 			return no, tooLarge(h.maxBody)
 		}
-		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "read body: %v", err)
+		return no, readError(err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
+	}
+	if aerr := checkMembers(body, createMembers); aerr != nil {
+		return no, aerr
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -509,6 +564,10 @@ func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.N
 		if !f.present {
 			return no, newError(http.StatusBadRequest, CodeMissingField, f.name, "%s is required", f.name)
 		}
+	}
+	if !isASCII(*req.Currency) {
+		// strings.ToLower would fold the Kelvin sign K (U+212A) to k.
+		return no, newError(http.StatusBadRequest, CodeInvalidField, "currency", "%q is not an ISO 4217 code: it has non-ASCII characters", *req.Currency)
 	}
 	no.ID, no.AmountMinor = *req.OrderID, *req.AmountMinor
 	no.Currency = strings.ToLower(*req.Currency)
@@ -574,42 +633,45 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "id", "%q is not a valid order ID", id))
 		return
 	}
-	ctx := r.Context()
+	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
+	defer cancel()
 	order, err := h.store.Get(ctx, tenant, id)
 	if errors.Is(err, orders.ErrNotFound) {
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
 		return
 	}
 	if err != nil {
-		h.internal(w, r, "get order", err)
+		h.dbFailure(w, r, "get order", err)
 		return
 	}
 	detail := OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}
 	entry, err := outbox.Get(ctx, h.db, detail.WorkflowID)
 	switch {
 	case err == nil:
-		detail.Start = &StartView{State: "queued", Attempts: entry.Attempts, LastError: entry.LastError,
-			RunID: entry.RunID, QueuedAt: entry.CreatedAt, StartedAt: entry.SentAt}
-		if entry.SentAt != nil {
-			detail.Start.State = "started"
+		detail.Start = startView(entry)
+		if entry.LastError != "" {
+			h.logger.DebugContext(ctx, "order detail: start error withheld from the tenant",
+				"workflow_id", entry.WorkflowID, "last_error", entry.LastError)
 		}
 	case !errors.Is(err, outbox.ErrNotFound):
-		h.internal(w, r, "get order start", err)
+		h.dbFailure(w, r, "get order start", err)
 		return
 	}
 	recs, err := h.effects.List(ctx, prefix)
 	if err != nil {
-		h.internal(w, r, "list order effects", err)
+		h.dbFailure(w, r, "list order effects", err)
 		return
 	}
 	for _, rec := range recs {
-		detail.Effects = append(detail.Effects, EffectView{Key: rec.Key, Kind: rec.Kind, State: rec.State,
-			Outcome: rec.Result, ErrorCode: rec.ErrorCode, Error: rec.ErrorMessage, Attempts: rec.Attempts,
-			UpdatedAt: rec.UpdatedAt, FinishedAt: rec.FinishedAt})
+		detail.Effects = append(detail.Effects, effectView(rec))
+		if rec.ErrorMessage != "" {
+			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
+				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
+		}
 	}
 	body, err := json.Marshal(detail)
 	if err != nil {
-		h.internal(w, r, "encode order", err)
+		h.dbFailure(w, r, "encode order", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, append(body, '\n'))
@@ -626,16 +688,17 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 }
 
-// internal logs err and answers 500 (503 when the context ran out) without
-// revealing err to the client.
-func (h *Handler) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
+// dbFailure logs err and answers without revealing it: 503 unavailable
+// with Retry-After when the database is down or did not answer in time
+// (see unavailable), else 500 internal. Either way nothing was written.
+func (h *Handler) dbFailure(w http.ResponseWriter, r *http.Request, what string, err error) {
 	h.logger.ErrorContext(r.Context(), what, "error", err)
-	if errors.Is(err, context.DeadlineExceeded) {
+	if unavailable(err) {
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-		writeError(w, newError(http.StatusServiceUnavailable, CodeUnavailable, "", "%s timed out; retry with the same Idempotency-Key", what))
+		writeError(w, newError(http.StatusServiceUnavailable, CodeUnavailable, "", "%s: the database is unavailable; retry (with the same Idempotency-Key for a POST)", what))
 		return
 	}
-	writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "%s failed; retry with the same Idempotency-Key", what))
+	writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "%s failed; retry (with the same Idempotency-Key for a POST)", what))
 }
 
 // Prune deletes the Handler's expired idempotency records; see Prune.

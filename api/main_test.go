@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -123,6 +124,7 @@ type bundle struct {
 	taskQueue string
 	starter   *countingStarter
 	logger    *slog.Logger
+	proxy     *dbProxy // between the handler and Postgres, with setupOpts.proxied
 
 	// Two tenants with one key each.
 	tenantA, tenantB string
@@ -132,6 +134,9 @@ type bundle struct {
 
 type setupOpts struct {
 	handler *api.HandlerOpts
+	// proxied puts a dbProxy (bundle.proxy) between the handler's pool and
+	// Postgres; bundle.pool still connects directly.
+	proxied bool
 }
 
 func setup(t testing.TB, opts ...setupOpts) *bundle {
@@ -162,7 +167,20 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		hopts = opts[0].handler
 	}
 	hopts.Metrics, hopts.Logger, hopts.Gatherer = metrics, b.logger, b.reg
-	b.handler, err = api.NewHandler(pool, keys, hopts)
+	var db api.DB = pool
+	if len(opts) > 0 && opts[0].proxied {
+		cfg, err := pgxpool.ParseConfig(url)
+		require.NoError(t, err)
+		b.proxy = newDBProxy(t, fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port))
+		host, port, err := net.SplitHostPort(b.proxy.addr())
+		require.NoError(t, err)
+		proxied := url + "&host=" + host + "&port=" + port
+		if !strings.Contains(url, "?") {
+			proxied = url + "?host=" + host + "&port=" + port
+		}
+		db = effectstest.Connect(t, proxied, &effectstest.PoolOpts{MaxConns: 8})
+	}
+	b.handler, err = api.NewHandler(db, keys, hopts)
 	require.NoError(t, err)
 	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)

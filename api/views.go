@@ -1,0 +1,66 @@
+package api
+
+import (
+	"regexp"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// StartFailed is StartView.LastErrorCode while the workflow's start keeps
+// failing; the relay retries it with backoff.
+const StartFailed = "start_failed"
+
+// Effect error codes the API adds to the stored ones.
+const (
+	// EffectResolvedRetry is the code of an effect an operator resolved
+	// with "retry"; the next run acts again.
+	EffectResolvedRetry = "resolved_retry"
+	// EffectUnclassified stands for a stored code outside the shape
+	// tenants are shown ([a-z][a-z0-9_]{0,63}), and for a failure without
+	// a code.
+	EffectUnclassified = "unclassified"
+)
+
+// codeRE is the shape of an error code shown to a tenant.
+var codeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// startView is the tenant's view of an outbox entry: the stored start
+// error becomes StartFailed and a plain message.
+func startView(e *outbox.Entry) *StartView {
+	v := &StartView{State: "queued", Attempts: e.Attempts, RunID: e.RunID, QueuedAt: e.CreatedAt, StartedAt: e.SentAt}
+	if e.SentAt != nil {
+		v.State = "started"
+		return v
+	}
+	if e.LastError != "" {
+		v.LastErrorCode = StartFailed
+		v.LastError = "the workflow could not be started yet; keyed retries it automatically"
+	}
+	return v
+}
+
+// effectView is the tenant's view of an effect record: a stable code and a
+// plain message instead of the stored failure message.
+func effectView(rec *effects.Record) EffectView {
+	v := EffectView{Key: rec.Key, Kind: rec.Kind, State: rec.State, Outcome: rec.Result,
+		Attempts: rec.Attempts, UpdatedAt: rec.UpdatedAt, FinishedAt: rec.FinishedAt}
+	switch rec.State {
+	case effects.StateFailedTransient, effects.StateFailedTerminal:
+	default:
+		return v // succeeded (perhaps resolved by an operator) or claimed: no error to show
+	}
+	v.ErrorCode = rec.ErrorCode
+	if !codeRE.MatchString(v.ErrorCode) {
+		v.ErrorCode = EffectUnclassified
+	}
+	switch {
+	case v.ErrorCode == EffectResolvedRetry:
+		v.Error = "an operator marked this step to be tried again"
+	case rec.State == effects.StateFailedTransient:
+		v.Error = "this step failed and will be tried again"
+	default:
+		v.Error = "this step failed and will not be retried"
+	}
+	return v
+}
