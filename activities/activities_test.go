@@ -413,7 +413,7 @@ func TestSendReceiptTransientThenSent(t *testing.T) {
 	require.Equal(t, 1, b.sendgrid.Count())
 }
 
-func TestSendReceiptAfterCrashIsAmbiguous(t *testing.T) {
+func TestSendReceiptLostResponseIsSettledFromSendGrid(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	in := b.order(t, "9f3a", "pm_card_visa")
@@ -422,13 +422,15 @@ func TestSendReceiptAfterCrashIsAmbiguous(t *testing.T) {
 	_, err = b.markPaid(t, in)
 	require.NoError(t, err)
 
-	// The first attempt's response was lost after SendGrid accepted it.
+	// The first attempt's response was lost after SendGrid accepted it: not
+	// a verdict, so the attempt is retried, and the retry finds the message.
 	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	_, err = b.receipt(t, in)
-	requireTerminal(t, err, activities.ErrTypeAmbiguous)
-	_, err = b.receipt(t, in)
-	requireTerminal(t, err, activities.ErrTypeAmbiguous)
+	requireRetryable(t, err, activities.ErrTypeTransient)
+	res, err := b.receipt(t, in)
+	require.NoError(t, err)
 	require.Equal(t, 1, b.sendgrid.Count())
+	require.Equal(t, b.sendgrid.Messages()[0].MessageID, res.MessageID)
 }
 
 func TestChargeDroppedResponseThenRetryChargesOnce(t *testing.T) {

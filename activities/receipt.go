@@ -16,11 +16,18 @@ import (
 // the template (at most once unless configured otherwise) and its collapse
 // window. The stored outcome is the message ID and the collapsed flag.
 //
+// A lost answer is not a verdict: the retry looks the effect key up in
+// SendGrid's Email Activity API first and records a message it finds as
+// sent (see notify.Sender.Send), so a receipt goes out twice only when
+// SendGrid accepted it and did not index it within the lag window.
+//
 // Errors (through ToTemporal): InvalidInput, OrderNotFound, InvalidState
-// (the order is not paid), Ambiguous (an at-most-once receipt may already
-// have gone out; it is not sent again), ProviderRejected (SendGrid 4xx),
-// KeyReused and Terminal are non-retryable; Transient (429, 5xx, SendGrid
-// unreachable), InProgress and LeaseLost are retryable.
+// (the order is not paid), Ambiguous (SendGrid could not be asked within
+// the look-up bound whether an at-most-once receipt went out; it is not sent
+// again), ProviderRejected (SendGrid 4xx), KeyReused and Terminal are
+// non-retryable; Transient (429, 5xx, SendGrid unreachable, an unconfirmed
+// send, a look-up waiting for SendGrid's index or failing), InProgress and
+// LeaseLost are retryable.
 func (a *Activities) SendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
 	res, err := a.sendReceipt(ctx, in)
 	return res, ToTemporal(err)

@@ -82,11 +82,15 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func (b *bundle) newActivities(t *testing.T) *activities.Activities {
+func (b *bundle) newActivities(t *testing.T, edit ...func(*notify.SenderOpts)) *activities.Activities {
 	t.Helper()
 	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
-	sender, err := notify.NewSender(b.effects, b.pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()})
+	so := &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()}
+	for _, e := range edit {
+		e(so)
+	}
+	sender, err := notify.NewSender(b.effects, b.pool, so)
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
