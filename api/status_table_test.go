@@ -1,0 +1,149 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/api"
+)
+
+// statusRow is one (status, code) pair of the error table in api/README.md.
+type statusRow struct {
+	status int
+	code   string
+	when   string
+}
+
+// readmeStatusTable parses the "| status | code | when |" table of
+// api/README.md into one row per (status, code) pair.
+func readmeStatusTable(t *testing.T) []statusRow {
+	t.Helper()
+	md, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	lines := strings.Split(string(md), "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "| status | code | when |" {
+			start = i + 2 // skip the separator
+		}
+	}
+	require.Positive(t, start, "api/README.md has no | status | code | when | table")
+	codeRE := regexp.MustCompile("`([a-z_]+)`")
+	var rows []statusRow
+	for _, l := range lines[start:] {
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		require.Len(t, cells, 3, "malformed row %q", l)
+		status, err := strconv.Atoi(strings.TrimSpace(cells[0]))
+		require.NoError(t, err, "row %q: one status per row", l)
+		codes := codeRE.FindAllStringSubmatch(cells[1], -1)
+		require.NotEmpty(t, codes, "row %q has no code", l)
+		for _, c := range codes {
+			rows = append(rows, statusRow{status: status, code: c[1], when: cells[2]})
+		}
+	}
+	return rows
+}
+
+// Every row of the error table in api/README.md, driven through a real
+// server (TCP, http.Server timeouts, Postgres behind a proxy): each
+// (status, code) pair has a scenario here and each scenario a row there,
+// so the two cannot drift apart. A row whose text mentions Retry-After or
+// Allow gets the header checked too.
+func TestEveryStatusInTheREADME(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{proxied: true, handler: &api.HandlerOpts{RequestTimeout: time.Second}})
+	srv, err := api.NewServer("127.0.0.1:0", b.handler, &api.ServerOpts{ReadTimeout: 500 * time.Millisecond, PruneInterval: -1, Logger: b.logger})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(b.ctx))
+	t.Cleanup(func() { _ = srv.Stop(b.ctx) })
+	base := "http://" + srv.Addr()
+	c := &http.Client{Timeout: 10 * time.Second}
+	do := func(method, path, apiKey, idemKey, body string) response {
+		return doAt(t, c, base, method, path, apiKey, idemKey, body)
+	}
+	post := func(idemKey, body string) response { return do("POST", "/v1/orders", b.keyA, idemKey, body) }
+	valid := orderBody("ord_t", 100)
+
+	scenarios := map[string]func() response{
+		"400 missing_idempotency_key": func() response { return post("", valid) },
+		"400 invalid_idempotency_key": func() response { return post("two words", valid) },
+		"400 invalid_json":            func() response { return post("k-json", `{"order_id":`) },
+		"400 unknown_field":           func() response { return post("k-unknown", strings.Replace(valid, `"currency"`, `"Currency"`, 1)) },
+		"400 duplicate_field":         func() response { return post("k-dup", strings.Replace(valid, `"usd"`, `"usd","currency":"eur"`, 1)) },
+		"400 missing_field":           func() response { return post("k-missing", `{"order_id":"ord_t"}`) },
+		"400 invalid_field":           func() response { return post("k-email", strings.Replace(valid, "ada@example.com", "a@b", 1)) },
+		"401 unauthorized":            func() response { return do("GET", "/v1/orders/ord_t", "", "", "") },
+		"404 not_found":               func() response { return do("GET", "/v1/orders/ord_none", b.keyA, "", "") },
+		"405 method_not_allowed":      func() response { return do("DELETE", "/v1/orders/ord_t", b.keyA, "", "") },
+		"408 request_timeout": func() response {
+			resp, body := rawHTTP(t, srv.Addr(), "POST /v1/orders HTTP/1.1\r\nHost: keyed\r\nAuthorization: Bearer "+b.keyA+
+				"\r\nIdempotency-Key: k-slow\r\nContent-Length: 100\r\n\r\n{")
+			return response{status: resp.StatusCode, header: resp.Header, body: []byte(body)}
+		},
+		"409 request_in_progress": func() response {
+			release := b.holdOrder(t, b.tenantA, "ord_held")
+			defer release()
+			first := make(chan response, 1)
+			go func() { first <- post("k-held", orderBody("ord_held", 100)) }()
+			b.waitRunning(t, b.tenantA, "k-held")
+			r := post("k-held", orderBody("ord_held", 100))
+			release()
+			<-first
+			return r
+		},
+		"409 order_conflict": func() response {
+			require.Equal(t, http.StatusCreated, post("k-c1", orderBody("ord_c", 100)).status)
+			return post("k-c2", orderBody("ord_c", 101))
+		},
+		"413 body_too_large": func() response { return post("k-big", `{"order_id":"`+strings.Repeat("x", 64<<10)+`"}`) },
+		"422 idempotency_key_reused": func() response {
+			require.Equal(t, http.StatusCreated, post("k-reuse", orderBody("ord_r", 100)).status)
+			return post("k-reuse", orderBody("ord_r", 101))
+		},
+		"500 internal": func() response {
+			// A missing table is a fault of the deployment, not of the database's availability.
+			require.Equal(t, http.StatusCreated, post("k-i", orderBody("ord_i", 100)).status)
+			_, err := b.pool.Exec(b.ctx, `DROP TABLE keyed_outbox`)
+			require.NoError(t, err)
+			return do("GET", "/v1/orders/ord_i", b.keyA, "", "")
+		},
+		"503 unavailable": func() response {
+			b.proxy.set(proxyDown)
+			defer b.proxy.set(proxyForward)
+			return do("GET", "/v1/orders/ord_t", b.keyA, "", "")
+		},
+	}
+
+	rows := readmeStatusTable(t)
+	inTable := map[string]bool{}
+	for _, row := range rows {
+		name := fmt.Sprintf("%d %s", row.status, row.code)
+		inTable[name] = true
+		scenario, ok := scenarios[name]
+		require.True(t, ok, "api/README.md lists %s, which this test does not drive", name)
+		r := scenario()
+		require.Equal(t, row.status, r.status, "%s: %s", name, r.body)
+		require.True(t, strings.HasPrefix(r.header.Get("Content-Type"), "application/json"), "%s: %s", name, r.header.Get("Content-Type"))
+		require.Equal(t, row.code, decodeError(t, r).Code, "%s: %s", name, r.body)
+		for _, h := range []string{"Retry-After", "Allow"} {
+			if strings.Contains(row.when, "`"+h+"`") || strings.Contains(row.when, h) {
+				require.NotEmpty(t, r.header.Get(h), "%s: the README promises %s", name, h)
+			}
+		}
+		require.NotContains(t, string(r.body), "127.0.0.1", name)
+	}
+	for name := range scenarios {
+		require.True(t, inTable[name], "this test drives %s, which api/README.md does not list", name)
+	}
+}
