@@ -47,6 +47,14 @@ const (
 	NameMarkFailed  = "MarkFailed"
 )
 
+// RecordHorizon is how long ago an order must have changed before a step
+// treats its new claim as possibly a pruned one and asks the provider first
+// (Charge searches Stripe by metadata, SendReceipt looks the key up at
+// SendGrid). It is Stripe's idempotency window, 24 hours, and well below the
+// shortest effects retention the worker accepts (the namespace's retention
+// plus the longest run), so the look-up costs only steps of old orders.
+const RecordHorizon = 24 * time.Hour
+
 // ReceiptTemplate is the notify template of the receipt email.
 const ReceiptTemplate = "receipt"
 

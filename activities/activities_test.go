@@ -668,7 +668,8 @@ func TestChargeRefusesASettledOrder(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.charge(t, in)
 	requireTerminal(t, err, activities.ErrTypeInvalidState)
-	require.Zero(t, b.stripe.Requests())
+	require.Zero(t, b.stripe.Charges())
+	require.Equal(t, 1, b.stripe.Requests(), "one search for an earlier charge, no create")
 }
 
 func TestChargeKeyReused(t *testing.T) {
@@ -896,4 +897,58 @@ func TestChargeRefusesAFailedOrderWithoutTouchingItsRecord(t *testing.T) {
 	rec, err := b.fx.Get(context.Background(), k)
 	require.NoError(t, err)
 	require.Equal(t, "resolved_retry", rec.ErrorCode, "the refused charge did not claim the record")
+}
+
+// prune forgets every effect and collapse-window record, as Prune does after
+// the retention, and ages the orders past RecordHorizon.
+func (b *bundle) prune(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, sql := range []string{
+		`DELETE FROM keyed_effects`,
+		`DELETE FROM keyed_sends`,
+		`UPDATE orders SET created_at = now() - interval '40 days', updated_at = now() - interval '40 days'`,
+	} {
+		_, err := b.pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+}
+
+// TestStepsStaySafeAfterTheirRecordsArePruned runs every step again after
+// its effect record was pruned: each finds its effect at the provider or in
+// the order's own state, and none acts twice.
+func TestStepsStaySafeAfterTheirRecordsArePruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	paid := b.order(t, "9f3a", "pm_card_visa")
+	charged, err := b.charge(t, paid)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, paid)
+	require.NoError(t, err)
+	sent, err := b.receipt(t, paid)
+	require.NoError(t, err)
+	declined := b.order(t, "9f3b", "pm_card_chargeDeclined")
+	_, err = b.charge(t, declined)
+	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	_, err = b.markFailed(t, declined)
+	require.NoError(t, err)
+	b.prune(t)
+	stripeBefore := b.stripe.Requests()
+
+	again, err := b.charge(t, paid)
+	require.NoError(t, err, "the charge is found at Stripe by metadata")
+	require.Equal(t, charged.PaymentIntentID, again.PaymentIntentID)
+	_, err = b.markPaid(t, paid)
+	require.NoError(t, err, "the order is already paid by this step")
+	resent, err := b.receipt(t, paid)
+	require.NoError(t, err, "the receipt is found at SendGrid")
+	require.Equal(t, sent.MessageID, resent.MessageID)
+	_, err = b.markFailed(t, declined)
+	require.NoError(t, err, "the order is already failed by this step")
+	_, err = b.charge(t, declined)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+
+	require.Equal(t, 1, b.stripe.Charges(), "one charge")
+	require.Equal(t, 1, b.sendgrid.Count(), "one receipt")
+	require.Equal(t, stripeBefore+1, b.stripe.Requests(), "one search at Stripe, no create; the failed order is refused before Stripe")
 }

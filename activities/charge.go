@@ -36,12 +36,6 @@ func (a *Activities) Charge(ctx context.Context, in orders.CheckoutInput) (order
 	return res, ToTemporal(err)
 }
 
-// StripeIdempotencyWindow is how long Stripe keeps an idempotency key. A
-// charge of an order older than that searches Stripe by metadata even on a
-// new claim: the claim may be new only because its record was pruned, and
-// the key alone no longer protects it.
-const StripeIdempotencyWindow = 24 * time.Hour
-
 func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
 	r, err := a.begin(ctx, in, orders.StepCharge)
 	if err != nil {
@@ -57,13 +51,10 @@ func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (order
 	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
 		Fingerprint: fingerprint(strconv.FormatInt(o.AmountMinor, 10), o.Currency, o.PaymentMethod)}
 	res, err := effects.Do(ctx, a.fx, p, func(ctx context.Context, claim *effects.Claim) (orders.ChargeResult, error) {
-		if o.Status != orders.StatusPending {
-			// No charge record, yet the order moved on: the record was
-			// pruned or the order was settled elsewhere. Never charge again.
-			return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-				Message: fmt.Sprintf("charge %s: order is %s, not pending; refusing to charge", r.key, o.Status)}
-		}
-		if claim.Mode != effects.ModeNew || time.Since(o.CreatedAt) > StripeIdempotencyWindow {
+		// An earlier attempt may have charged: the claim is not new, the
+		// order moved on, or the order is old enough that its record may
+		// have been pruned (and Stripe has forgotten the key). Ask Stripe.
+		if claim.Mode != effects.ModeNew || o.Status != orders.StatusPending || time.Since(o.CreatedAt) > RecordHorizon {
 			pi, err := a.findCharge(ctx, r)
 			if err != nil {
 				return orders.ChargeResult{}, err
@@ -73,6 +64,12 @@ func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (order
 					"mode", string(claim.Mode), "payment_intent", pi.ID)
 				return chargeResult(pi), nil
 			}
+		}
+		if o.Status != orders.StatusPending {
+			// No charge at Stripe, yet the order moved on: it was settled
+			// elsewhere. Never charge it.
+			return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+				Message: fmt.Sprintf("charge %s: order is %s, not pending; refusing to charge", r.key, o.Status)}
 		}
 		pi, err := a.createCharge(ctx, r)
 		if err != nil {

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,11 @@ func (a *Activities) markFailed(ctx context.Context, in orders.CheckoutInput) (o
 	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
 		res, err := effects.DoTx(ctx, a.fx, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (orders.MarkFailedResult, error) {
 			charge, err := a.requireChargeTx(ctx, tx, r, effects.StateFailedTerminal)
+			if errors.Is(err, ErrInvalidState) && r.order.Status == orders.StatusFailed {
+				// Only this step fails an order: its charge record was
+				// pruned since, and TransitionTx finds its own transition.
+				charge, err = &effects.Record{}, nil
+			}
 			if err != nil {
 				return orders.MarkFailedResult{}, err
 			}

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -55,6 +56,9 @@ func (a *Activities) sendReceipt(ctx context.Context, in orders.CheckoutInput) (
 		Owner:          r.owner,
 		Heartbeat:      heartbeat,
 		HeartbeatEvery: heartbeatEvery(ctx),
+		// A receipt for an order paid long ago may have lost its record
+		// to the prune: ask SendGrid before sending.
+		LookUpFirst: time.Since(o.UpdatedAt) > RecordHorizon,
 	})
 	if err != nil {
 		r.log.WarnContext(ctx, "receipt failed", "error", err)

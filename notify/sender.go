@@ -235,6 +235,12 @@ type Message struct {
 	// HeartbeatEvery is how often the lease is renewed (and Heartbeat
 	// called). Zero means a third of the lease.
 	HeartbeatEvery time.Duration
+	// LookUpFirst makes a new claim look the key up at SendGrid before
+	// sending, as a re-entered one always does. Set it when the effect
+	// record may have been pruned, such as for an entity last changed longer
+	// ago than the effect retention's floor: a new claim then does not prove
+	// that nothing was sent.
+	LookUpFirst bool
 }
 
 func (m Message) validate() error {
@@ -302,7 +308,7 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	opts := &effects.DoOpts{Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
 	res, err := effects.Do(ctx, s.fx, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
 		log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))
-		if claim.Mode != effects.ModeNew {
+		if claim.Mode != effects.ModeNew || m.LookUpFirst {
 			res, done, err := s.settle(ctx, m, policy, rcpt, log)
 			if err != nil || done {
 				return res, err
