@@ -46,6 +46,10 @@ bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 conne
 bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempotency-Keys, side by side.
 	go test -run '^$$' -bench CreateOrder -benchtime 3s -count 3 ./api
 
+.PHONY: bench-pipeline
+bench-pipeline: postgres tools ## Run keyed's pipeline and a bare 3-activity workflow alternately on one dev server at C=20 and 50; print wf/s, p50/p99 and the ratio.
+	go test -run '^$$' -bench Pipeline -benchtime 1x -timeout 30m ./tests
+
 .PHONY: bench-relay
 bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
 	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox

@@ -50,7 +50,7 @@ type bundle struct {
 	acts      *activities.Activities
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -82,7 +82,7 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func (b *bundle) newActivities(t *testing.T, edit ...func(*notify.SenderOpts)) *activities.Activities {
+func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *activities.Activities {
 	t.Helper()
 	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
@@ -110,7 +110,7 @@ func (b *bundle) startWorker(t *testing.T) worker.Worker {
 }
 
 // order creates a pending order for the test's tenant.
-func (b *bundle) order(t *testing.T, id string, amount int64, pm string) *orders.Order {
+func (b *bundle) order(t testing.TB, id string, amount int64, pm string) *orders.Order {
 	t.Helper()
 	o, created, err := b.orders.Create(b.ctx, orders.NewOrder{
 		TenantID: b.tenant, ID: id, AmountMinor: amount, Currency: "eur",

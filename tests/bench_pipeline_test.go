@@ -1,0 +1,174 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// bareWorkflow is the baseline: three no-op activities in a row, with the
+// options keyed's steps use, on the same server.
+func bareWorkflow(ctx workflow.Context, in orders.CheckoutInput) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	for _, name := range []string{"BareA", "BareB", "BareC"} {
+		if err := workflow.ExecuteActivity(ctx, name, in).Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bareActivity(context.Context, orders.CheckoutInput) error { return nil }
+
+// benchWorkerOptions are the same for keyed's worker and the baseline's.
+func benchWorkerOptions() worker.Options {
+	return worker.Options{MaxConcurrentActivityExecutionSize: 64}
+}
+
+// batch is one measured batch: throughput and per-run latency.
+type batch struct {
+	rate     float64
+	p50, p99 time.Duration
+}
+
+// runBatch runs n runs from c concurrent clients; run(i) starts run i and
+// waits for it.
+func runBatch(b testing.TB, n, c int, run func(i int) error) batch {
+	b.Helper()
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, c)
+	begin := time.Now()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				if err := run(i); err != nil {
+					errs <- err
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	close(errs)
+	for err := range errs {
+		require.NoError(b, err)
+	}
+	slices.Sort(lat)
+	return batch{rate: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkPipeline runs keyed's order pipeline (charge, mark paid,
+// receipt, each claiming its effect key in Postgres, against zero-latency
+// provider fakes) and a bare workflow of three no-op activities,
+// alternately, on one dev server, and reports both throughputs and their
+// ratio. BENCH_N (default 300) runs per batch, BENCH_PAIRS (default 3)
+// pairs per concurrency. Run it with `make bench-pipeline`.
+func BenchmarkPipeline(b *testing.B) {
+	n, pairs := envInt("BENCH_N", 300), envInt("BENCH_PAIRS", 3)
+	for _, c := range []int{20, 50} {
+		b.Run(fmt.Sprintf("C=%d", c), func(b *testing.B) {
+			world := setup(b)
+			w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
+			workflows.Register(w)
+			require.NoError(b, activities.Register(w, world.acts.Definitions()...))
+			bareQueue := world.taskQueue + "-bare"
+			bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
+			bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})
+			for _, name := range []string{"BareA", "BareB", "BareC"} {
+				bw.RegisterActivityWithOptions(bareActivity, activity.RegisterOptions{Name: name})
+			}
+			require.NoError(b, w.Start())
+			b.Cleanup(w.Stop)
+			require.NoError(b, bw.Start())
+			b.Cleanup(bw.Stop)
+
+			var keyed, bare []batch
+			for pair := range pairs {
+				ids := make([]string, n)
+				for i := range n {
+					ids[i] = fmt.Sprintf("p%d-%d", pair, i)
+					world.order(b, ids[i], 1000+int64(i), "pm_card_visa")
+				}
+				bare = append(bare, runBatch(b, n, c, func(i int) error {
+					run, err := world.temporal.ExecuteWorkflow(world.ctx, client.StartWorkflowOptions{
+						ID: fmt.Sprintf("bare:%s:%d:%d", world.tenant, pair, i), TaskQueue: bareQueue,
+					}, "BareWorkflow", orders.NewCheckoutInput(world.tenant, ids[i]))
+					if err != nil {
+						return err
+					}
+					return run.Get(world.ctx, nil)
+				}))
+				keyed = append(keyed, runBatch(b, n, c, func(i int) error {
+					st, err := workflows.Start(world.ctx, world.temporal, orders.NewCheckoutInput(world.tenant, ids[i]),
+						&workflows.StartOpts{TaskQueue: world.taskQueue})
+					if err != nil {
+						return err
+					}
+					return world.temporal.GetWorkflow(world.ctx, st.WorkflowID, st.RunID).Get(world.ctx, nil)
+				}))
+			}
+			reportPairs(b, c, keyed, bare)
+		})
+	}
+}
+
+func median(bs []batch, f func(batch) float64) float64 {
+	v := make([]float64, len(bs))
+	for i, x := range bs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func reportPairs(b *testing.B, c int, keyed, bare []batch) {
+	rate := func(x batch) float64 { return x.rate }
+	p50 := func(x batch) float64 { return float64(x.p50.Milliseconds()) }
+	p99 := func(x batch) float64 { return float64(x.p99.Milliseconds()) }
+	for i := range keyed {
+		fmt.Printf("pipeline C=%d pair %d: keyed %.1f wf/s (p50 %v, p99 %v)  bare %.1f wf/s (p50 %v, p99 %v)  ratio %.2f\n",
+			c, i+1, keyed[i].rate, keyed[i].p50.Round(time.Millisecond), keyed[i].p99.Round(time.Millisecond),
+			bare[i].rate, bare[i].p50.Round(time.Millisecond), bare[i].p99.Round(time.Millisecond), keyed[i].rate/bare[i].rate)
+	}
+	kr, br := median(keyed, rate), median(bare, rate)
+	fmt.Printf("pipeline C=%d median: keyed %.1f wf/s, bare %.1f wf/s, ratio %.2f (goal >= 0.90)\n", c, kr, br, kr/br)
+	b.ReportMetric(kr, "keyed-wf/s")
+	b.ReportMetric(br, "bare-wf/s")
+	b.ReportMetric(kr/br, "ratio")
+	b.ReportMetric(median(keyed, p50), "keyed-p50-ms")
+	b.ReportMetric(median(keyed, p99), "keyed-p99-ms")
+	b.ReportMetric(median(bare, p50), "bare-p50-ms")
+	b.ReportMetric(median(bare, p99), "bare-p99-ms")
+}
