@@ -682,6 +682,7 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if _, err := h.db.Exec(ctx, "SELECT 1"); err != nil {
 		h.logger.WarnContext(ctx, "health check: database unreachable", "error", err)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 		writeError(w, newError(http.StatusServiceUnavailable, CodeUnavailable, "", "the database does not answer"))
 		return
 	}
