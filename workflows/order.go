@@ -34,6 +34,11 @@ const (
 	StateRunning = "running"
 	StateDone    = "done"
 	StateFailed  = "failed"
+	// StateWaiting: the step's outcome is unknown and the run waits for an
+	// operator's decision (see UpdateDecide).
+	StateWaiting = "waiting"
+	// StateSkipped: the step will never run, because an earlier one failed.
+	StateSkipped = "skipped"
 )
 
 // Activity timeouts and retries. A killed worker is noticed through the
@@ -131,75 +136,148 @@ const markFailedChange = "mark-failed-on-decline"
 
 // OrderWorkflow charges the order, marks it paid and sends the receipt, each
 // step once. It answers the orders.QueryStatus query with []orders.StepStatus:
-// charge, mark_paid and receipt, plus mark_failed once that step has started.
+// charge, mark_paid and receipt, plus mark_failed once that step has started;
+// steps that will never run because an earlier one failed are StateSkipped.
+// It keeps the run's current details (workflow.SetCurrentDetails) as short
+// markdown: each step's state, effect key and outcome ID.
+//
+// A step that ends with an outcome keyed cannot know (see needsAttention:
+// Ambiguous, KeyReused, or retries that ran out) does not fail the run: the
+// step is StateWaiting, the KeyedAttention search attribute names it (such
+// as "receipt:ambiguous"), and the run waits up to DecisionTimeout for an
+// operator's Decision, sent as the UpdateDecide update. The decision is
+// applied to the step's effect record (ApplyDecision, through
+// effects.Resolve) and the step runs again in the same run: after
+// ResolveRetry it acts again, after ResolveDone it returns the stored
+// outcome. With no decision in time the run fails with a non-retryable
+// error of type ErrTypeDecisionTimeout.
 //
 // It returns a non-retryable application error of type
 // activities.ErrTypeInvalidInput, before any activity runs, for an input
 // version it does not understand or IDs that cannot form an effect key; and
 // the activity error of the first step that fails for good (a decline, an
-// ambiguous receipt, retries exhausted), in which case later steps do not
-// run. When that step is the charge and its failure is terminal (see
-// chargeFailedForGood), it first runs MarkFailed to move the order from
-// pending to failed, and still returns the charge's error, of the same type
-// (such as activities.ErrTypeCardDeclined), whether or not MarkFailed
-// succeeded.
+// invalid state), in which case later steps do not run. When that step is
+// the charge and its failure is terminal (see chargeFailedForGood), it first
+// runs MarkFailed to move the order from pending to failed, and still
+// returns the charge's error, of the same type (such as
+// activities.ErrTypeCardDeclined), whether or not MarkFailed succeeded.
 func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
 	var out orders.CheckoutResult
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("order workflow %s/%s: %v", in.TenantID, in.OrderID, err), activities.ErrTypeInvalidInput, nil)
 	}
+	o, err := newOrderRun(ctx, in)
+	if err != nil {
+		return out, err
+	}
+	var a *activities.Activities // Names the activities; never called.
+	if err := o.run(ctx, 0, a.Charge, &out.Charge); err != nil {
+		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
+			o.markFailed(ctx, a)
+		}
+		return out, err
+	}
+	o.outcome[0] = out.Charge.PaymentIntentID
+	if err := o.run(ctx, 1, a.MarkPaid, &out.Paid); err != nil {
+		return out, err
+	}
+	o.outcome[1] = out.Paid.Status
+	if err := o.run(ctx, 2, a.SendReceipt, &out.Receipt); err != nil {
+		return out, err
+	}
+	o.outcome[2] = out.Receipt.MessageID
+	o.showDetails(ctx)
+	return out, nil
+}
+
+// orderRun is one run's state: its input, the steps' status and outcomes,
+// and the decision being waited for.
+type orderRun struct {
+	in      orders.CheckoutInput
+	status  []orders.StepStatus
+	outcome []string
+	wait    *waiting
+}
+
+func newOrderRun(ctx workflow.Context, in orders.CheckoutInput) (*orderRun, error) {
 	steps := []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt}
-	status := make([]orders.StepStatus, len(steps))
+	o := &orderRun{in: in, status: make([]orders.StepStatus, len(steps)), outcome: make([]string, len(steps))}
 	for i, step := range steps {
 		key, err := in.EffectKey(step)
 		if err != nil { // Validate checked the key; this cannot happen.
-			return out, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
 		}
-		status[i] = orders.StepStatus{Step: step, EffectKey: key.String(), State: StatePending}
+		o.status[i] = orders.StepStatus{Step: step, EffectKey: key.String(), State: StatePending}
 	}
 	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
-		return append([]orders.StepStatus(nil), status...), nil
+		return append([]orders.StepStatus(nil), o.status...), nil
 	})
 	if err != nil {
-		return out, fmt.Errorf("register status query: %w", err)
+		return nil, fmt.Errorf("register status query: %w", err)
 	}
+	if err := o.setDecideHandler(ctx); err != nil {
+		return nil, err
+	}
+	o.showDetails(ctx)
+	return o, nil
+}
 
-	var a *activities.Activities // Names the activities; never called.
-	run := func(i int, fn, result any) error {
-		s := &status[i]
-		s.State = StateRunning
+// run executes step i's activity fn into result. When the step ends with an
+// outcome keyed cannot know, it waits for a decision and runs the step
+// again; otherwise a failure marks the later steps skipped and is returned.
+func (o *orderRun) run(ctx workflow.Context, i int, fn, result any) error {
+	s := &o.status[i]
+	for {
+		s.State, s.Error = StateRunning, ""
+		o.showDetails(ctx)
 		actx := workflow.WithActivityOptions(ctx, ActivityOptions(s.Step, s.EffectKey))
-		if err := workflow.ExecuteActivity(actx, fn, in).Get(ctx, result); err != nil {
-			s.State, s.Error = StateFailed, stepError(err)
-			workflow.GetLogger(ctx).Error("order step failed", "step", s.Step, "effect_key", s.EffectKey, "error", s.Error)
+		err := workflow.ExecuteActivity(actx, fn, o.in).Get(ctx, result)
+		if err == nil {
+			s.State = StateDone
+			return nil
+		}
+		s.State, s.Error = StateFailed, stepError(err)
+		workflow.GetLogger(ctx).Error("order step failed", "step", s.Step, "effect_key", s.EffectKey, "error", s.Error)
+		reason, unknown := needsAttention(err)
+		if !unknown || workflow.GetVersion(ctx, attentionChange, workflow.DefaultVersion, 1) < 1 {
+			o.skipAfter(i)
+			o.showDetails(ctx)
 			return err
 		}
-		s.State = StateDone
-		return nil
-	}
-	if err := run(0, a.Charge, &out.Charge); err != nil {
-		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
-			key, kerr := in.EffectKey(orders.StepMarkFailed)
-			if kerr != nil { // Only a tenant and order ID near the key limit.
-				workflow.GetLogger(ctx).Error("cannot mark the order failed", "error", kerr.Error())
-				return out, err
-			}
-			status = append(status, orders.StepStatus{Step: orders.StepMarkFailed, EffectKey: key.String(), State: StatePending})
-			var failed orders.MarkFailedResult
-			// run logs a failure and shows it in the status query; the
-			// charge's error remains the run's outcome either way.
-			_ = run(len(status)-1, a.MarkFailed, &failed)
+		if err := o.awaitDecision(ctx, i, reason, err); err != nil {
+			o.skipAfter(i)
+			o.showDetails(ctx)
+			return err
 		}
-		return out, err
 	}
-	if err := run(1, a.MarkPaid, &out.Paid); err != nil {
-		return out, err
+}
+
+// markFailed appends the mark_failed step and runs it. A failure is logged
+// and shown in the status query; the charge's error remains the run's
+// outcome either way.
+func (o *orderRun) markFailed(ctx workflow.Context, a *activities.Activities) {
+	key, err := o.in.EffectKey(orders.StepMarkFailed)
+	if err != nil { // Only a tenant and order ID near the key limit.
+		workflow.GetLogger(ctx).Error("cannot mark the order failed", "error", err.Error())
+		return
 	}
-	if err := run(2, a.SendReceipt, &out.Receipt); err != nil {
-		return out, err
+	o.status = append(o.status, orders.StepStatus{Step: orders.StepMarkFailed, EffectKey: key.String(), State: StatePending})
+	o.outcome = append(o.outcome, "")
+	var failed orders.MarkFailedResult
+	if err := o.run(ctx, len(o.status)-1, a.MarkFailed, &failed); err == nil {
+		o.outcome[len(o.outcome)-1] = failed.Status
 	}
-	return out, nil
+	o.showDetails(ctx)
+}
+
+// skipAfter marks every pending step after step i skipped: it will never run.
+func (o *orderRun) skipAfter(i int) {
+	for j := i + 1; j < len(o.status); j++ {
+		if o.status[j].State == StatePending {
+			o.status[j].State = StateSkipped
+		}
+	}
 }
 
 // chargeFailedForGood reports whether err, the charge step's error, means

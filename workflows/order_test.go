@@ -44,7 +44,8 @@ func setup(t *testing.T) *bundle {
 	b := &bundle{env: suite.NewTestWorkflowEnvironment(), options: map[string]activity.Info{}}
 	workflows.Register(b.env)
 	var a *activities.Activities
-	require.NoError(t, activities.Register(b.env, a.Definitions()...))
+	var d *workflows.Decider
+	require.NoError(t, activities.Register(b.env, append(a.Definitions(), d.Definition())...))
 	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	b.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		b.started = append(b.started, info.ActivityType.Name)
@@ -115,7 +116,7 @@ func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 	require.Zero(t, b.options["MarkFailed"].HeartbeatTimeout)
 
 	st := b.status(t)
-	require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending", "mark_failed=done"}, states(st))
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=done"}, states(st))
 	require.Contains(t, st[0].Error, "CardDeclined")
 	require.Equal(t, "acme:order:9f3a:mark_failed", st[3].EffectKey)
 }
@@ -133,29 +134,20 @@ func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
 	st := b.status(t)
-	require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending", "mark_failed=failed"}, states(st))
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=failed"}, states(st))
 	require.Contains(t, st[3].Error, "InvalidState")
 }
 
-func TestChargeFailuresThatDoNotMarkFailed(t *testing.T) {
+func TestChargeNotFoundFailsWithoutMarkFailed(t *testing.T) {
 	t.Parallel()
-	for name, chargeErr := range map[string]error{
-		// Retries ran out: the charge may yet have happened.
-		"transient":       temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient),
-		"order not found": temporal.NewNonRetryableApplicationError("no order", activities.ErrTypeOrderNotFound, nil),
-		"key reused":      temporal.NewNonRetryableApplicationError("other amount", activities.ErrTypeKeyReused, nil),
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(orders.ChargeResult{}, chargeErr)
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("no order", activities.ErrTypeOrderNotFound, nil))
 
-			b.env.ExecuteWorkflow(orders.WorkflowName, in)
-			require.Error(t, b.env.GetWorkflowError())
-			require.NotContains(t, b.started, "MarkFailed")
-			require.Equal(t, []string{"charge=failed", "mark_paid=pending", "receipt=pending"}, states(b.status(t)))
-		})
-	}
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	require.Error(t, b.env.GetWorkflowError())
+	require.NotContains(t, b.started, "MarkFailed")
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, states(b.status(t)))
 }
 
 func TestTransientChargeIsRetried(t *testing.T) {
@@ -176,17 +168,16 @@ func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	// The retry policy lists the terminal types, so even a retryable error
 	// of such a type stops.
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).
-		Return(orders.ReceiptResult{}, temporal.NewApplicationError("maybe sent", activities.ErrTypeAmbiguous)).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).
+		Return(orders.MarkPaidResult{}, temporal.NewApplicationError("order is failed", activities.ErrTypeInvalidState)).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeAmbiguous, app.Type())
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=failed"}, states(b.status(t)))
+	require.Equal(t, activities.ErrTypeInvalidState, app.Type())
+	require.Equal(t, []string{"charge=done", "mark_paid=failed", "receipt=skipped"}, states(b.status(t)))
 }
 
 func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {

@@ -23,8 +23,9 @@ import (
 )
 
 // SearchAttributes are registered on every dev server this package starts,
-// so that order runs can be found by tenant and order in the Web UI.
-var SearchAttributes = []string{"TenantID=Keyword", "OrderID=Keyword"}
+// so that order runs can be found by tenant and order in the Web UI, and
+// runs waiting for an operator's decision by KeyedAttention.
+var SearchAttributes = []string{"TenantID=Keyword", "OrderID=Keyword", "KeyedAttention=Keyword"}
 
 // ErrNoBinary means the Temporal CLI binary was not found.
 var ErrNoBinary = errors.New("temporal CLI not found: run `make tools` (it builds bin/temporal), or set KEYED_TEMPORAL_BIN")

@@ -25,4 +25,5 @@ func TestStartRegistersSearchAttributes(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, resp.CustomAttributes, "TenantID")
 	require.Contains(t, resp.CustomAttributes, "OrderID")
+	require.Contains(t, resp.CustomAttributes, "KeyedAttention")
 }

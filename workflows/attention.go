@@ -1,0 +1,240 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+)
+
+// SearchAttrAttentionName is the Keyword search attribute an order run sets
+// while it waits for an operator's decision, such as "receipt:ambiguous",
+// and clears when it goes on. `KeyedAttention IS NOT NULL` lists every run
+// that needs a person. Register it on the namespace with TenantID and
+// OrderID (the dev server in make demo and the tests does).
+const SearchAttrAttentionName = "KeyedAttention"
+
+// SearchAttrAttention is the typed key of SearchAttrAttentionName.
+var SearchAttrAttention = temporal.NewSearchAttributeKeyKeyword(SearchAttrAttentionName)
+
+// AttentionQuery is the visibility query that lists the order runs waiting
+// for a decision, in the Web UI's search box, with `temporal workflow list
+// --query` and in ListAttention.
+const AttentionQuery = SearchAttrAttentionName + " IS NOT NULL"
+
+// UpdateDecide is the name of the order run's update that delivers an
+// operator's Decision about the step it waits on.
+const UpdateDecide = "decide"
+
+// DecisionTimeout is how long a run waits for a decision before it fails
+// with ErrTypeDecisionTimeout.
+const DecisionTimeout = 7 * 24 * time.Hour
+
+// ErrTypeDecisionTimeout is the error type of a run that waited
+// DecisionTimeout for a decision and got none. Non-retryable.
+const ErrTypeDecisionTimeout = "DecisionTimeout"
+
+// MetricDecisionTimeouts counts runs that failed with no decision in time,
+// for an alert; MetricAttentionWaits counts the waits that began.
+const (
+	MetricDecisionTimeouts = "keyed_decision_timeouts"
+	MetricAttentionWaits   = "keyed_attention_waits"
+)
+
+// Limits on a Decision, checked by the update's validator.
+const (
+	MaxDecisionReason = 200
+	MaxDecisionBy     = 64
+)
+
+// attentionChange is the workflow.GetVersion change ID of waiting for a
+// decision. Runs that reached an unknown outcome before it failed, and
+// replay so (workflow.DefaultVersion).
+const attentionChange = "wait-for-decision"
+
+// Decision is an operator's verdict on the step a run waits on, the
+// argument of the UpdateDecide update. As JSON:
+//
+//	{"step":"receipt","resolution":"done","by":"ada","reason":"found in SendGrid",
+//	 "result":{"message_id":"msg_1"}}
+type Decision struct {
+	// Step is the waiting step, such as "receipt".
+	Step string `json:"step"`
+	// Resolution is "done" (the effect happened: Result is its outcome) or
+	// "retry" (it did not: the step acts again).
+	Resolution effects.Resolution `json:"resolution"`
+	// Result is the step's outcome with "done", such as
+	// {"message_id":"…"} for a receipt or {"payment_intent_id":"…",
+	// "status":"succeeded",…} for a charge; at most effects.MaxResultBytes.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Reason says why, for the audit trail. Required.
+	Reason string `json:"reason"`
+	// By names the operator. Required.
+	By string `json:"by"`
+}
+
+// DecisionResult is what the UpdateDecide update returns once the decision
+// is applied to the effect record.
+type DecisionResult struct {
+	Step       string `json:"step"`
+	EffectKey  string `json:"effect_key"`
+	Resolution string `json:"resolution"`
+	// State is the effect record's state after the decision ("succeeded",
+	// "failed_transient", or "absent" for a retry of an effect never
+	// claimed).
+	State string `json:"state"`
+	// Generation is the record's generation after the decision: an owner
+	// holding an older one is fenced off.
+	Generation int64 `json:"generation"`
+}
+
+// waiting is the step a run waits on and the decision once applied.
+type waiting struct {
+	step     int
+	reason   string
+	applying bool
+	decided  bool
+}
+
+// needsAttention reports whether err, a step's final error, is an outcome
+// keyed cannot know, and a short reason for the KeyedAttention value:
+// "ambiguous" (an at-most-once effect that may have happened), "key_reused"
+// (the effect key came back with other inputs), "timeout" (retries ran out
+// at the step's schedule-to-close timeout, whatever the last error was:
+// Transient, InProgress, LeaseLost) or "retries_exhausted" (a retryable
+// error that Temporal stopped retrying). Everything else is a known outcome.
+func needsAttention(err error) (string, bool) {
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "timeout", true
+	}
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		return "", false
+	}
+	switch app.Type() {
+	case activities.ErrTypeAmbiguous:
+		return "ambiguous", true
+	case activities.ErrTypeKeyReused:
+		return "key_reused", true
+	case activities.ErrTypeTransient, activities.ErrTypeInProgress, activities.ErrTypeLeaseLost:
+		return "retries_exhausted", true
+	}
+	return "", false
+}
+
+// awaitDecision marks step i waiting, sets KeyedAttention and waits until a
+// decision has been applied (nil) or DecisionTimeout passes (a
+// non-retryable ErrTypeDecisionTimeout error with cause as its cause).
+func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cause error) error {
+	s := &o.status[i]
+	s.State = StateWaiting
+	o.wait = &waiting{step: i, reason: reason}
+	value := s.Step + ":" + reason
+	workflow.GetMetricsHandler(ctx).Counter(MetricAttentionWaits).Inc(1)
+	workflow.GetLogger(ctx).Warn("order step waits for a decision", "step", s.Step, "effect_key", s.EffectKey, "attention", value)
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueSet(value)); err != nil {
+		return fmt.Errorf("set %s: %w", SearchAttrAttentionName, err)
+	}
+	o.showDetails(ctx)
+	w := o.wait
+	decided, err := workflow.AwaitWithTimeout(ctx, DecisionTimeout, func() bool { return w.decided })
+	if err == nil && !decided && w.applying { // A decision arrived as time ran out: let it finish.
+		err = workflow.Await(ctx, func() bool { return !w.applying })
+		decided = w.decided
+	}
+	o.wait = nil
+	if uerr := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueUnset()); uerr != nil && err == nil {
+		err = fmt.Errorf("clear %s: %w", SearchAttrAttentionName, uerr)
+	}
+	switch {
+	case err != nil:
+		return err
+	case decided:
+		return nil
+	}
+	workflow.GetMetricsHandler(ctx).Counter(MetricDecisionTimeouts).Inc(1)
+	msg := fmt.Sprintf("%s %s: no operator decision within %s on an unknown outcome (%s); check the provider, "+
+		"then `starter resolve` the key and re-run the order", s.Step, s.EffectKey, DecisionTimeout, reason)
+	s.State, s.Error = StateFailed, ErrTypeDecisionTimeout+": "+msg
+	return temporal.NewNonRetryableApplicationError(msg, ErrTypeDecisionTimeout, cause)
+}
+
+// setDecideHandler registers the UpdateDecide handler: its validator refuses
+// a decision before it enters history, and the handler applies it through
+// the ApplyDecision activity and lets the waiting step run again.
+func (o *orderRun) setDecideHandler(ctx workflow.Context) error {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDecide, o.decide,
+		workflow.UpdateHandlerOptions{Validator: o.validateDecision})
+	if err != nil {
+		return fmt.Errorf("register %s update: %w", UpdateDecide, err)
+	}
+	return nil
+}
+
+// validateDecision refuses a decision when no step waits, or another
+// decision is being applied, and a decision for another step, with a
+// resolution other than done or retry, without a reason or an operator, or
+// with a result that is not JSON or larger than effects.MaxResultBytes.
+func (o *orderRun) validateDecision(_ workflow.Context, d Decision) error {
+	w := o.wait
+	switch {
+	case w == nil:
+		return errors.New("no step of this run is waiting for a decision")
+	case w.applying || w.decided:
+		return errors.New("a decision is already being applied")
+	}
+	step := o.status[w.step].Step
+	reason, by := strings.TrimSpace(d.Reason), strings.TrimSpace(d.By)
+	switch {
+	case d.Step != step:
+		return fmt.Errorf("step %q is not waiting; %q is", d.Step, step)
+	case d.Resolution != effects.ResolveDone && d.Resolution != effects.ResolveRetry:
+		return fmt.Errorf("resolution %q is neither %q nor %q", d.Resolution, effects.ResolveDone, effects.ResolveRetry)
+	case reason == "" || len(reason) > MaxDecisionReason:
+		return fmt.Errorf("reason is required, at most %d bytes", MaxDecisionReason)
+	case by == "" || len(by) > MaxDecisionBy:
+		return fmt.Errorf("by (who decides) is required, at most %d bytes", MaxDecisionBy)
+	case len(d.Result) > effects.MaxResultBytes:
+		return fmt.Errorf("result is larger than %d bytes", effects.MaxResultBytes)
+	case len(d.Result) > 0 && !json.Valid(d.Result):
+		return errors.New("result is not valid JSON")
+	case len(d.Result) > 0 && d.Resolution == effects.ResolveRetry:
+		return errors.New("a retry takes no result")
+	}
+	return nil
+}
+
+// decide applies d to the waiting step's effect record through the
+// ApplyDecision activity. On success the waiting step runs again; on
+// failure (a live claim, a record already succeeded by a retry) the run
+// keeps waiting and the caller gets the error.
+func (o *orderRun) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
+	w := o.wait
+	if w == nil || w.applying || w.decided { // The validator checked; replay safety only.
+		return DecisionResult{}, errors.New("no step of this run is waiting for a decision")
+	}
+	w.applying = true
+	defer func() { w.applying = false }()
+	s := o.status[w.step]
+	info := workflow.GetInfo(ctx)
+	in := DecisionInput{
+		EffectKey: s.EffectKey, Step: s.Step, Resolution: d.Resolution, Result: d.Result,
+		Reason: strings.TrimSpace(d.Reason), By: strings.TrimSpace(d.By),
+		WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
+	}
+	var res DecisionResult
+	actx := workflow.WithActivityOptions(ctx, DecisionActivityOptions(s.EffectKey))
+	if err := workflow.ExecuteActivity(actx, NameApplyDecision, in).Get(ctx, &res); err != nil {
+		return res, err
+	}
+	w.decided = true
+	return res, nil
+}

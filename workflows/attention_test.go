@@ -1,0 +1,213 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
+
+// update sends the decide update at the workflow clock's time after and
+// records whether the validator rejected it and what it returned.
+type update struct {
+	rejected, completed error
+	accepted            bool
+	result              workflows.DecisionResult
+}
+
+func (b *bundle) decide(after time.Duration, d workflows.Decision) *update {
+	u := &update{}
+	b.env.RegisterDelayedCallback(func() {
+		b.env.UpdateWorkflow(workflows.UpdateDecide, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() { u.accepted = true },
+			OnReject: func(err error) { u.rejected = err },
+			OnComplete: func(res any, err error) {
+				u.completed = err
+				if r, ok := res.(workflows.DecisionResult); ok {
+					u.result = r
+				}
+			},
+		}, d)
+	}, after)
+	return u
+}
+
+// expectAttention expects KeyedAttention set to value, then cleared.
+func (b *bundle) expectAttention(t *testing.T, value string) {
+	t.Helper()
+	var got []string
+	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		v, ok := sa.GetKeyword(workflows.SearchAttrAttention)
+		if !ok {
+			v = "<unset>"
+		}
+		got = append(got, v)
+	}).Return(nil).Twice()
+	t.Cleanup(func() { require.Equal(t, []string{value, "<unset>"}, got, "KeyedAttention set, then cleared") })
+}
+
+func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	var applied workflows.DecisionInput
+	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, di workflows.DecisionInput) (workflows.DecisionResult, error) {
+			applied = di
+			return workflows.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution), State: "succeeded", Generation: 3}, nil
+		}).Once()
+	b.expectAttention(t, "receipt:ambiguous")
+
+	var during []string
+	var details string
+	b.env.RegisterDelayedCallback(func() {
+		during = states(b.status(t))
+		details = b.currentDetails(t)
+	}, time.Hour)
+	u := b.decide(2*time.Hour, workflows.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada",
+		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_123"}`)})
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+
+	require.NoError(t, b.env.GetWorkflowError())
+	require.NoError(t, u.rejected)
+	require.NoError(t, u.completed)
+	require.Equal(t, int64(3), u.result.Generation)
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=waiting"}, during)
+	require.Contains(t, details, "**Needs a decision**")
+	require.Contains(t, details, "acme:order:9f3a:receipt")
+	require.Contains(t, details, "pi_123", "the charge's payment intent is shown")
+	require.Equal(t, "acme:order:9f3a:receipt", applied.EffectKey)
+	require.Equal(t, "ada", applied.By)
+	require.Equal(t, in.WorkflowID(), applied.WorkflowID)
+	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "ApplyDecision", "SendReceipt"}, b.started)
+	var res orders.CheckoutResult
+	require.NoError(t, b.env.GetWorkflowResult(&res))
+	require.Equal(t, "msg_123", res.Receipt.MessageID)
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, states(b.status(t)))
+	require.Contains(t, b.currentDetails(t), "msg_123")
+}
+
+func (b *bundle) currentDetails(t *testing.T) string {
+	t.Helper()
+	val, err := b.env.QueryWorkflow("__temporal_workflow_metadata")
+	require.NoError(t, err)
+	var md sdkpb.WorkflowMetadata
+	require.NoError(t, val.Get(&md))
+	return md.GetCurrentDetails()
+}
+
+func TestChargeRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A retryable failure until the schedule-to-close timeout: the charge
+	// may or may not have happened. After the decision it succeeds.
+	retried := false
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(
+		func(_ context.Context, _ orders.CheckoutInput) (orders.ChargeResult, error) {
+			if !retried {
+				return orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient)
+			}
+			return charged, nil
+		})
+	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, _ workflows.DecisionInput) (workflows.DecisionResult, error) {
+			retried = true
+			return workflows.DecisionResult{State: "failed_transient"}, nil
+		}).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.expectAttention(t, "charge:retries_exhausted")
+
+	bad := b.decide(time.Hour, workflows.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"})
+	good := b.decide(2*time.Hour, workflows.Decision{Step: "charge", Resolution: effects.ResolveRetry, By: "ada", Reason: "no charge at Stripe"})
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+
+	require.Error(t, bad.rejected, "the validator refuses another step")
+	require.NoError(t, good.rejected)
+	require.NoError(t, good.completed)
+	require.NoError(t, b.env.GetWorkflowError())
+	require.Equal(t, []string{"Charge", "ApplyDecision", "Charge", "MarkPaid", "SendReceipt"}, b.started[len(b.started)-5:])
+}
+
+func TestDecisionValidatorRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
+	b.expectAttention(t, "receipt:ambiguous")
+
+	ok := workflows.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada", Reason: "checked"}
+	cases := map[string]func(d *workflows.Decision){
+		"unknown step":   func(d *workflows.Decision) { d.Step = "refund" },
+		"bad resolution": func(d *workflows.Decision) { d.Resolution = "maybe" },
+		"missing reason": func(d *workflows.Decision) { d.Reason = "  " },
+		"missing by":     func(d *workflows.Decision) { d.By = "" },
+		"oversized result": func(d *workflows.Decision) {
+			d.Result = json.RawMessage(`"` + strings.Repeat("x", effects.MaxResultBytes) + `"`)
+		},
+		"result with retry": func(d *workflows.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
+	}
+	updates := map[string]*update{}
+	for name, edit := range cases {
+		d := ok
+		edit(&d)
+		updates[name] = b.decide(time.Hour, d)
+	}
+	early := b.decide(0, ok) // Before anything waits.
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+
+	for name, u := range updates {
+		require.Error(t, u.rejected, name)
+		require.False(t, u.accepted, name)
+	}
+	require.ErrorContains(t, early.rejected, "no step of this run is waiting")
+	// Nothing was decided: the run waited out DecisionTimeout.
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
+	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
+	require.True(t, app.NonRetryable())
+	require.Contains(t, app.Error(), "acme:order:9f3a:receipt")
+	require.NotContains(t, b.started, workflows.NameApplyDecision)
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=failed"}, states(b.status(t)))
+}
+
+func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
+	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, nil).Once()
+	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(workflows.DecisionResult{},
+		temporal.NewNonRetryableApplicationError("claim is live", activities.ErrTypeInvalidState, nil)).Once()
+	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(workflows.DecisionResult{State: "failed_transient"}, nil).Once()
+	b.expectAttention(t, "receipt:ambiguous")
+
+	d := workflows.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "not in SendGrid"}
+	first := b.decide(time.Hour, d)
+	second := b.decide(2*time.Hour, d)
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+
+	require.ErrorContains(t, first.completed, "claim is live")
+	require.NoError(t, second.completed)
+	require.NoError(t, b.env.GetWorkflowError())
+}
