@@ -50,6 +50,18 @@ func TestEveryCommandsHelp(t *testing.T) {
 	}
 	_, out, _ := starter(t, nil, "resolve", "-h")
 	require.Contains(t, out, "  --as outcome\n    \tthe outcome: done (it happened) or retry (it did not) (required)")
+
+	// Errors from flag parsing spell flags the same way.
+	for args, want := range map[string]string{
+		"show --nope":       "flag provided but not defined: --nope",
+		"show --tenant":     "flag needs an argument: --tenant",
+		"show --json=maybe": `invalid boolean value "maybe" for --json`,
+		"create --amount x": `invalid value "x" for flag --amount`,
+	} {
+		code, _, errOut := starter(t, nil, strings.Fields(args)...)
+		require.Equal(t, 2, code, args)
+		require.Contains(t, errOut, want, args)
+	}
 }
 
 func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {

@@ -191,7 +191,7 @@ func (f *flags) parse(args []string) (*config.Config, error) {
 			usage()
 			return nil, err
 		}
-		return nil, usagef("%v (see 'starter %s -h')", err, f.Name())
+		return nil, usagef("%s (see 'starter %s -h')", dashes(err.Error()), f.Name())
 	}
 	if f.NArg() > 0 {
 		return nil, usagef("unexpected arguments: %s", strings.Join(f.Args(), " "))
@@ -204,6 +204,15 @@ func (f *flags) parse(args []string) (*config.Config, error) {
 		return nil, &usageError{msg: err.Error()}
 	}
 	return cfg, nil
+}
+
+// dashes spells the flag package's "-name" as "--name", the way usage
+// lines and flag lists do.
+func dashes(msg string) string {
+	for _, p := range []string{"defined: -", "flag -", "argument: -", `" for -`} {
+		msg = strings.ReplaceAll(msg, p, p[:len(p)-1]+"--")
+	}
+	return msg
 }
 
 // runApp builds the starter's fx app, populates targets from it, and runs

@@ -98,7 +98,7 @@ func TestBadInputNamesTheFlagAndCreatesNothing(t *testing.T) {
 		{with("--payment-method", "card_123"), "invalid --payment-method"},
 		{with("--tenant", "ac:me"), "invalid --tenant"},
 		{with("--order", "a b"), "invalid --order"},
-		{with("--amount", "ten"), `invalid value "ten" for flag -amount`},
+		{with("--amount", "ten"), `invalid value "ten" for flag --amount`},
 		{[]string{"create", "--tenant", "acme"}, "missing --order, --amount, --currency, --email, --payment-method"},
 		{[]string{"start"}, "missing --tenant, --order"},
 		{[]string{"show", "--tenant", "acme"}, "missing --order"},
@@ -274,7 +274,7 @@ func TestReconcileExitsThreeOnFindings(t *testing.T) {
 		{env, []string{"--since", "yesterday"}, "invalid --since"},
 		{env, []string{"--until", "-1h"}, "invalid --until: -1h is negative"},
 		{env, []string{"--since", "1h", "--until", "2h"}, "is not before --until"},
-		{env, []string{"--stripe-secret-key", secret}, "flag provided but not defined"},
+		{env, []string{"--stripe-secret-key", secret}, "flag provided but not defined: --stripe-secret-key"},
 	} {
 		code, out, errOut := reconcileCLI(c.env, c.args...)
 		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
