@@ -21,6 +21,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 )
 
 // kustomizations are the directories a user applies with kubectl -k.
@@ -214,8 +217,31 @@ func checkReferences(t *testing.T, b *bundle) {
 		}
 		require.Equal(t, d.Spec.Selector.MatchLabels, b.pdbs[name].Spec.Selector.MatchLabels, "PodDisruptionBudget %s", name)
 	}
+	for name, sm := range b.monitors {
+		for _, ep := range sm.Spec.Endpoints {
+			selected := 0
+			for _, s := range b.services {
+				if !matches(sm.Spec.Selector.MatchLabels, s.Labels) {
+					continue
+				}
+				selected++
+				require.True(t, slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }),
+					"ServiceMonitor %s scrapes port %q, which Service %s lacks", name, ep.Port, s.Name)
+			}
+			require.Equal(t, 2, selected, "ServiceMonitor %s selects the worker and API Services", name)
+		}
+	}
 	require.Equal(t, "Deployment", b.hpas["keyed-worker"].Spec.ScaleTargetRef.Kind)
 	require.Equal(t, "keyed-worker", b.hpas["keyed-worker"].Spec.ScaleTargetRef.Name)
+}
+
+func matches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func secretLike(name string) bool {
@@ -368,4 +394,44 @@ func dockerfileBinaries(t *testing.T) []string {
 	}
 	require.NotEmpty(t, bins, "the Dockerfile's last stage copies binaries to /usr/local/bin/")
 	return bins
+}
+
+// TestManifestConfigurationLoads loads each keyed container's environment
+// (its literals and the generated ConfigMap, with stand-ins for the
+// Secrets) through keyed's own configuration loader, so that a bad
+// duration, address or sender in a manifest fails here, not at rollout.
+func TestManifestConfigurationLoads(t *testing.T) {
+	t.Parallel()
+	standIns := map[string]string{"DATABASE_URL": "postgres://keyed@db.internal:5432/keyed?sslmode=require",
+		"STRIPE_SECRET_KEY": "sk_test_standin", "SENDGRID_API_KEY": "SG.standin", "KEYED_API_KEYS": "acme=sk_keyed_standin"}
+	for _, dir := range kustomizations {
+		b := build(t, dir)
+		for _, p := range b.pods() {
+			c := p.spec.Containers[0]
+			if len(c.Command) == 0 {
+				continue // the Temporal tools image
+			}
+			env := map[string]string{}
+			for _, ef := range c.EnvFrom {
+				for k, v := range b.configMaps[ef.ConfigMapRef.Name].Data {
+					env[k] = v
+				}
+			}
+			for _, e := range c.Env {
+				switch {
+				case e.ValueFrom == nil:
+					env[e.Name] = e.Value
+				case e.ValueFrom.SecretKeyRef != nil:
+					require.Contains(t, standIns, e.Name, "%s %s: a stand-in for secret %s", dir, p.name, e.Name)
+					env[e.Name] = standIns[e.Name]
+				}
+			}
+			role := config.Starter
+			if filepath.Base(c.Command[0]) == "worker" {
+				role = config.Worker
+			}
+			_, err := config.NewLoader(role, fxapptest.Lookup(env)).Load()
+			require.NoError(t, err, "%s %s", dir, p.name)
+		}
+	}
 }
