@@ -1,15 +1,11 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/keyedhq/keyed/effects"
 )
 
 // Error codes in the "code" member of an error response. Clients branch on
@@ -78,25 +74,10 @@ func writeError(w http.ResponseWriter, e *Error) {
 // unavailable reports whether err means the database could not serve the
 // request now (down, unreachable, shutting down, overloaded, or too slow
 // for the request's deadline), so that a retry may succeed: 503, not 500.
-// A cancelled context (the client of a GET went away) counts too. An error
-// the server reported for the statement itself, such as a missing table,
-// does not.
+// It is effects.IsInfrastructure, the one classification keyed uses
+// everywhere; a cancelled context (the client of a GET went away) counts
+// too. An error the server reported for the statement itself, such as a
+// missing table, does not.
 func unavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case len(pgErr.Code) < 2:
-			return false
-		case pgErr.Code[:2] == "08", pgErr.Code[:2] == "53", pgErr.Code[:2] == "57": // connection, resources, shutdown or cancel
-			return true
-		}
-		return pgErr.Code == "40001" || pgErr.Code == "40P01" // serialization failure, deadlock
-	}
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+	return effects.IsInfrastructure(err)
 }
