@@ -82,8 +82,10 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	bins := t.TempDir()
 	build := exec.Command("go", "build", "-o", bins+"/", "./cmd/worker", "./cmd/starter")
 	build.Dir = root
+	began := time.Now()
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
+	t.Logf("built the worker and starter in %s", time.Since(began).Round(time.Second))
 	t.Setenv("KEYED_TEMPORAL_BIN", temporalBin)
 	t.Chdir(t.TempDir())
 	opts := options{uiPort: 0, workerBin: filepath.Join(bins, "worker"), duplicates: 3}
@@ -94,7 +96,7 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var plain bytes.Buffer
-	began := time.Now()
+	began = time.Now()
 	require.NoError(t, run(ctx, opts, &plain), plain.String())
 	report := plain.String()
 	t.Logf("the demo without keep took %s:\n%s", time.Since(began).Round(time.Second), report)
@@ -107,13 +109,14 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	}
 
 	opts.keep = true
+	began = time.Now()
 	keepCtx, stop := context.WithCancel(ctx)
 	var kept syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(keepCtx, opts, &kept) }()
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(envPath())
-		return err == nil && strings.Contains(kept.String(), "Worker log:")
+		return err == nil && strings.Contains(kept.String(), "Worker log: ")
 	}, 2*time.Minute, 100*time.Millisecond,
 		"the demo writes %s while it keeps its servers up:\n%s", envPath(), kept.String())
 	require.Contains(t, kept.String(), "source .demo/env")
@@ -138,8 +141,11 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	require.Empty(t, shown.Workflow.Error, "the workflow query reaches the demo's worker")
 	require.NotEmpty(t, shown.Workflow.Steps)
 
+	t.Logf("with keep, .demo/env was written and starter show answered after %s", time.Since(began).Round(time.Second))
+	began = time.Now()
 	stop()
 	require.NoError(t, <-done)
+	t.Logf("the demo stopped %s after Ctrl-C", time.Since(began).Round(time.Second))
 	require.NoFileExists(t, envPath(), "the file goes when its servers stop")
 }
 

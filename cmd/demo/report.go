@@ -184,8 +184,7 @@ func printKeep(w io.Writer, path string, vars []string, order, logPath string) e
 	fmt.Fprintf(&b, "  bin/starter show --tenant \"$KEYED_DEMO_TENANT\" --order %s\n", order)
 	b.WriteString("  bin/starter create --tenant \"$KEYED_DEMO_TENANT\" --order E-1 --amount 1999 --currency eur \\\n" +
 		"      --email ada@example.com --payment-method pm_card_visa\n")
-	b.WriteString("  open \"$KEYED_DEMO_WEB_UI\"   # the demo's runs in the Temporal Web UI\n")
-	fmt.Fprintf(&b, "Worker log: %s\n", logPath)
+	fmt.Fprintf(&b, "The demo's runs in the Temporal Web UI: KEYED_DEMO_WEB_UI above. Worker log: %s\n", logPath)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
