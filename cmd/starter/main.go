@@ -10,8 +10,14 @@
 //	starter serve
 //
 // It needs DATABASE_URL and the TEMPORAL_* settings; only reconcile also
-// needs STRIPE_SECRET_KEY, from the environment. Run `starter help` or
-// `starter COMMAND -h` for every flag.
+// needs STRIPE_SECRET_KEY, from the environment. `make demo KEEP=1` writes
+// the demo's settings to .demo/env: `source .demo/env` first to reach it.
+// Run `starter help` or `starter COMMAND -h` for every flag; each command
+// lists only the flags it uses.
+//
+// Bad input and bad configuration exit 2 with one message listing every
+// problem. Stored text is printed with control and invisible characters
+// escaped, and --json output escapes them too.
 package main
 
 import (

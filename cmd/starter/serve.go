@@ -33,7 +33,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			"  GET  /metrics         request, idempotency and effect metrics (unless --metrics=false)\n"+
 			"API keys come from the environment only: "+api.EnvKeys+"=\"acme=sk_…,globex=sk_…\", or\n"+
 			api.EnvKeysFile+" naming a file with one tenant=key a line. The tenant is the key's.\n"+
-			"Orders are started by an outbox relay: the worker runs one; --relay runs one here too.")
+			"Orders are started by an outbox relay: the worker runs one; --relay runs one here too, and only\n"+
+			"then are the Temporal settings used.")
 	addr := f.String("addr", lookupOr(e.lookup, envAPIAddr, defaultAddr), "listen `host:port` (env "+envAPIAddr+")")
 	relay := f.Bool("relay", f.loader.Bool(envServeRelay, "relay", false), "also run an outbox relay in this process (env "+envServeRelay+")")
 	metrics := f.Bool("metrics", true, "serve /metrics on the API's port")
