@@ -497,7 +497,8 @@ func CheckHostPort(s string) error {
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", quote(s), port)
 	}
-	if host != "" && net.ParseIP(host) == nil && !isDNSName(host) {
+	ip, _, _ := strings.Cut(host, "%") // an IPv6 zone, as in [fe80::1%eth0]
+	if host != "" && net.ParseIP(ip) == nil && !isDNSName(host) {
 		return fmt.Errorf("%q: host %q is not an IP address or a DNS name", quote(s), quote(host))
 	}
 	return nil

@@ -224,7 +224,7 @@ func TestAddressesMustBeHostPort(t *testing.T) {
 	for _, bad := range []string{"nope", "127.0.0.1:99999", "127.0.0.1:http", "exa mple:80", "-x:80", "a..b:80"} {
 		require.Error(t, config.CheckHostPort(bad), bad)
 	}
-	for _, good := range []string{"127.0.0.1:8080", ":0", "[::1]:7233", "temporal-frontend.prod.svc:7233", "localhost:1"} {
+	for _, good := range []string{"127.0.0.1:8080", ":0", "[::1]:7233", "temporal-frontend.prod.svc:7233", "localhost:1", "[fe80::1%eth0]:9464"} {
 		require.NoError(t, config.CheckHostPort(good), good)
 	}
 }
