@@ -42,11 +42,11 @@ func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (order
 		return orders.ChargeResult{}, err
 	}
 	o := r.order
-	if o.Status == orders.StatusFailed {
-		// A declined order is final: refuse before claiming, so that the
-		// stored outcome of its charge is never overwritten.
+	if err := o.CheckRunnable(); err != nil {
+		// Refuse before claiming, so that the stored outcome of its charge
+		// is never overwritten.
 		return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("charge %s: order is failed; a failed order is final, so charge a new order instead", r.key)}
+			Message: fmt.Sprintf("charge %s: %v", r.key, err)}
 	}
 	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
 		Fingerprint: fingerprint(strconv.FormatInt(o.AmountMinor, 10), o.Currency, o.PaymentMethod)}

@@ -22,6 +22,13 @@ const (
 	ResolveRetry Resolution = "retry"
 )
 
+// resolvedPrefix starts the error message Resolve stores with the reason.
+const resolvedPrefix = "resolved by operator: "
+
+// MaxReasonBytes is the longest reason Resolve accepts: the stored message,
+// resolvedPrefix and the reason, fits the 512 bytes of a failure message.
+const MaxReasonBytes = maxErrorMessage - len(resolvedPrefix)
+
 // ErrNotResolvable means the record is in a state an operator may not
 // overwrite: it succeeded, or it is claimed with a live lease.
 var ErrNotResolvable = errors.New("effect record cannot be resolved in its state")
@@ -52,14 +59,14 @@ func (c *Client) Resolve(ctx context.Context, key Key, p ResolveParams) (*Record
 	if reason == "" {
 		return nil, fmt.Errorf("resolve %s: a reason is required", key)
 	}
-	if len(reason) > maxErrorMessage-len("resolved by operator: ") {
-		return nil, fmt.Errorf("resolve %s: reason is longer than %d bytes", key, maxErrorMessage-len("resolved by operator: "))
+	if len(reason) > MaxReasonBytes {
+		return nil, fmt.Errorf("resolve %s: reason is longer than %d bytes", key, MaxReasonBytes)
 	}
 	var (
 		state  State
 		result []byte
 		code   any // NULL for done
-		msg    = "resolved by operator: " + reason
+		msg    = resolvedPrefix + reason
 	)
 	switch p.Resolution {
 	case ResolveDone:

@@ -36,6 +36,11 @@ var (
 	ErrInvalid = errors.New("invalid order")
 	// ErrBadTransition means the order is not in the state a transition needs.
 	ErrBadTransition = errors.New("order is not in the required state")
+	// ErrFinal means the order failed for good (its charge was declined or
+	// left incomplete). A failed order is final: no run, command or API call
+	// charges it again, and its stored outcome is never overwritten. To
+	// charge another payment method, create a new order.
+	ErrFinal = errors.New("a failed order is final; create a new order to charge another payment method")
 )
 
 // ValidationError names the field of a NewOrder that is invalid.
@@ -50,6 +55,16 @@ func (e *ValidationError) Error() string {
 
 // Unwrap returns ErrInvalid.
 func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// CheckRunnable returns an error wrapping ErrFinal, naming the order, if o
+// failed; a pending or paid order may be (re)started, a paid one replaying
+// its stored outcomes.
+func (o *Order) CheckRunnable() error {
+	if o.Status == StatusFailed {
+		return fmt.Errorf("order %s/%s is failed: %w", o.TenantID, o.ID, ErrFinal)
+	}
+	return nil
+}
 
 // Order is a row of the orders table.
 type Order struct {

@@ -113,7 +113,8 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 func runStart(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "start", "--tenant ID --order ID [--json] [flags]",
 		"Starts the checkout workflow of an order that already exists in Postgres. A start while a run\n"+
-			"is in flight joins that run; a start after the order completed starts nothing.",
+			"is in flight joins that run; a start after the order completed starts nothing. A failed order\n"+
+			"(its charge was declined) is final and refused: create a new order to charge another card.",
 		config.MigrateFlag)
 	tenant, order := orderFlags(f)
 	asJSON := f.Bool("json", false, "print the result as JSON")
@@ -136,6 +137,9 @@ func runStart(ctx context.Context, e *env, args []string) error {
 		o, err := store.Get(ctx, *tenant, *order)
 		if err != nil {
 			return migrationHint(ctx, pool, cfg, err)
+		}
+		if err := o.CheckRunnable(); err != nil {
+			return usagef("%v", err)
 		}
 		return startCheckout(ctx, e.stdout, cfg, tc, o, nil, *asJSON)
 	}, &pool, &store, &tc)

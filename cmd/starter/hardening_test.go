@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/orders"
 )
 
 // TestEveryCommandsHelp renders each command's help and checks what a
@@ -268,4 +269,43 @@ func TestReconcileConfigurationIsOneMessage(t *testing.T) {
 	require.Contains(t, errOut, "LOG_LEVEL (--log-level)")
 	require.NotContains(t, errOut, "s3cr3t")
 	require.NotContains(t, errOut, "pk_live_abc")
+}
+
+// TestAFailedOrderIsFinal: start and resolve refuse a failed order with exit
+// 2 and the same reason, and leave its stored decline as it is.
+func TestAFailedOrderIsFinal(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := effectstest.Connect(t, url)
+	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	fxc := effectstest.NewClient(t, pool, nil)
+	ctx := context.Background()
+	store, err := orders.NewStore(pool)
+	require.NoError(t, err)
+	_, _, err = store.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "d1", AmountMinor: 500, Currency: "eur",
+		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_chargeDeclined"})
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "order", "d1", "charge")
+	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/charge"})
+	require.NoError(t, err)
+	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("card_declined", "declined")))
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = store.TransitionTx(ctx, tx, "acme", "d1", orders.StatusPending, orders.StatusFailed, "acme:order:d1:mark_failed")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	for _, args := range [][]string{
+		{"start", "--tenant", "acme", "--order", "d1"},
+		{"resolve", "--key", key.String(), "--as", "retry", "--reason", "customer has a new card"},
+		{"resolve", "--key", key.String(), "--as", "done", "--reason", "x"},
+	} {
+		code, out, errOut := starter(t, env, args...)
+		require.Equal(t, 2, code, "%q: %s", args, errOut)
+		require.Contains(t, errOut, "order acme/d1 is failed: a failed order is final; create a new order", "%q", args)
+		require.Empty(t, out)
+	}
+	rec, err := fxc.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "card_declined", rec.ErrorCode, "the stored decline is kept")
 }

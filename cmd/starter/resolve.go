@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/orders"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
@@ -24,7 +25,8 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 			"  --as done   it happened: later runs replay --result and never act\n"+
 			"  --as retry  it did not happen: the next run acts again\n"+
 			"Then re-run the order's checkout with 'starter start': a failed run may run again, and every\n"+
-			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused.\n"+
+			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused,\n"+
+			"and so is every effect of a failed order (a declined charge): a failed order is final.\n"+
 			"The reason is refused, not stored, when it holds a control or invisible character (newlines too).",
 		config.TemporalFlags, config.MigrateFlag)
 	key := f.String("key", "", "the effect `key`, such as acme:order:9f3a:receipt (required)")
@@ -49,10 +51,14 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		return usagef("invalid --key: %v", err)
 	}
 	var (
-		pool *pgxpool.Pool
-		fxc  *effects.Client
+		pool  *pgxpool.Pool
+		fxc   *effects.Client
+		store *orders.Store
 	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
+		if err := refuseFinalOrder(ctx, store, k); err != nil {
+			return err
+		}
 		rec, err := fxc.Resolve(ctx, k, params)
 		if errors.Is(err, effects.ErrNotResolvable) || errors.Is(err, effects.ErrNotFound) {
 			return usagef("%v", err)
@@ -65,12 +71,32 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		}
 		_, err = fmt.Fprintf(e.stdout, "%s is now %s (%s)\n", clean(rec.Key), rec.State, clean(rec.ErrorMessage))
 		return err
-	}, &pool, &fxc)
+	}, &pool, &fxc, &store)
 }
 
-// maxReasonBytes is the longest --reason effects.Resolve stores: its error
-// message, "resolved by operator: " and the reason, is at most 512 bytes.
-const maxReasonBytes = 512 - len("resolved by operator: ")
+// refuseFinalOrder returns a usage error when k is an effect of a failed
+// order: a failed order is final (orders.ErrFinal), so neither resolution
+// may overwrite what its charge stored.
+func refuseFinalOrder(ctx context.Context, store *orders.Store, k effects.Key) error {
+	parts := k.Parts()
+	if len(parts) != 3 || parts[0] != "order" {
+		return nil
+	}
+	o, err := store.Get(ctx, k.Tenant(), parts[1])
+	if errors.Is(err, orders.ErrNotFound) {
+		return nil // Resolve says what is wrong with the key.
+	}
+	if err != nil {
+		return fmt.Errorf("load the order of %s: %w", k, err)
+	}
+	if err := o.CheckRunnable(); err != nil {
+		return usagef("%v; its effects are not resolved", err)
+	}
+	return nil
+}
+
+// maxReasonBytes is the longest --reason effects.Resolve stores.
+const maxReasonBytes = effects.MaxReasonBytes
 
 // resolveParams checks resolve's --as, --reason and --result (resultSet
 // when --result was given) and returns Resolve's parameters, or a usage
