@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/keyedhq/keyed/internal/devserver"
 )
 
 // compose holds the parts of docker-compose.yml the tests check.
@@ -107,4 +109,32 @@ func TestComposePortsAndImages(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^FROM \S+ AS fakes$`, string(df))
 	require.Regexp(t, `(?m)^FROM \S+ AS keyed$`, string(df))
+}
+
+// TestSearchAttributesMatchTheDevServer checks that the compose job and the
+// Kubernetes Job register every search attribute the dev server registers
+// for keyed (internal/devserver), with the same type.
+func TestSearchAttributesMatchTheDevServer(t *testing.T) {
+	t.Parallel()
+	var want []string
+	for _, sa := range devserver.SearchAttributes {
+		name, typ, ok := strings.Cut(sa, "=")
+		require.True(t, ok, sa)
+		require.Equal(t, "Keyword", typ, "the scripts create Keyword attributes only; %s needs another", sa)
+		want = append(want, name)
+	}
+	loop := regexp.MustCompile(`for sa in ([A-Za-z ]+); do`)
+	scripts := map[string]string{}
+	raw, err := os.ReadFile("docker-compose.yml")
+	require.NoError(t, err)
+	scripts["docker-compose.yml"] = string(raw)
+	raw, err = os.ReadFile("k8s/base/jobs.yaml")
+	require.NoError(t, err)
+	scripts["k8s/base/jobs.yaml"] = string(raw)
+	for file, s := range scripts {
+		m := loop.FindStringSubmatch(s)
+		require.NotNil(t, m, "%s registers search attributes in a for loop", file)
+		require.ElementsMatch(t, want, strings.Fields(m[1]), "%s registers the dev server's search attributes", file)
+		require.Contains(t, s, "--type Keyword", file)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/reconcile"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 const dashboardFile = "grafana/keyed.json"
@@ -145,6 +146,13 @@ func describedNames(t *testing.T) map[string]bool {
 	require.NoError(t, err)
 	_, err = reconcile.New(fxc, dummyDB{}, sc, &reconcile.Opts{Registerer: d})
 	require.NoError(t, err)
+	// The order workflow counts decision waits and timeouts through the
+	// Temporal SDK's metrics handler, which fxapp exports as <name>_total
+	// (as the scrape shows for the SDK's own counters, such as
+	// temporal_request_total); no run here waits for a decision.
+	for _, name := range []string{workflows.MetricAttentionWaits, workflows.MetricDecisionTimeouts} {
+		d.names[name+"_total"] = true
+	}
 	for _, want := range []string{"keyed_effect_takeovers_total", "keyed_outbox_depth", "keyed_api_requests_total", "keyed_reconcile_findings"} {
 		require.True(t, d.names[want], "%s is described", want)
 	}
