@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,19 +60,37 @@ type faultFigures struct {
 
 // faultWorker is one worker process and its output.
 type faultWorker struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	stop sync.Once
+	name   string
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	done   chan struct{} // closed when the process has exited
+	exit   error         // cmd.Wait's error, set before done is closed
+	killed atomic.Bool
 }
 
-// kill SIGKILLs the process, once, and reaps it.
+// kill SIGKILLs the process and waits until it has exited.
 func (w *faultWorker) kill() {
-	w.stop.Do(func() {
-		if err := w.cmd.Process.Signal(syscall.SIGKILL); err == nil {
-			_ = w.cmd.Wait() // a killed process reports "signal: killed"
-		}
-	})
+	w.killed.Store(true)
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		panic(fmt.Sprintf("kill %s: %v", w.name, err)) // only a bad PID; cannot happen
+	}
+	<-w.done
+}
+
+// exitedByItself returns a description of the process's exit if it ended
+// without being killed, with the end of its output.
+func (w *faultWorker) exitedByItself() (string, bool) {
+	select {
+	case <-w.done:
+	default:
+		return "", false
+	}
+	if w.killed.Load() {
+		return "", false
+	}
+	lines := strings.Split(strings.TrimSpace(w.out.String()), "\n")
+	return fmt.Sprintf("%s exited by itself (%v); its last lines:\n    %s", w.name, w.exit,
+		strings.Join(lines[max(len(lines)-15, 0):], "\n    ")), true
 }
 
 // newFaultWorld builds a sub-run's world: a private cluster with keyed's
@@ -137,7 +157,11 @@ func (w *faultWorld) spawn(i int) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := &faultWorker{name: fmt.Sprintf("worker%d.%d", i, len(w.all)), cmd: cmd, out: out}
+	p := &faultWorker{name: fmt.Sprintf("worker%d.%d", i, len(w.all)), cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		p.exit = cmd.Wait()
+		close(p.done)
+	}()
 	w.workers[i] = p
 	w.all = append(w.all, p)
 	return nil
@@ -195,10 +219,43 @@ func (w *faultWorld) restartPostgres(ctx context.Context) error {
 	return nil
 }
 
-// retryDB runs fn until it succeeds, for up to 15 seconds, so that the
-// test's own database calls ride out the Postgres restart.
+// supervise respawns, like an orchestrator, every worker slot whose process
+// exited by itself (a worker refuses to start while Postgres is down).
+func (w *faultWorld) supervise() error {
+	for i := range w.workers {
+		w.mu.Lock()
+		p := w.workers[i]
+		w.mu.Unlock()
+		if d, ok := p.exitedByItself(); ok {
+			w.event("%s", strings.SplitN(d, ";", 2)[0])
+			if err := w.spawn(i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// selfExits describes every worker process that exited without being
+// killed by the test.
+func (w *faultWorld) selfExits() []string {
+	w.mu.Lock()
+	procs := slices.Clone(w.all)
+	w.mu.Unlock()
+	var out []string
+	for _, p := range procs {
+		if d, ok := p.exitedByItself(); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// retryDB runs fn until it succeeds, for up to a minute, so that the
+// test's own database calls ride out the Postgres restart, which takes
+// seconds on a loaded machine.
 func retryDB(ctx context.Context, fn func(context.Context) error) error {
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		err := fn(ctx)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
