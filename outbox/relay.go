@@ -105,10 +105,10 @@ type RelayOpts struct {
 	// StartTimeout bounds one workflow start. Zero means DefaultStartTimeout.
 	StartTimeout time.Duration
 	// RecordTimeout bounds the write that records one row's result (sent,
-	// rescheduled or given back). Each row gets its own, counted from the
-	// end of its own start, so a slow start never eats another row's
-	// budget. Zero means DefaultRecordTimeout, or half the lease if that is
-	// shorter.
+	// rescheduled or given back), and each claim. Each row gets its own,
+	// counted from the end of its own start, so a slow start never eats
+	// another row's budget. Zero means DefaultRecordTimeout, or half the
+	// lease if that is shorter.
 	RecordTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the exponential backoff, with full
 	// jitter, applied to a row whose start failed and to the relay's next
@@ -532,10 +532,15 @@ WHERE o.id = due.id
 RETURNING o.id, o.workflow_id, o.payload, o.attempts, o.amount_minor, o.currency,
 	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint`
 
-// claim leases up to limit due rows to this relay, in id order.
+// claim leases up to limit due rows to this relay, in id order, within the
+// record timeout.
 func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	token := r.name + "/" + randomHex(6)
 	claimedAt := time.Now()
+	// A stalled database must not stall the relay: the claim is bounded
+	// like a record, and a timed-out claim leaves at most a lease behind.
+	ctx, cancel := context.WithTimeout(ctx, r.record)
+	defer cancel()
 	rows, err := r.db.Query(ctx, claimSQL, limit, r.lease.Microseconds(), token)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
