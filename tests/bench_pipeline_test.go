@@ -18,6 +18,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -36,9 +38,14 @@ func bareWorkflow(ctx workflow.Context, in orders.CheckoutInput) error {
 
 func bareActivity(context.Context, orders.CheckoutInput) error { return nil }
 
-// benchWorkerOptions are the same for keyed's worker and the baseline's.
+// benchWorkerOptions are the real worker's defaults, the same for keyed's
+// worker and the baseline's.
 func benchWorkerOptions() worker.Options {
-	return worker.Options{MaxConcurrentActivityExecutionSize: 64}
+	return fxapp.WorkerOptions(config.WorkerTuning{
+		MaxConcurrentActivities: envInt("WORKER_MAX_ACTIVITIES", config.DefaultMaxActivities),
+		Pollers:                 envInt("WORKER_POLLERS", config.DefaultPollers),
+		StopTimeout:             config.DefaultStopTimeout,
+	})
 }
 
 // batch is one measured batch: throughput and per-run latency.

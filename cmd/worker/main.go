@@ -19,6 +19,7 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -39,6 +40,8 @@ Environment (flags override the non-secret ones):
   STRIPE_API_BASE       Stripe API base URL (default %q)
   SENDGRID_API_KEY      required (environment only)
   SENDGRID_API_BASE     SendGrid API base URL (default %q)
+  SENDGRID_LOOKUP_LAG   how long SendGrid's Email Activity index may lag a send (default %s)
+  SENDGRID_LOOKUP_GIVE_UP  how much longer a failing look-up is retried (default %s)
   RECEIPT_FROM          required: the receipts' sender address
   RECEIPT_POLICY        at_most_once or at_least_once (default %q)
   COLLAPSE_WINDOW       drop repeat receipts within this duration (default %s)
@@ -46,6 +49,7 @@ Environment (flags override the non-secret ones):
   MIGRATE_ON_START      apply migrations on start (default true)
   WORKER_STOP_TIMEOUT   drain time for in-flight activities on SIGTERM (default %s)
   WORKER_MAX_ACTIVITIES most concurrent activities (default %d)
+  WORKER_POLLERS        workflow-task and activity-task pollers, each (default %d)
   EFFECTS_RETENTION     prune finished effect records older than this (default %s)
   PRUNE_EVERY           prune once per window of this length, across replicas (default %s)
   LOG_LEVEL             debug, info, warn or error (default "info")
@@ -59,8 +63,9 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), usage, config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace,
-			orders.TaskQueue, config.DefaultStripeAPIBase, config.DefaultSendGridAPIBase, config.DefaultReceiptPolicy,
-			config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout, config.DefaultMaxActivities, config.DefaultEffectsRetention, config.DefaultPruneEvery)
+			orders.TaskQueue, config.DefaultStripeAPIBase, config.DefaultSendGridAPIBase, notify.DefaultLookupLag, notify.DefaultLookupGiveUp,
+			config.DefaultReceiptPolicy, config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout,
+			config.DefaultMaxActivities, config.DefaultPollers, config.DefaultEffectsRetention, config.DefaultPruneEvery)
 		config.PrintFlags(fs.Output(), fs)
 	}
 	cfg, err := config.Load(config.Worker, fs, args, lookup)

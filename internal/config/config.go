@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -67,8 +68,15 @@ const (
 	DefaultCollapseWindow    = 10 * time.Minute
 	DefaultStopTimeout       = 30 * time.Second
 	DefaultMaxActivities     = 64
-	DefaultEffectsRetention  = effects.DefaultRetention
-	DefaultPruneEvery        = time.Hour
+	// DefaultPollers is WORKER_POLLERS's default, chosen with make
+	// bench-pipeline (see README, "Performance").
+	DefaultPollers          = 8
+	DefaultEffectsRetention = effects.DefaultRetention
+	DefaultPruneEvery       = time.Hour
+	// ProviderTimeout bounds one HTTP request to Stripe or SendGrid. An
+	// ambiguous timeout is retried with the same idempotency key (or looked
+	// up at SendGrid), so a short bound costs nothing but a retry.
+	ProviderTimeout = 30 * time.Second
 )
 
 // Delivery policies for receipts (RECEIPT_POLICY).
@@ -123,6 +131,13 @@ type Stripe struct {
 type SendGrid struct {
 	APIKey  string // SENDGRID_API_KEY; a secret
 	APIBase string // SENDGRID_API_BASE
+	// LookupLag is SENDGRID_LOOKUP_LAG: how long SendGrid's Email Activity
+	// index may lag a send. A retry that finds no message under its effect
+	// key waits this long after the possible send before sending.
+	LookupLag time.Duration
+	// LookupGiveUp is SENDGRID_LOOKUP_GIVE_UP: how much longer a failing
+	// look-up is retried before the receipt policy decides.
+	LookupGiveUp time.Duration
 }
 
 // Receipt configures the receipt email.
@@ -151,6 +166,10 @@ type WorkerTuning struct {
 	// MaxConcurrentActivities is WORKER_MAX_ACTIVITIES, the cap on activities
 	// this process runs at once.
 	MaxConcurrentActivities int
+	// Pollers is WORKER_POLLERS: how many workflow-task and how many
+	// activity-task pollers the worker runs. The SDK's default of 2 starves
+	// workflow tasks on a busy queue (see DefaultPollers).
+	Pollers int
 	// EffectsRetention is EFFECTS_RETENTION: finished effect records older
 	// than this are pruned. It must outlive the longest retry window plus
 	// the time a failed run may wait for a replay.
@@ -249,12 +268,15 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 	str(&c.Stripe.APIBase, "STRIPE_API_BASE", DefaultStripeAPIBase)
 	str(&c.SendGrid.APIKey, "SENDGRID_API_KEY", "")
 	str(&c.SendGrid.APIBase, "SENDGRID_API_BASE", DefaultSendGridAPIBase)
+	dur(&c.SendGrid.LookupLag, "SENDGRID_LOOKUP_LAG", notify.DefaultLookupLag)
+	dur(&c.SendGrid.LookupGiveUp, "SENDGRID_LOOKUP_GIVE_UP", notify.DefaultLookupGiveUp)
 	str(&c.Receipt.From, "RECEIPT_FROM", "")
 	str(&c.Receipt.Policy, "RECEIPT_POLICY", DefaultReceiptPolicy)
 	dur(&c.Receipt.CollapseWindow, "COLLAPSE_WINDOW", DefaultCollapseWindow)
 	str(&c.Metrics.Addr, "METRICS_ADDR", DefaultMetricsAddr)
 	dur(&c.Worker.StopTimeout, "WORKER_STOP_TIMEOUT", DefaultStopTimeout)
 	integer(&c.Worker.MaxConcurrentActivities, "WORKER_MAX_ACTIVITIES", DefaultMaxActivities)
+	integer(&c.Worker.Pollers, "WORKER_POLLERS", DefaultPollers)
 	dur(&c.Worker.EffectsRetention, "EFFECTS_RETENTION", DefaultEffectsRetention)
 	dur(&c.Worker.PruneEvery, "PRUNE_EVERY", DefaultPruneEvery)
 	return l
@@ -286,6 +308,7 @@ func (l *Loader) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Metrics.Addr, "metrics-addr", c.Metrics.Addr, "`host:port` serving /metrics and /healthz (env METRICS_ADDR)")
 	fs.DurationVar(&c.Worker.StopTimeout, "stop-timeout", c.Worker.StopTimeout, "on SIGTERM, how long to wait for in-flight activities (env WORKER_STOP_TIMEOUT)")
 	fs.IntVar(&c.Worker.MaxConcurrentActivities, "max-activities", c.Worker.MaxConcurrentActivities, "most activities run at once by this worker (env WORKER_MAX_ACTIVITIES)")
+	fs.IntVar(&c.Worker.Pollers, "pollers", c.Worker.Pollers, "workflow-task and activity-task pollers, each (env WORKER_POLLERS)")
 }
 
 // Load validates the configuration and returns it. The error lists every
@@ -369,8 +392,15 @@ func (l *Loader) Load() (*Config, error) {
 		if c.Receipt.Policy != AtMostOnce && c.Receipt.Policy != AtLeastOnce {
 			add("RECEIPT_POLICY", "%q is not %s or %s", c.Receipt.Policy, AtMostOnce, AtLeastOnce)
 		}
-		if c.Receipt.CollapseWindow <= 0 {
-			add("COLLAPSE_WINDOW", "%s must be positive", c.Receipt.CollapseWindow)
+		if c.SendGrid.LookupLag <= 0 {
+			add("SENDGRID_LOOKUP_LAG", "%s must be positive", c.SendGrid.LookupLag)
+		}
+		if c.SendGrid.LookupGiveUp <= 0 {
+			add("SENDGRID_LOOKUP_GIVE_UP", "%s must be positive", c.SendGrid.LookupGiveUp)
+		}
+		if least := ProviderTimeout + c.SendGrid.LookupLag; c.Receipt.CollapseWindow < least {
+			add("COLLAPSE_WINDOW", "%s is shorter than the provider timeout plus SENDGRID_LOOKUP_LAG (%s): "+
+				"its rows date a possible send while SendGrid's index catches up", c.Receipt.CollapseWindow, least)
 		}
 		if err := CheckHostPort(c.Metrics.Addr); err != nil {
 			add("METRICS_ADDR", "%v", err)
@@ -383,6 +413,9 @@ func (l *Loader) Load() (*Config, error) {
 		}
 		if c.Worker.PruneEvery < time.Minute {
 			add("PRUNE_EVERY", "%s is under one minute", c.Worker.PruneEvery)
+		}
+		if c.Worker.Pollers < 2 || c.Worker.Pollers > 64 {
+			add("WORKER_POLLERS", "%d is not between 2 and 64", c.Worker.Pollers)
 		}
 		if c.Worker.MaxConcurrentActivities <= 0 {
 			add("WORKER_MAX_ACTIVITIES", "%d must be positive", c.Worker.MaxConcurrentActivities)
@@ -591,6 +624,7 @@ var flagOf = map[string]string{
 	"METRICS_ADDR":          "metrics-addr",
 	"WORKER_STOP_TIMEOUT":   "stop-timeout",
 	"WORKER_MAX_ACTIVITIES": "max-activities",
+	"WORKER_POLLERS":        "pollers",
 }
 
 // PrintFlags writes the flags of fs to w spelled as usage lines spell them,

@@ -74,10 +74,10 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 	m := workerEnv()
 	m["TEMPORAL_ADDRESS"] = "temporal:7233"
 	m["COLLAPSE_WINDOW"] = "5m"
-	c, err := load(t, config.Worker, m, "--temporal-address", "10.0.0.1:7233", "--collapse-window", "1m", "--receipt-policy", "at_least_once")
+	c, err := load(t, config.Worker, m, "--temporal-address", "10.0.0.1:7233", "--collapse-window", "20m", "--receipt-policy", "at_least_once")
 	require.NoError(t, err)
 	require.Equal(t, "10.0.0.1:7233", c.Temporal.Address)
-	require.Equal(t, time.Minute, c.Receipt.CollapseWindow)
+	require.Equal(t, 20*time.Minute, c.Receipt.CollapseWindow)
 	require.Equal(t, config.AtLeastOnce, c.Receipt.Policy)
 }
 
@@ -188,9 +188,29 @@ func TestFlagOverridesABadVariable(t *testing.T) {
 	m["COLLAPSE_WINDOW"] = "ten minutes"
 	_, err := load(t, config.Worker, m)
 	require.ErrorContains(t, err, "COLLAPSE_WINDOW")
-	c, err := load(t, config.Worker, m, "--collapse-window", "2m")
+	c, err := load(t, config.Worker, m, "--collapse-window", "12m")
 	require.NoError(t, err)
-	require.Equal(t, 2*time.Minute, c.Receipt.CollapseWindow)
+	require.Equal(t, 12*time.Minute, c.Receipt.CollapseWindow)
+}
+
+func TestLookupSettingsAndTheCollapseWindow(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	m["SENDGRID_LOOKUP_LAG"] = "10s"
+	m["SENDGRID_LOOKUP_GIVE_UP"] = "20s"
+	m["COLLAPSE_WINDOW"] = "1m"
+	c, err := load(t, config.Worker, m)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, c.SendGrid.LookupLag)
+	require.Equal(t, 20*time.Second, c.SendGrid.LookupGiveUp)
+
+	m["SENDGRID_LOOKUP_LAG"] = "5m"
+	m["SENDGRID_LOOKUP_GIVE_UP"] = "0s"
+	m["WORKER_POLLERS"] = "1"
+	_, err = load(t, config.Worker, m)
+	require.ErrorContains(t, err, "COLLAPSE_WINDOW (--collapse-window): 1m0s is shorter than the provider timeout plus SENDGRID_LOOKUP_LAG (5m30s)")
+	require.ErrorContains(t, err, "SENDGRID_LOOKUP_GIVE_UP: 0s must be positive")
+	require.ErrorContains(t, err, "WORKER_POLLERS (--pollers): 1 is not between 2 and 64")
 }
 
 func TestURLCredentialsAreNeverEchoed(t *testing.T) {

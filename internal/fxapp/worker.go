@@ -59,16 +59,26 @@ type workerIn struct {
 	Logger     *slog.Logger
 }
 
+// WorkerOptions returns the Temporal worker options of t: the activity
+// slots (WORKER_MAX_ACTIVITIES), the workflow-task and activity-task
+// pollers (WORKER_POLLERS) and the drain time (WORKER_STOP_TIMEOUT).
+func WorkerOptions(t config.WorkerTuning) worker.Options {
+	return worker.Options{
+		MaxConcurrentActivityExecutionSize: t.MaxConcurrentActivities,
+		MaxConcurrentWorkflowTaskPollers:   t.Pollers,
+		MaxConcurrentActivityTaskPollers:   t.Pollers,
+		WorkerStopTimeout:                  t.StopTimeout,
+	}
+}
+
 func newWorker(in workerIn) (worker.Worker, error) {
 	logger := in.Logger.With("component", "worker", "task_queue", in.Temporal.TaskQueue)
-	w := worker.New(in.Client, in.Temporal.TaskQueue, worker.Options{
-		MaxConcurrentActivityExecutionSize: in.Tuning.MaxConcurrentActivities,
-		WorkerStopTimeout:                  in.Tuning.StopTimeout,
-		OnFatalError: func(err error) {
-			logger.Error("temporal worker stopped on a fatal error", "err", err)
-			_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
-		},
-	})
+	opts := WorkerOptions(in.Tuning)
+	opts.OnFatalError = func(err error) {
+		logger.Error("temporal worker stopped on a fatal error", "err", err)
+		_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
+	}
+	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
 	workflows.Register(w)
 	if err := activities.Register(w, in.Activities.Definitions()...); err != nil {
 		return nil, fmt.Errorf("register activities: %w", err)
