@@ -147,6 +147,10 @@ func (w *faultWorld) spawn(i int) error {
 		"SENDGRID_API_BASE="+w.mailURL,
 		"RECEIPT_FROM="+receiptFrom,
 		"RECEIPT_POLICY="+w.policy,
+		// The fake's index lags 2 s: a lost send is settled within seconds,
+		// not after SendGrid's production margin of minutes.
+		"SENDGRID_LOOKUP_LAG=10s",
+		"SENDGRID_LOOKUP_GIVE_UP=30s",
 		"METRICS_ADDR=127.0.0.1:0",
 	)
 	out := &syncBuffer{}
