@@ -22,7 +22,7 @@ import (
 // Relay defaults. See RelayOpts.
 const (
 	DefaultBatchSize     = 100
-	DefaultConcurrency   = 16
+	DefaultConcurrency   = 8
 	DefaultPollInterval  = 250 * time.Millisecond
 	DefaultLease         = 30 * time.Second
 	DefaultStartTimeout  = 10 * time.Second

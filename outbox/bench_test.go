@@ -1,0 +1,243 @@
+package outbox_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+var (
+	benchDuration    = flag.Duration("relay.duration", 10*time.Second, "how long BenchmarkRelayCommitToStart offers load at each rate")
+	benchConcurrency = flag.Int("relay.concurrency", 0, "RelayOpts.Concurrency for BenchmarkRelayCommitToStart; 0 means the default")
+)
+
+// BenchmarkRelayCommitToStart offers orders at a fixed rate, each committed
+// with its outbox row in its own transaction (as the API does), to a relay
+// woken by Listen that starts them with the production TemporalStarter on
+// the shared dev server, and reports the latency from each commit's return
+// to its start's return: p50, p99 and max in milliseconds. Beside it,
+// "direct" makes the same starts at the same rate with workflows.Start and
+// no outbox: the floor the relay adds to. Run it with `make bench-relay`
+// (-benchtime 1x: each iteration is one full load of -relay.duration).
+func BenchmarkRelayCommitToStart(b *testing.B) {
+	for _, rate := range []int{50, 200} {
+		b.Run(fmt.Sprintf("rate=%d/relay", rate), func(b *testing.B) {
+			for range b.N {
+				reportLatencies(b, relayLoad(b, rate))
+			}
+		})
+		b.Run(fmt.Sprintf("rate=%d/direct", rate), func(b *testing.B) {
+			for range b.N {
+				reportLatencies(b, directLoad(b, rate))
+			}
+		})
+	}
+}
+
+// relayLoad commits orders at rate for benchDuration and returns each
+// one's commit-to-start latency.
+func relayLoad(b *testing.B, rate int) []time.Duration {
+	_, url := effectstest.NewSchema(b)
+	apiPool := effectstest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 16})
+	relayPool := effectstest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
+	store, err := orders.NewStore(apiPool)
+	require.NoError(b, err)
+	c := dialBench(b)
+	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
+	starter := &timedStarter{next: fxapp.TemporalStarter(c, nil, &workflows.StartOpts{TaskQueue: queue}).(outbox.RequestStarter),
+		at: map[string]time.Time{}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	go outbox.Listen(ctx, relayPool, wake, quietSlog())
+	r, err := outbox.NewRelay(relayPool, starter, &outbox.RelayOpts{Concurrency: *benchConcurrency, Wake: wake, Logger: quietSlog()})
+	require.NoError(b, err)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(ctx) }()
+	<-wake // listening; the relay's first poll is under way
+	time.Sleep(200 * time.Millisecond)
+
+	committed := offer(b, rate, func(i int) (string, error) {
+		o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
+			CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
+		err := pgx.BeginFunc(ctx, apiPool, func(tx pgx.Tx) error {
+			_, _, err := outbox.CreateOrderTx(ctx, tx, store, o)
+			return err
+		})
+		return orders.WorkflowID(tenant, o.ID), err
+	})
+	require.Eventually(b, func() bool { return starter.count() >= len(committed) }, time.Minute, 10*time.Millisecond,
+		"every committed order is started")
+	cancel()
+	require.NoError(b, <-relayDone)
+	// The start calls alone, inside the latency: the rest is the relay's.
+	calls := slices.Sorted(slices.Values(starter.calls))
+	b.ReportMetric(percentile(calls, 0.50), "start-p50-ms")
+	b.ReportMetric(percentile(calls, 0.99), "start-p99-ms")
+	return starter.since(committed)
+}
+
+// directLoad starts runs at rate for benchDuration with workflows.Start and
+// returns each call's latency.
+func directLoad(b *testing.B, rate int) []time.Duration {
+	c := dialBench(b)
+	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
+	var mu sync.Mutex
+	var lat []time.Duration
+	offer(b, rate, func(i int) (string, error) {
+		began := time.Now()
+		in := orders.NewCheckoutInput(tenant, fmt.Sprintf("o%06d", i))
+		_, err := workflows.Start(context.Background(), c, in, &workflows.StartOpts{TaskQueue: queue})
+		mu.Lock()
+		lat = append(lat, time.Since(began))
+		mu.Unlock()
+		return in.WorkflowID(), err
+	})
+	return lat
+}
+
+// offer calls do for 0, 1, 2, … at rate per second for benchDuration, each
+// call in its own goroutine (an open load: a slow call delays nobody), and
+// returns when each successful call returned, by the workflow ID it names.
+func offer(b *testing.B, rate int, do func(i int) (string, error)) map[string]time.Time {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	done := map[string]time.Time{}
+	var errs []error
+	n := int(benchDuration.Seconds() * float64(rate))
+	interval := time.Second / time.Duration(rate)
+	began := time.Now()
+	for i := range n {
+		time.Sleep(time.Until(began.Add(time.Duration(i) * interval)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := do(i)
+			at := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			done[id] = at
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(n)/time.Since(began).Seconds(), "offered/s")
+	// An overloaded server times calls out: count them as a figure (they
+	// are left out of the latencies) rather than hide the others.
+	b.ReportMetric(float64(len(errs)), "errors")
+	if len(errs) > 0 {
+		b.Logf("%d of %d calls failed; the first: %v", len(errs), n, errs[0])
+	}
+	return done
+}
+
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	b.Helper()
+	require.NotEmpty(b, lat)
+	slices.Sort(lat)
+	b.ReportMetric(percentile(lat, 0.50), "p50-ms")
+	b.ReportMetric(percentile(lat, 0.99), "p99-ms")
+	b.ReportMetric(percentile(lat, 1), "max-ms")
+	b.ReportMetric(loadAverage(), "load1")
+	b.ReportMetric(0, "ns/op") // one iteration is one whole load: ns/op says nothing
+}
+
+// percentile returns the p-th percentile of sorted in milliseconds.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(len(sorted)-1, int(p*float64(len(sorted))))
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+// timedStarter records when each start returned, and how long the call
+// took.
+type timedStarter struct {
+	next  outbox.RequestStarter
+	mu    sync.Mutex
+	at    map[string]time.Time
+	calls []time.Duration
+}
+
+func (s *timedStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+	return s.StartRequest(ctx, outbox.Request{Input: in})
+}
+
+func (s *timedStarter) StartRequest(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+	began := time.Now()
+	st, err := s.next.StartRequest(ctx, req)
+	if err == nil {
+		s.mu.Lock()
+		if _, ok := s.at[st.WorkflowID]; !ok {
+			s.at[st.WorkflowID] = time.Now()
+			s.calls = append(s.calls, time.Since(began))
+		}
+		s.mu.Unlock()
+	}
+	return st, err
+}
+
+func (s *timedStarter) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.at)
+}
+
+// since returns, for each committed workflow ID, the time from its commit
+// to its start.
+func (s *timedStarter) since(committed map[string]time.Time) []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lat := make([]time.Duration, 0, len(committed))
+	for id, at := range committed {
+		lat = append(lat, s.at[id].Sub(at))
+	}
+	return lat
+}
+
+func quietSlog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func dialBench(b *testing.B) client.Client {
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger{}})
+	require.NoError(b, err)
+	b.Cleanup(c.Close)
+	return c
+}
+
+// loadAverage returns the machine's one-minute load average, so that the
+// figures say how busy the machine was.
+func loadAverage() float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
+	if err != nil {
+		return -1
+	}
+	return f
+}
