@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/contrib/envconfig"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
@@ -114,11 +115,24 @@ type Database struct {
 	Migrate bool
 }
 
-// Temporal is the Temporal frontend and where the order workflow runs.
+// Temporal is the Temporal frontend, how to connect to it, and where the
+// order workflow runs. Address and Namespace come from the flags, else
+// TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE, else the Temporal config file's
+// profile, else the defaults; the connection's security (TLS, mTLS, API
+// key, gRPC headers) comes from the SDK's environment configuration: see
+// ClientOptions. Its String, GoString and LogValue redact the secrets.
 type Temporal struct {
 	Address   string // TEMPORAL_ADDRESS, host:port
 	Namespace string // TEMPORAL_NAMESPACE
 	TaskQueue string // TEMPORAL_TASK_QUEUE
+	// Profile is the config file profile in use (TEMPORAL_PROFILE), empty
+	// for the default one.
+	Profile string
+	// conn is the profile read by the SDK's contrib/envconfig from the
+	// config file (TEMPORAL_CONFIG_FILE) and the TEMPORAL_* variables: TLS,
+	// client certificate, API key, gRPC headers. Its Address and Namespace
+	// are the profile's own; the fields above win. It holds secrets.
+	conn envconfig.ClientConfigProfile
 }
 
 // Stripe is the Stripe API the charge activity calls.
@@ -205,7 +219,8 @@ type FlagGroup int
 const (
 	// TemporalFlags are TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and
 	// TEMPORAL_TASK_QUEUE with their flags --temporal-address,
-	// --temporal-namespace and --task-queue.
+	// --temporal-namespace and --task-queue, and the connection's other
+	// TEMPORAL_* settings (TLS, API key, config file and profile).
 	TemporalFlags FlagGroup = iota + 1
 	// MigrateFlag is MIGRATE_ON_START and its flag --migrate.
 	MigrateFlag
@@ -252,8 +267,7 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 
 	str(&c.Database.URL, "DATABASE_URL", DefaultDatabaseURL)
 	boolean(&c.Database.Migrate, "MIGRATE_ON_START", role == Worker)
-	str(&c.Temporal.Address, "TEMPORAL_ADDRESS", DefaultTemporalAddress)
-	str(&c.Temporal.Namespace, "TEMPORAL_NAMESPACE", DefaultTemporalNamespace)
+	l.loadTemporal()
 	str(&c.Temporal.TaskQueue, "TEMPORAL_TASK_QUEUE", orders.TaskQueue)
 	// A one-shot CLI is quiet unless asked; a server logs its lifecycle.
 	defaultLevel := "info"
@@ -354,6 +368,9 @@ func (l *Loader) Load() (*Config, error) {
 	}
 	if c.Temporal.TaskQueue == "" {
 		add("TEMPORAL_TASK_QUEUE", "must not be empty")
+	}
+	if !l.omit[TemporalFlags] {
+		l.checkTemporal(c.Temporal, add)
 	}
 	switch strings.ToLower(l.level) {
 	case "debug":
@@ -486,10 +503,10 @@ func (l *Loader) hasFlag(name string) bool {
 
 // omitted reports whether the variable name belongs to an omitted group.
 func (l *Loader) omitted(name string) bool {
-	switch name {
-	case "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE":
+	switch {
+	case strings.HasPrefix(name, "TEMPORAL_"):
 		return l.omit[TemporalFlags]
-	case "MIGRATE_ON_START":
+	case name == "MIGRATE_ON_START":
 		return l.omit[MigrateFlag]
 	}
 	return false

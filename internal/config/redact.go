@@ -43,11 +43,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("role", c.Role.String()),
 		slog.String("database", c.Database.Redacted()),
 		slog.Bool("migrate_on_start", c.Database.Migrate),
-		slog.String("temporal_address", c.Temporal.Address),
-		slog.String("temporal_namespace", c.Temporal.Namespace),
-		slog.String("task_queue", c.Temporal.TaskQueue),
-		slog.String("log_level", c.LogLevel.String()),
 	}
+	attrs = append(attrs, c.Temporal.logAttrs()...)
+	attrs = append(attrs, slog.String("log_level", c.LogLevel.String()))
 	if c.Role == Worker {
 		attrs = append(attrs,
 			slog.String("stripe_secret_key", redactKey(c.Stripe.SecretKey)),

@@ -13,7 +13,8 @@ import (
 )
 
 // TemporalModule provides a Temporal client for the configured frontend and
-// namespace. The client connects on first use, so building the app never
+// namespace, secured as configured (TLS, mTLS client certificate, API key:
+// see config.Temporal). The client connects on first use, so building the app never
 // waits on the network (the worker checks the connection when it starts);
 // it is closed on stop. When the app has a prometheus.Registerer
 // (MetricsModule), the SDK's own metrics (polls, task and activity
@@ -32,11 +33,11 @@ type temporalIn struct {
 
 func newTemporalClient(in temporalIn) (client.Client, error) {
 	cfg := in.Config
-	opts := client.Options{
-		HostPort:  cfg.Address,
-		Namespace: cfg.Namespace,
-		Logger:    tlog.NewStructuredLogger(in.Logger.With("component", "temporal")),
+	opts, err := cfg.ClientOptions()
+	if err != nil {
+		return nil, err
 	}
+	opts.Logger = tlog.NewStructuredLogger(in.Logger.With("component", "temporal"))
 	if in.Registerer != nil {
 		h, err := newSDKMetrics(in.Registerer)
 		if err != nil {
