@@ -57,7 +57,7 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		if err := refuseFinalOrder(ctx, store, k); err != nil {
-			return err
+			return migrationHint(ctx, pool, cfg, err)
 		}
 		rec, err := fxc.Resolve(ctx, k, params)
 		if errors.Is(err, effects.ErrNotResolvable) || errors.Is(err, effects.ErrNotFound) {
