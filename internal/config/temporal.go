@@ -158,10 +158,10 @@ func (l *Loader) checkTemporal(t Temporal, add func(name, format string, args ..
 	if c == nil || c.Disabled {
 		return
 	}
-	cert, certName := l.readPEM(add, "CLIENT_CERT", c.ClientCertPath, c.ClientCertData)
-	key, keyName := l.readPEM(add, "CLIENT_KEY", c.ClientKeyPath, c.ClientKeyData)
+	cert, certName, certOK := l.readPEM(add, "CLIENT_CERT", c.ClientCertPath, c.ClientCertData)
+	key, keyName, keyOK := l.readPEM(add, "CLIENT_KEY", c.ClientKeyPath, c.ClientKeyData)
 	switch {
-	case cert == nil && key == nil:
+	case !certOK || !keyOK, cert == nil && key == nil:
 	case key == nil:
 		add(keyName, "required with %s (the client certificate's private key)", certName)
 	case cert == nil:
@@ -176,7 +176,7 @@ func (l *Loader) checkTemporal(t Temporal, add func(name, format string, args ..
 			add(keyName, "does not fit the client certificate in %s: %v", certName, err)
 		}
 	}
-	if ca, caName := l.readPEM(add, "SERVER_CA_CERT", c.ServerCACertPath, c.ServerCACertData); ca != nil {
+	if ca, caName, _ := l.readPEM(add, "SERVER_CA_CERT", c.ServerCACertPath, c.ServerCACertData); ca != nil {
 		if !x509.NewCertPool().AppendCertsFromPEM(ca) {
 			add(caName, "holds no PEM certificate")
 		}
@@ -184,19 +184,20 @@ func (l *Loader) checkTemporal(t Temporal, add func(name, format string, args ..
 }
 
 // readPEM returns the bytes of the TEMPORAL_TLS_<what>_PATH file or
-// TEMPORAL_TLS_<what>_DATA, nil when neither is set or the file cannot be
-// read (a problem added), and the setting's name for messages.
-func (l *Loader) readPEM(add func(string, string, ...any), what, path string, data []byte) ([]byte, string) {
-	pathName := l.temporalSource("TEMPORAL_TLS_"+what+"_PATH", strings.ToLower(what)+"_path")
-	dataName := l.temporalSource("TEMPORAL_TLS_"+what+"_DATA", strings.ToLower(what)+"_data")
+// TEMPORAL_TLS_<what>_DATA (nil when neither is set), the setting's name
+// for messages, and false when a problem was added: both set, or a file
+// that cannot be read.
+func (l *Loader) readPEM(add func(string, string, ...any), what, path string, data []byte) ([]byte, string, bool) {
+	pathName := l.temporalSource("TEMPORAL_TLS_"+what+"_PATH", strings.ToLower(what)+"_path", path != "")
+	dataName := l.temporalSource("TEMPORAL_TLS_"+what+"_DATA", strings.ToLower(what)+"_data", len(data) > 0)
 	switch {
 	case path != "" && len(data) > 0:
 		add(pathName, "set either it or %s, not both", dataName)
-		return nil, pathName
+		return nil, pathName, false
 	case len(data) > 0:
-		return data, dataName
+		return data, dataName, true
 	case path == "":
-		return nil, pathName
+		return nil, pathName, true
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -205,15 +206,15 @@ func (l *Loader) readPEM(add func(string, string, ...any), what, path string, da
 			err = pathErr.Err
 		}
 		add(pathName, "cannot read %s: %v", path, err)
-		return nil, pathName
+		return nil, pathName, false
 	}
-	return b, pathName
+	return b, pathName, true
 }
 
-// temporalSource names where a TLS setting came from: its variable when
-// set, else its key in the config file's profile.
-func (l *Loader) temporalSource(env, key string) string {
-	if _, ok := envLookup(l.lookup).LookupEnv(env); ok {
+// temporalSource names where a TLS setting came from: its variable, unless
+// only the config file's profile sets it (inFile), then its key there.
+func (l *Loader) temporalSource(env, key string, inFile bool) string {
+	if _, ok := envLookup(l.lookup).LookupEnv(env); ok || !inFile {
 		return env
 	}
 	prof := l.cfg.Temporal.Profile

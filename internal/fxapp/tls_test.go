@@ -22,8 +22,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
@@ -250,4 +258,74 @@ func startFails(t *testing.T, d *fxapptest.Deps) error {
 	require.ErrorContains(t, err, "cannot reach Temporal at ")
 	require.False(t, errors.Is(err, context.DeadlineExceeded), "the cause, not a timeout: %v", err)
 	return err
+}
+
+// TestTemporalAPIKey connects the Temporal client to a TLS gRPC server that
+// answers health checks only with the right `authorization: Bearer <key>`
+// header, the way Temporal Cloud checks an API key.
+func TestTemporalAPIKey(t *testing.T) {
+	t.Parallel()
+	const key = "tmprl-test-key"
+	p := newPKI(t, "keyed test CA")
+	addr := startKeyServer(t, p, key)
+
+	connect := func(apiKey string) error {
+		cfg := loadConfig(t, config.Starter, map[string]string{
+			"TEMPORAL_ADDRESS":                 addr,
+			"TEMPORAL_API_KEY":                 apiKey,
+			"TEMPORAL_TLS_SERVER_CA_CERT_PATH": p.CA,
+			"TEMPORAL_TLS_SERVER_NAME":         proxyServerName,
+		})
+		require.Equal(t, "tls", cfg.Temporal.TLS())
+		var tc client.Client
+		app := fx.New(fx.NopLogger, fx.Supply(cfg.Temporal, quiet()), fxapp.TemporalModule, fx.Populate(&tc))
+		require.NoError(t, app.Err())
+		defer func() { require.NoError(t, app.Stop(context.Background())) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}
+	require.NoError(t, connect(key), "the key reaches the server")
+	err := connect("wrong-key")
+	require.Equal(t, codes.Unauthenticated, status.Code(errors.Unwrap(err)), "%v", err)
+}
+
+// startKeyServer serves GetSystemInfo and gRPC health over TLS on a free
+// port, refusing any call without the header "authorization: Bearer key".
+func startKeyServer(t *testing.T, p *pki, key string) string {
+	t.Helper()
+	check := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+key {
+			return status.Error(codes.Unauthenticated, "bad API key")
+		}
+		return nil
+	}
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewServerTLSFromCert(&p.server)),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+	)
+	hs := health.NewServer()
+	hs.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	workflowservice.RegisterWorkflowServiceServer(srv, systemInfoOnly{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
+}
+
+type systemInfoOnly struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+}
+
+func (systemInfoOnly) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{}, nil
 }
