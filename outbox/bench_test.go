@@ -143,8 +143,9 @@ func offer(b *testing.B, rate int, do func(i int) (string, error)) map[string]ti
 			done[id] = at
 		}()
 	}
+	offered := float64(n) / time.Since(began).Seconds()
 	wg.Wait()
-	b.ReportMetric(float64(n)/time.Since(began).Seconds(), "offered/s")
+	b.ReportMetric(offered, "offered/s")
 	// An overloaded server times calls out: count them as a figure (they
 	// are left out of the latencies) rather than hide the others.
 	b.ReportMetric(float64(len(errs)), "errors")
