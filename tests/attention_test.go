@@ -115,13 +115,15 @@ type waitingOrder struct {
 // its run.
 func (b *bundle) waitingReceipt(t *testing.T, id string, fault fakesendgrid.Fault) *waitingOrder {
 	t.Helper()
-	b.order(t, id, 1500, "pm_card_visa")
+	o := b.order(t, id, 1500, "pm_card_visa")
 	in := orders.NewCheckoutInput(b.tenant, id)
 	key, err := in.EffectKey(orders.StepReceipt)
 	require.NoError(t, err)
 	fault.Match = key.String()
 	b.mail.Inject(fault)
-	return &waitingOrder{id: id, key: key, st: b.start(t, in)}
+	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue, Order: o})
+	require.NoError(t, err)
+	return &waitingOrder{id: id, key: key, st: st}
 }
 
 // awaitAttention waits until ListAttention lists the run of workflowID.

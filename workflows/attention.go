@@ -145,7 +145,9 @@ func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cau
 	}
 	o.showDetails(ctx)
 	w := o.wait
-	decided, err := workflow.AwaitWithTimeout(ctx, DecisionTimeout, func() bool { return w.decided })
+	decided, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: DecisionTimeout,
+		TimerOptions: workflow.TimerOptions{Summary: "decision on " + value + " · effect " + s.EffectKey}},
+		func() bool { return w.decided })
 	if err == nil && !decided && w.applying { // A decision arrived as time ran out: let it finish.
 		err = workflow.Await(ctx, func() bool { return !w.applying })
 		decided = w.decided
