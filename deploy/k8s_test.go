@@ -403,7 +403,8 @@ func dockerfileBinaries(t *testing.T) []string {
 func TestManifestConfigurationLoads(t *testing.T) {
 	t.Parallel()
 	standIns := map[string]string{"DATABASE_URL": "postgres://keyed@db.internal:5432/keyed?sslmode=require",
-		"STRIPE_SECRET_KEY": "sk_test_standin", "SENDGRID_API_KEY": "SG.standin", "KEYED_API_KEYS": "acme=sk_keyed_standin"}
+		"STRIPE_SECRET_KEY": "sk_test_standin", "SENDGRID_API_KEY": "SG.standin", "KEYED_API_KEYS": "acme=sk_keyed_standin",
+		"TEMPORAL_API_KEY": "standin-temporal-api-key"}
 	for _, dir := range kustomizations {
 		b := build(t, dir)
 		for _, p := range b.pods() {
@@ -426,6 +427,7 @@ func TestManifestConfigurationLoads(t *testing.T) {
 					env[e.Name] = standIns[e.Name]
 				}
 			}
+			secretFileStandIns(t, p.spec, c, env)
 			role := config.Starter
 			if filepath.Base(c.Command[0]) == "worker" {
 				role = config.Worker
