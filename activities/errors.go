@@ -2,6 +2,8 @@ package activities
 
 import (
 	"errors"
+	"slices"
+	"strings"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -178,28 +180,64 @@ func ErrorType(err error) (errType string, retry bool) {
 	return ErrTypeTerminal, false
 }
 
-// describe is the short message of each error type, used as the message of
-// the Temporal error whose cause is the step's error.
-var describe = map[string]string{
-	ErrTypeInvalidInput:      "invalid input",
-	ErrTypeOrderNotFound:     "order not found",
-	ErrTypeCardDeclined:      "card declined",
-	ErrTypePaymentIncomplete: "payment not completed",
-	ErrTypeProviderRejected:  "provider rejected the request",
-	ErrTypeKeyReused:         "effect key reused with different inputs",
-	ErrTypeAmbiguous:         "effect outcome unknown; not repeating it",
-	ErrTypeInvalidState:      "order in wrong state",
-	ErrTypeTerminal:          "step failed",
-	ErrTypeTransient:         "temporary failure; retrying with the same effect key",
-	ErrTypeInProgress:        "effect in progress elsewhere",
-	ErrTypeLeaseLost:         "effect claim lost to another attempt",
+// todo says, per error type, whether Temporal retries and what an operator
+// does about it: the end of the one-line message ToTemporal writes.
+var todo = map[string]string{
+	ErrTypeInvalidInput:      "not retried: fix the input or the order's data, then start a new order",
+	ErrTypeOrderNotFound:     "not retried: the tenant has no such order",
+	ErrTypeCardDeclined:      "not retried: the customer must pay with another card",
+	ErrTypePaymentIncomplete: "not retried: the payment needs the customer (such as 3-D Secure)",
+	ErrTypeProviderRejected:  "not retried: the provider refused the request; fix the data or the configuration",
+	ErrTypeKeyReused:         "not retried: the effect key came back with other inputs; compare them with the provider's record and decide",
+	ErrTypeAmbiguous:         "not retried: the outcome is unknown; check the provider's record for the effect key and decide",
+	ErrTypeInvalidState:      "not retried: check the order's status",
+	ErrTypeTerminal:          "not retried: read the worker log for the effect key",
+	ErrTypeTransient:         "retrying with the same effect key",
+	ErrTypeInProgress:        "another attempt holds the claim; retrying when its lease ends",
+	ErrTypeLeaseLost:         "retrying; the next attempt finds the outcome",
 }
+
+// OperatorMessage returns the one line an operator reads for err of type
+// errType: err's text (which names the step, the effect key and the
+// provider's code where there is one) on one line, with repeated parts
+// dropped, then whether it is retried and what to do. It never holds more
+// than err's text already does.
+func OperatorMessage(errType string, err error) string {
+	what := todo[errType]
+	if what == "" {
+		what = "not retried"
+	}
+	return errType + ": " + oneLine(err.Error()) + " — " + what
+}
+
+// oneLine puts s on one line and drops each ": "-separated part that is
+// empty or repeats an earlier one, as wrapped errors do.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	var parts []string
+	for _, p := range strings.Split(s, ": ") {
+		if p != "" && !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, ": ")
+}
+
+// inProcess carries a step's original error as the cause of the error
+// ToTemporal returns, for errors.Is and errors.As in the worker. Its text is
+// empty and it unwraps as a list, so that the SDK serializes it as one
+// empty level instead of repeating every wrapped message in history.
+type inProcess struct{ err error }
+
+func (e *inProcess) Error() string   { return "" }
+func (e *inProcess) Unwrap() []error { return []error{e.err} }
 
 // ToTemporal turns a step's error into the error an activity returns to
 // Temporal: a retryable *temporal.ApplicationError for transient failures, a
 // non-retryable one (temporal.NewNonRetryableApplicationError) for all
-// others, with the type from ErrorType and err as its cause. It returns nil
-// for nil, and an error that already is an ApplicationError unchanged. Every
+// others, with the type from ErrorType and OperatorMessage as its message;
+// err stays reachable with errors.Is and errors.As. It returns nil for nil,
+// and an error that already is an ApplicationError unchanged. Every
 // activity returns its errors through it.
 func ToTemporal(err error) error {
 	if err == nil {
@@ -210,9 +248,9 @@ func ToTemporal(err error) error {
 		return err
 	}
 	errType, retry := ErrorType(err)
-	msg := describe[errType]
+	msg := OperatorMessage(errType, err)
 	if retry {
-		return temporal.NewApplicationErrorWithCause(msg, errType, err)
+		return temporal.NewApplicationErrorWithCause(msg, errType, &inProcess{err})
 	}
-	return temporal.NewNonRetryableApplicationError(msg, errType, err)
+	return temporal.NewNonRetryableApplicationError(msg, errType, &inProcess{err})
 }

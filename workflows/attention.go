@@ -163,10 +163,11 @@ func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cau
 		return nil
 	}
 	workflow.GetMetricsHandler(ctx).Counter(MetricDecisionTimeouts).Inc(1)
-	msg := fmt.Sprintf("%s %s: no operator decision within %s on an unknown outcome (%s); check the provider, "+
-		"then `starter resolve` the key and re-run the order", s.Step, s.EffectKey, DecisionTimeout, reason)
-	s.State, s.Error = StateFailed, ErrTypeDecisionTimeout+": "+msg
-	return temporal.NewNonRetryableApplicationError(msg, ErrTypeDecisionTimeout, cause)
+	msg := fmt.Sprintf("%s: %s %s: no operator decision within %s on an unknown outcome (%s: %s) — not retried: "+
+		"check the provider, then `starter resolve` the key and re-run the order",
+		ErrTypeDecisionTimeout, s.Step, s.EffectKey, DecisionTimeout, reason, stepError(cause))
+	s.State, s.Error = StateFailed, firstLine(msg, 500)
+	return temporal.NewNonRetryableApplicationError(msg, ErrTypeDecisionTimeout, nil)
 }
 
 // setDecideHandler registers the UpdateDecide handler: its validator refuses

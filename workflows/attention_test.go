@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -210,4 +211,33 @@ func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
 	require.ErrorContains(t, first.completed, "claim is live")
 	require.NoError(t, second.completed)
 	require.NoError(t, b.env.GetWorkflowError())
+}
+
+func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	declined := &activities.Error{Type: activities.ErrTypeCardDeclined,
+		Message: "charge acme:order:9f3a:charge: create payment intent: status 402 card_error/card_declined: Your card was declined."}
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, activities.ToTemporal(fmt.Errorf("charge: %w", &effects.TerminalError{Code: "card_declined", Message: declined.Error()}))).Once()
+	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	err := b.env.GetWorkflowError()
+	require.Error(t, err)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	require.True(t, app.NonRetryable())
+	line := app.Error()
+	require.NotContains(t, line, "\n")
+	require.NotContains(t, line, "retryable: true")
+	for _, want := range []string{"charge", "acme:order:9f3a:charge", "card_declined", "another card", "retryable: false"} {
+		require.Contains(t, line, want)
+	}
+	require.Equal(t, 1, strings.Count(line, "Your card was declined"), "said once: %s", line)
+	st := b.status(t)
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=done"}, states(st))
+	require.Equal(t, 1, strings.Count(st[0].Error, "Your card was declined"), st[0].Error)
+	t.Log(line)
 }

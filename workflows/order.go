@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -243,7 +244,7 @@ func (o *orderRun) run(ctx workflow.Context, i int, fn, result any) error {
 		if !unknown || workflow.GetVersion(ctx, attentionChange, workflow.DefaultVersion, 1) < 1 {
 			o.skipAfter(i)
 			o.showDetails(ctx)
-			return err
+			return finalError(err)
 		}
 		if err := o.awaitDecision(ctx, i, reason, err); err != nil {
 			o.skipAfter(i)
@@ -300,16 +301,45 @@ func chargeFailedForGood(err error) bool {
 	return app.NonRetryable() || slices.Contains(activities.NonRetryableErrorTypes(), app.Type())
 }
 
-// stepError renders a step's failure for the status query: the activity's
-// error type and message, without the activity error's envelope.
+// stepError renders a step's failure for the status query and the current
+// details: the activity's one-line message (see activities.OperatorMessage,
+// which starts with the error type), without the activity error's
+// envelope or the cause chain.
 func stepError(err error) string {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Type() + ": " + app.Error()
-	}
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) {
-		return "Timeout: " + timeout.Error()
+		last := ""
+		if cause := timeout.Unwrap(); cause != nil {
+			last = "; last failure: " + stepError(cause)
+		}
+		return fmt.Sprintf("Timeout: the step's retries ran out (%s timeout)%s", timeoutName(timeout), last)
 	}
-	return err.Error()
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		msg := app.Message()
+		if !strings.HasPrefix(msg, app.Type()+":") {
+			msg = app.Type() + ": " + msg
+		}
+		return firstLine(msg, 500)
+	}
+	return firstLine(err.Error(), 500)
+}
+
+// timeoutName names a timeout's type for people, such as "schedule-to-close".
+func timeoutName(t *temporal.TimeoutError) string {
+	name := strings.ToLower(strings.TrimPrefix(t.TimeoutType().String(), "TIMEOUT_TYPE_"))
+	return strings.ReplaceAll(name, "_", "-")
+}
+
+// finalError is the error a run fails with when step fails for good: a
+// non-retryable application error of the step's error type whose message
+// is the step's one line (stepError), with no cause chain, so that the Web
+// UI and the CLI show it once. Errors that are not application errors are
+// returned unchanged.
+func finalError(err error) error {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError(stepError(err), app.Type(), nil)
 }
