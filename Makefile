@@ -6,6 +6,7 @@ BIN          := $(CURDIR)/bin
 TEMPORAL     := $(BIN)/temporal
 STRIPE_MOCK  := $(BIN)/stripe-mock
 PROMTOOL     := $(BIN)/promtool
+CHROMIUM     := /usr/bin/chromium
 TEMPORAL_CLI_VERSION := v1.5.1
 STRIPE_MOCK_VERSION  := v0.203.0
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
@@ -63,7 +64,7 @@ postgres: ## Make sure PostgreSQL runs on 127.0.0.1:5432 (starts or installs it)
 	@scripts/ensure-postgres
 
 .PHONY: tools
-tools: $(TEMPORAL) $(STRIPE_MOCK) $(PROMTOOL) ## Build the Temporal CLI (dev server + Web UI) and stripe-mock into bin/, and put promtool there.
+tools: $(TEMPORAL) $(STRIPE_MOCK) $(PROMTOOL) $(CHROMIUM) ## Build the Temporal CLI (dev server + Web UI) and stripe-mock into bin/, put promtool there, and install Chromium for the browser test.
 
 $(TEMPORAL):
 	@echo "Building the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (about 5 minutes the first time)..."
@@ -85,6 +86,15 @@ $(PROMTOOL):
 	  { apt-get download prometheus || { apt-get update -qq && apt-get download prometheus; }; } && \
 	  dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && mv usr/bin/promtool $@; fi
 	@$@ --version | head -1
+
+# Debian's Chromium, driven headless by tests/browser_test.go against the
+# dev server's Web UI. Installed with apt-get (through sudo when not root)
+# only when missing.
+$(CHROMIUM):
+	@echo "Installing Chromium for the Web UI browser test..."
+	@sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get install -y chromium || { $$sudo apt-get update -qq && $$sudo apt-get install -y chromium; }
+	@$@ --version
 
 .PHONY: fmt
 fmt: ## Format the code.
