@@ -151,6 +151,11 @@ func (px *tlsProxy) serve(c *tls.Conn, upstream string) {
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {
 		px.refused.Add(1)
+		// Linger as a server does, so that the client reads the alert
+		// (TLS 1.3's "certificate required" comes after its handshake)
+		// rather than a reset.
+		_ = c.NetConn().SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, _ = io.Copy(io.Discard, c.NetConn())
 		return
 	}
 	px.verified.Add(1)
@@ -233,6 +238,31 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 		d.Env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"] = other.CA
 		err := startFails(t, d)
 		require.ErrorContains(t, err, "certificate signed by unknown authority")
+	})
+	t.Run("SilentFrontend", func(t *testing.T) {
+		t.Parallel()
+		// A frontend that accepts connections and never answers the
+		// handshake: the SDK's 5 s bound on its first call ends the wait.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { _ = c.Close() })
+			}
+		}()
+		d := fxapptest.Prepare(t, &fxapptest.Opts{Server: srv})
+		d.Env = tlsEnv(d, px, p)
+		d.Env["TEMPORAL_ADDRESS"] = ln.Addr().String()
+		began := time.Now()
+		_, err = fxapptest.StartOn(t, d, nil)
+		t.Logf("failed after %s: %v", time.Since(began).Round(time.Millisecond), err)
+		require.ErrorContains(t, err, "cannot reach Temporal at "+ln.Addr().String())
+		require.Less(t, time.Since(began), 20*time.Second, "not the minute-long start timeout")
 	})
 	t.Run("NoClientCertificate", func(t *testing.T) {
 		t.Parallel()
