@@ -22,7 +22,11 @@ func TestReplay(t *testing.T) {
 	// order_declined.json predates marking a declined order failed and
 	// replays without it (workflow.DefaultVersion of the change
 	// "mark-failed-on-decline"); order_declined_v1.json runs MarkFailed.
-	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json"} {
+	// order_receipt_decided_v1.json waits on an ambiguous receipt
+	// (version 1 of "wait-for-decision"), takes a "done" decide update,
+	// runs ApplyDecision and the receipt again, and completes.
+	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
+		"testdata/order_receipt_decided_v1.json"} {
 		r := worker.NewWorkflowReplayer()
 		workflows.Register(r)
 		err := r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file)
