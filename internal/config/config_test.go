@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +25,17 @@ const (
 	dbPassword  = "hunter2-db-pass"
 )
 
+// env looks up m. Unless m names one, TEMPORAL_CONFIG_FILE is a file that
+// does not exist, so that a Temporal CLI profile in the user's config
+// directory cannot change the results.
 func env(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		if !ok && k == "TEMPORAL_CONFIG_FILE" {
+			return filepath.Join(os.TempDir(), "keyed-config-test-no-temporal.toml"), true
+		}
+		return v, ok
+	}
 }
 
 func workerEnv() map[string]string {

@@ -84,8 +84,13 @@ func (t Temporal) logAttrs() []slog.Attr {
 		slog.String("task_queue", t.TaskQueue),
 		slog.String("temporal_tls", t.TLS()),
 	}
-	if c := t.conn.TLS; c != nil && c.ServerName != "" {
-		attrs = append(attrs, slog.String("temporal_tls_server_name", c.ServerName))
+	if c := t.conn.TLS; c != nil && !c.Disabled {
+		if c.ServerName != "" {
+			attrs = append(attrs, slog.String("temporal_tls_server_name", c.ServerName))
+		}
+		if c.DisableHostVerification {
+			attrs = append(attrs, slog.Bool("temporal_tls_verify", false))
+		}
 	}
 	if t.HasAPIKey() {
 		attrs = append(attrs, slog.String("temporal_api_key", "(redacted)"))

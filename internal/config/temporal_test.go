@@ -49,7 +49,7 @@ func certFiles(t *testing.T) (certPath, keyPath string) {
 
 func TestTemporalPlainByDefault(t *testing.T) {
 	t.Parallel()
-	c, err := load(t, config.Starter, map[string]string{"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "none.toml")})
+	c, err := load(t, config.Starter, nil)
 	require.NoError(t, err)
 	require.Equal(t, "off", c.Temporal.TLS())
 	opts, err := c.Temporal.ClientOptions()
@@ -70,6 +70,7 @@ func TestTemporalMutualTLS(t *testing.T) {
 	m["TEMPORAL_TLS_CLIENT_KEY_PATH"] = " " + key + "\n" // trimmed, as keyed's other variables
 	m["TEMPORAL_TLS_SERVER_CA_CERT_PATH"] = cert
 	m["TEMPORAL_TLS_SERVER_NAME"] = "orders.a1b2c.tmprl.cloud"
+	m["TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"] = "0"
 	c, err := load(t, config.Worker, m)
 	require.NoError(t, err)
 	require.Equal(t, "mtls", c.Temporal.TLS())
@@ -82,6 +83,12 @@ func TestTemporalMutualTLS(t *testing.T) {
 	require.NotNil(t, opts.ConnectionOptions.TLS.RootCAs)
 	require.Equal(t, "orders.a1b2c.tmprl.cloud", opts.ConnectionOptions.TLS.ServerName)
 	require.Contains(t, c.String(), "temporal_tls=mtls temporal_tls_server_name=orders.a1b2c.tmprl.cloud")
+	require.False(t, opts.ConnectionOptions.TLS.InsecureSkipVerify)
+
+	m["TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"] = "true"
+	c, err = load(t, config.Worker, m)
+	require.NoError(t, err)
+	require.Contains(t, c.String(), "temporal_tls_verify=false", "an unverified connection shows in the log")
 }
 
 func TestTemporalAPIKeyIsASecret(t *testing.T) {
