@@ -4,10 +4,11 @@
 // deployment gets one message that lists every problem instead of a panic
 // or a drip of errors one restart at a time.
 //
-// Secrets (STRIPE_SECRET_KEY, SENDGRID_API_KEY and the password in
-// DATABASE_URL) come from the environment only, never from flags, which
-// other users can read in the process list; and Config's String and
-// LogValue redact them.
+// Secrets (STRIPE_SECRET_KEY, SENDGRID_API_KEY, the password in
+// DATABASE_URL, and TEMPORAL_API_KEY and the Temporal client key, which may
+// also come from the Temporal config file) come from the environment only,
+// never from flags, which other users can read in the process list; and
+// Config's String and LogValue redact them.
 package config
 
 import (
