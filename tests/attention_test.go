@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -23,8 +25,9 @@ import (
 // the client gave up, and its Email Activity API is down for longer than
 // keyed waits. Both runs wait with KeyedAttention set and are found by the
 // documented query; the operator, with the provider answering again, decides
-// "done" for the first (the message is at SendGrid) and "retry" for the
-// second (it is not). Both complete in the same run, with one receipt each.
+// "done" for the first (the message is at SendGrid; through the SDK) and
+// "retry" for the second (it is not; through the CLI). Both complete in the
+// same run, with one receipt each.
 func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -60,9 +63,13 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 		Resolution: effects.ResolveDone, Result: result, By: "ada", Reason: "found in SendGrid by custom_args"})
 	require.NoError(t, err)
 	require.Equal(t, string(effects.StateSucceeded), res.State)
-	_, err = workflows.SendDecision(b.ctx, b.temporal, b.tenant, lost.id, "", workflows.Decision{Step: "receipt",
-		Resolution: effects.ResolveRetry, By: "ada", Reason: "not in SendGrid's activity feed"})
+	// The second decision goes through the CLI, as the README shows.
+	bin, err := devserver.FindBinary()
 	require.NoError(t, err)
+	out, err := exec.CommandContext(b.ctx, bin, "workflow", "update", "execute", "--address", temporalAddr,
+		"--workflow-id", lost.st.WorkflowID, "--name", workflows.UpdateDecide,
+		"--input", `{"step":"receipt","resolution":"retry","by":"ada","reason":"not in SendGrid's activity feed"}`).CombinedOutput()
+	require.NoError(t, err, "temporal workflow update execute:\n%s", out)
 
 	for _, w := range []*waitingOrder{sent, lost} {
 		out, err := b.wait(t, w.st)
@@ -73,9 +80,9 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 		rec := b.records(t, w.id)[orders.StepReceipt]
 		require.Equal(t, effects.StateSucceeded, rec.State)
 	}
-	out, err := b.wait(t, sent.st)
+	final, err := b.wait(t, sent.st)
 	require.NoError(t, err)
-	require.Equal(t, msg.MessageID, out.Receipt.MessageID, "the decided outcome is the run's")
+	require.Equal(t, msg.MessageID, final.Receipt.MessageID, "the decided outcome is the run's")
 	require.Contains(t, b.records(t, sent.id)[orders.StepReceipt].ErrorMessage, "ada decided done", "the record says who and why")
 	require.Equal(t, 2, b.stripe.Charges())
 	require.Equal(t, 2, b.mail.Count())
