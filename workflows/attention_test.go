@@ -241,3 +241,18 @@ func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 	require.Equal(t, 1, strings.Count(st[0].Error, "Your card was declined"), st[0].Error)
 	t.Log(line)
 }
+
+func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", activities.ErrTypeAmbiguous, nil)).Once()
+	b.expectAttention(t, "charge:ambiguous")
+
+	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
+	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
+	require.NotContains(t, b.started, activities.NameMarkFailed, "the card may have been charged")
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, states(b.status(t)))
+}

@@ -286,16 +286,18 @@ func (o *orderRun) skipAfter(i int) {
 // failed: an application error that is non-retryable or of a type the retry
 // policy refuses to retry, such as CardDeclined or PaymentIncomplete. A
 // missing order or an unusable input leaves nothing to mark. KeyReused and
-// Ambiguous, and a retryable failure that ran out of attempts or time
-// (Transient, InProgress, a timeout), leave open whether the card was
-// charged; none of them counts, and MarkFailed would refuse them too.
+// Ambiguous, a retryable failure that ran out of attempts or time
+// (Transient, InProgress, a timeout), and a DecisionTimeout on any of them,
+// leave open whether the card was charged; none of them counts, and
+// MarkFailed would refuse them too.
 func chargeFailedForGood(err error) bool {
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) {
 		return false
 	}
 	switch app.Type() {
-	case activities.ErrTypeOrderNotFound, activities.ErrTypeInvalidInput, activities.ErrTypeKeyReused, activities.ErrTypeAmbiguous:
+	case activities.ErrTypeOrderNotFound, activities.ErrTypeInvalidInput, activities.ErrTypeKeyReused, activities.ErrTypeAmbiguous,
+		ErrTypeDecisionTimeout:
 		return false
 	}
 	return app.NonRetryable() || slices.Contains(activities.NonRetryableErrorTypes(), app.Type())
