@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
+	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
@@ -66,20 +67,24 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 // CheckRetention refuses an effects retention under which a retry could
 // outlive its record: EFFECTS_RETENTION must cover the namespace's workflow
 // retention (a closed run can be reset and re-run until then) plus the
-// longest an order run can keep retrying (workflows.LongestRun). It returns
-// an error naming the figures and the least retention that would do, or the
-// error of DescribeNamespace.
+// longest an order run can keep retrying (workflows.LongestRun), and the
+// API's Idempotency-Key retention (api.Retention: a request retried while
+// its key is kept replays a response about effects that must still be on
+// record). The outbox needs nothing more: a row is pruned only after its run
+// started, and a sent row never starts again. It returns an error naming the
+// figures and the least retention that would do, or the error of
+// DescribeNamespace.
 func CheckRetention(ctx context.Context, c client.Client, namespace string, retention time.Duration) error {
 	resp, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
 	if err != nil {
 		return fmt.Errorf("describe namespace %q to check EFFECTS_RETENTION: %w", namespace, err)
 	}
 	nsRetention := resp.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
-	need := nsRetention + workflows.LongestRun()
+	need := max(nsRetention+workflows.LongestRun(), api.Retention)
 	if retention < need {
-		return fmt.Errorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest order run %s: "+
-			"a reset or retry could outlive its effect record and act again; set it to at least %s",
-			retention, namespace, nsRetention, workflows.LongestRun(), need.Round(time.Hour)+time.Hour)
+		return fmt.Errorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest order run %s "+
+			"(or the API's Idempotency-Key retention %s): a reset or retry could outlive its effect record and act again; "+
+			"set it to at least %s", retention, namespace, nsRetention, workflows.LongestRun(), api.Retention, need.Round(time.Hour)+time.Hour)
 	}
 	return nil
 }
