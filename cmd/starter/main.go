@@ -88,6 +88,9 @@ Environment (flags override the non-secret ones):
   TEMPORAL_ADDRESS      Temporal frontend host:port (default %q)
   TEMPORAL_NAMESPACE    Temporal namespace (default %q)
   TEMPORAL_TASK_QUEUE   task queue of the order workflow (default %q)
+  TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH,
+  TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE
+                        TLS, mTLS and API key for a Temporal cluster or Temporal Cloud (see deploy/README.md)
   LOG_LEVEL             debug, info, warn or error (default "warn")
 
 'make demo KEEP=1' writes these for its servers to .demo/env: run 'source .demo/env' first.

@@ -36,6 +36,9 @@ Environment (flags override the non-secret ones):
   TEMPORAL_ADDRESS      Temporal frontend host:port (default %q)
   TEMPORAL_NAMESPACE    Temporal namespace (default %q)
   TEMPORAL_TASK_QUEUE   task queue (default %q)
+  TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH,
+  TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE
+                        TLS, mTLS and API key for a Temporal cluster or Temporal Cloud (see deploy/README.md)
   STRIPE_SECRET_KEY     required: sk_… or rk_… (environment only)
   STRIPE_API_BASE       Stripe API base URL (default %q)
   SENDGRID_API_KEY      required (environment only)

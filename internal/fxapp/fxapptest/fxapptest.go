@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -113,6 +114,9 @@ func Prepare(t testing.TB, opts *Opts) *Deps {
 		"RECEIPT_FROM":        "Keyed Receipts <receipts@keyed.test>",
 		"METRICS_ADDR":        "127.0.0.1:0",
 		"WORKER_STOP_TIMEOUT": "10s",
+		// A developer's own ~/.config/temporalio/temporal.toml must not
+		// point the test at another cluster.
+		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "no-temporal.toml"),
 	}
 	for k, v := range opts.Env {
 		d.Env[k] = v
