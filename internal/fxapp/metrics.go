@@ -29,7 +29,8 @@ const healthTimeout = 2 * time.Second
 // METRICS_ADDR at /metrics, next to /healthz, which answers 200 when
 // Postgres and Temporal both answer and 503 naming the failed check
 // otherwise. The listener opens in OnStart, so a taken port fails the start;
-// OnStop shuts the server down gracefully.
+// OnStop shuts the server down gracefully. The Postgres pool's statistics
+// are exported as keyed_db_pool_* gauges and counters.
 var MetricsModule = fx.Module("metrics",
 	fx.Provide(newRegistry, newMetricsServer),
 	fx.Invoke(func(*MetricsServer) {}),
@@ -65,15 +66,19 @@ func (m *MetricsServer) Addr() string {
 
 type metricsIn struct {
 	fx.In
-	Lifecycle fx.Lifecycle
-	Config    config.Metrics
-	Gatherer  prometheus.Gatherer
-	Pool      *pgxpool.Pool
-	Temporal  client.Client
-	Logger    *slog.Logger
+	Lifecycle  fx.Lifecycle
+	Config     config.Metrics
+	Gatherer   prometheus.Gatherer
+	Registerer prometheus.Registerer
+	Pool       *pgxpool.Pool
+	Temporal   client.Client
+	Logger     *slog.Logger
 }
 
-func newMetricsServer(in metricsIn) *MetricsServer {
+func newMetricsServer(in metricsIn) (*MetricsServer, error) {
+	if err := in.Registerer.Register(newPoolCollector(in.Pool)); err != nil {
+		return nil, fmt.Errorf("register the database pool metrics: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(in.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /healthz", healthz(in.Pool, in.Temporal))
@@ -100,7 +105,7 @@ func newMetricsServer(in metricsIn) *MetricsServer {
 			return m.srv.Shutdown(ctx)
 		},
 	})
-	return m
+	return m, nil
 }
 
 type healthReport struct {

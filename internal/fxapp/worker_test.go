@@ -85,6 +85,8 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Contains(t, string(body), `keyed_effect_claims_acquired_total{kind="charge",mode="new"} 1`)
+	require.Regexp(t, `(?m)^keyed_db_pool_max_conns 19$`, string(body), "the pool's statistics are served")
+	require.Regexp(t, `(?m)^keyed_db_pool_acquires_total [1-9]`, string(body))
 	require.Contains(t, string(body), "temporal_activity_execution_latency_seconds_bucket{", "the Temporal SDK's metrics are served too")
 	require.Contains(t, string(body), "temporal_workflow_completed_total{")
 	require.Contains(t, string(body), "keyed_sdk_metrics_dropped_total 0\n", "no SDK sample was dropped")
