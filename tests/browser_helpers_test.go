@@ -122,6 +122,26 @@ func mouseClick[S chromedp.CSS | chromedp.JSPath](b *browser, timeout time.Durat
 	}
 }
 
+// selectUpdate picks name in the Name menu of the update dialog modal (a
+// CSS selector), opening the menu with the mouse and clicking the option,
+// again until the menu's input shows name: the menu ignores a click while
+// it is still opening.
+func (b *browser) selectUpdate(modal, name string) {
+	b.t.Helper()
+	chosen := fmt.Sprintf(`document.querySelector(%q).value === %q`, modal+" [data-testid=update-select]", name)
+	for range 5 {
+		mouseClick(b, 10*time.Second, chromedp.CSS(modal+" button[aria-haspopup]"))
+		time.Sleep(300 * time.Millisecond)
+		mouseClick(b, 10*time.Second, chromedp.JSPath(fmt.Sprintf(
+			`[...document.querySelectorAll(%q)].filter(e => e.textContent.trim() === %q)`, modal+" [role=option]", name)))
+		if b.until(2*time.Second, chosen) == nil {
+			return
+		}
+	}
+	b.screenshot("select")
+	require.FailNowf(b.t, "update not selected", "the Name menu of %s does not show %q", modal, name)
+}
+
 // insertText clicks the editable element sel selects and inserts text as
 // typed input, so that an editor's auto-closing of brackets and quotes does
 // not apply.

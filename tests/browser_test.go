@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
@@ -71,9 +70,7 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	br.click(10*time.Second, "More Actions")
 	br.click(10*time.Second, "Send an Update")
 	const modal = "dialog[open][data-testid=update-confirmation-modal]" // The page holds a closed copy too.
-	mouseClick(br, 10*time.Second, chromedp.CSS(modal+" button[aria-haspopup]"))
-	mouseClick(br, 10*time.Second, chromedp.JSPath(`[...document.querySelectorAll("`+modal+` [role=option]")].
-		filter(e => e.textContent.trim() === "`+workflows.UpdateDecide+`")`))
+	br.selectUpdate(modal, workflows.UpdateDecide)
 	br.insertText(10*time.Second, modal+" .cm-content", string(decision))
 	br.click(10*time.Second, "Submit")
 
