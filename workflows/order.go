@@ -7,11 +7,17 @@
 // run and make their effects exactly once (see package activities). A step
 // that fails terminally fails the workflow; later steps do not run. A charge
 // that fails terminally (a decline) first marks the order failed, through
-// the fourth step, mark failed.
+// the fourth step, mark failed. A step whose outcome keyed cannot know
+// (ambiguous, a reused key, retries that ran out) does not fail the run: it
+// waits, with the KeyedAttention search attribute set, for an operator's
+// Decision sent as the UpdateDecide update, applied by the ApplyDecision
+// activity (Decider), and the step runs again in the same run.
 //
 // Start starts it under a workflow ID derived from the order, so that a
 // duplicate start collapses into the run already going, a start after a
 // success is refused, and a start after a failure is a deliberate re-run.
+// ListAttention, AttentionOf and SendDecision are the operator's side of the
+// waiting.
 package workflows
 
 import (
