@@ -103,7 +103,9 @@ func (b *bundle) startWorker(t *testing.T) worker.Worker {
 	t.Helper()
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
-	require.NoError(t, activities.Register(w, b.acts.Definitions()...))
+	d, err := workflows.NewDecider(b.effects)
+	require.NoError(t, err)
+	require.NoError(t, activities.Register(w, append(b.acts.Definitions(), d.Definition())...))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w

@@ -20,12 +20,13 @@ import (
 )
 
 // WorkerModule provides the order activities and a Temporal worker on the
-// configured task queue with the order workflow and every activity
-// registered. The worker starts polling in OnStart, after Postgres is up and
-// migrated; in OnStop it stops polling and waits up to WORKER_STOP_TIMEOUT
-// for in-flight activities, which then see their context cancelled. A fatal
-// worker error (such as the namespace disappearing) shuts the app down with
-// exit code 1 instead of leaving a process that polls nothing.
+// configured task queue with the order workflow and every activity registered,
+// ApplyDecision (an operator's decide update) included. The worker starts
+// polling in OnStart, after Postgres is up and migrated; in OnStop it stops
+// polling and waits up to WORKER_STOP_TIMEOUT for in-flight activities, which
+// then see their context cancelled. A fatal worker error (such as the
+// namespace disappearing) shuts the app down with exit code 1 instead of
+// leaving a process that polls nothing.
 var WorkerModule = fx.Module("worker",
 	fx.Provide(newActivities, newWorker),
 	fx.Invoke(func(worker.Worker) {}),
@@ -56,6 +57,7 @@ type workerIn struct {
 	Temporal   config.Temporal
 	Tuning     config.WorkerTuning
 	Activities *activities.Activities
+	Effects    *effects.Client
 	Logger     *slog.Logger
 }
 
@@ -80,7 +82,11 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
 	workflows.Register(w)
-	if err := activities.Register(w, in.Activities.Definitions()...); err != nil {
+	decider, err := workflows.NewDecider(in.Effects)
+	if err != nil {
+		return nil, fmt.Errorf("decision activity: %w", err)
+	}
+	if err := activities.Register(w, append(in.Activities.Definitions(), decider.Definition())...); err != nil {
 		return nil, fmt.Errorf("register activities: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{
