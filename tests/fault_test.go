@@ -250,7 +250,9 @@ func (w *faultWorld) chaos(ctx context.Context, settled <-chan struct{}) error {
 // took from the first start, and an error if they did not settle in time.
 func (w *faultWorld) waitSettled(ctx context.Context) (time.Duration, error) {
 	deadline := w.began.Add(faultSettle)
-	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running'", w.taskQueue)
+	// A run waiting for an operator's decision has settled: it needs a
+	// person, and inspect counts its order as such.
+	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running' AND %s IS NULL", w.taskQueue, workflows.SearchAttrAttentionName)
 	var last string
 	runsDone := false
 	for time.Now().Before(deadline) {
