@@ -23,7 +23,8 @@ func TestEveryCommandsHelp(t *testing.T) {
 	never := map[string][]string{
 		"migrate":   append([]string{"--migrate"}, temporal...),
 		"reconcile": append([]string{"--migrate"}, temporal...),
-		"resolve":   append([]string{"--migrate"}, temporal...),
+		"resolve":   {"--migrate"}, // It sends a waiting run the decide update.
+		"attention": {"--migrate"},
 		"show":      {"--migrate"},
 		"start":     {"--migrate"},
 	}

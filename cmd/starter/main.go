@@ -69,6 +69,7 @@ func commands() []command {
 		{"migrate", "apply keyed's database migrations", runMigrate},
 		{"relay", "run an outbox relay on its own", runRelay},
 		{"reconcile", "compare keyed's charge records with Stripe's payment intents", runReconcile},
+		{"attention", "list the order runs that wait for an operator's decision", runAttention},
 		{"resolve", "settle an effect whose outcome keyed cannot know (operators)", runResolve},
 		{"serve", "serve keyed's HTTP API and outbox relay", runServe},
 	}

@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
@@ -27,14 +31,18 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 			"Then re-run the order's checkout with 'starter start': a failed run may run again, and every\n"+
 			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused,\n"+
 			"and so is every effect of a failed order (a declined charge): a failed order is final.\n"+
-			"The reason is refused, not stored, when it holds a control or invisible character (newlines too).",
-		config.TemporalFlags, config.MigrateFlag)
+			"The reason is refused, not stored, when it holds a control or invisible character (newlines too).\n"+
+			"When the order's run waits for this decision (KeyedAttention, see 'starter attention'), resolve sends\n"+
+			"it the decide update instead: the run applies it, fenced and audited with --by, and continues in the\n"+
+			"same run, so no 'starter start' is needed. Otherwise it settles the record alone.",
+		config.MigrateFlag)
 	key := f.String("key", "", "the effect `key`, such as acme:order:9f3a:receipt (required)")
 	as := f.String("as", "", "the `outcome`: done (it happened) or retry (it did not) (required)")
 	reason := f.String("reason", "", fmt.Sprintf("why, kept on the record: one line of printable `text`, at most %d bytes (required)", maxReasonBytes))
 	result := f.String("result", "", fmt.Sprintf("with --as done only: the outcome to store, as `JSON` of at most %d bytes,\n"+
 		"such as '{\"message_id\":\"…\"}' (default null)", effects.MaxResultBytes))
-	asJSON := f.Bool("json", false, "print the record as JSON")
+	asJSON := f.Bool("json", false, "print the record (or the decision) as JSON")
+	by := f.String("by", "", "who decides, kept with a decision sent to a waiting run (default $USER)")
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
@@ -50,14 +58,22 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usagef("invalid --key: %v", err)
 	}
+	if *by == "" {
+		*by, _ = e.lookup("USER")
+	}
 	var (
 		pool  *pgxpool.Pool
 		fxc   *effects.Client
 		store *orders.Store
+		tc    client.Client
 	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		if err := refuseFinalOrder(ctx, store, k); err != nil {
 			return migrationHint(ctx, pool, cfg, err)
+		}
+		decided, err := decideWaitingRun(ctx, e, tc, k, params, *by)
+		if err != nil || decided != nil {
+			return printDecision(e, decided, err, *asJSON)
 		}
 		rec, err := fxc.Resolve(ctx, k, params)
 		if errors.Is(err, effects.ErrNotResolvable) || errors.Is(err, effects.ErrNotFound) {
@@ -71,7 +87,56 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		}
 		_, err = fmt.Fprintf(e.stdout, "%s is now %s (%s)\n", clean(rec.Key), rec.State, clean(rec.ErrorMessage))
 		return err
-	}, &pool, &fxc, &store)
+	}, &pool, &fxc, &store, &tc)
+}
+
+// decideWaitingRun sends the decision to the order's run when it waits on
+// k's step, and returns what the run applied. It returns nil and no error
+// when no run waits (or Temporal cannot be asked, which it reports on
+// stderr), so that the caller settles the record alone; and a usage error
+// when the run waits on another step or refuses the decision.
+func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, p effects.ResolveParams, by string) (*workflows.DecisionResult, error) {
+	parts := k.Parts()
+	if len(parts) != 3 || parts[0] != "order" {
+		return nil, nil
+	}
+	askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	waits, runID, err := workflows.AttentionOf(askCtx, tc, k.Tenant(), parts[1])
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.Is(err, workflows.ErrNotWaiting), errors.As(err, &notFound):
+		return nil, nil
+	case err != nil:
+		fmt.Fprintf(e.stderr, "starter resolve: cannot ask Temporal whether the order's run waits (%v); settling the record only\n", err)
+		return nil, nil
+	}
+	step, _, _ := strings.Cut(waits, ":")
+	if step != parts[2] {
+		return nil, usagef("the order's run waits on %s (%s), not on %s: decide that step", step, waits, parts[2])
+	}
+	d := workflows.Decision{Step: step, Resolution: p.Resolution, Reason: p.Reason, By: by}
+	if raw, ok := p.Result.(json.RawMessage); ok {
+		d.Result = raw
+	}
+	res, err := workflows.SendDecision(ctx, tc, k.Tenant(), parts[1], runID, d)
+	if err != nil {
+		return nil, usagef("the waiting run refused the decision: %v", err)
+	}
+	return res, nil
+}
+
+// printDecision prints a decision the waiting run applied, or err.
+func printDecision(e *env, d *workflows.DecisionResult, err error, asJSON bool) error {
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, d)
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s decided %s in the waiting run: the record is now %s (generation %d) and the run continues\n",
+		clean(d.EffectKey), d.Resolution, d.State, d.Generation)
+	return err
 }
 
 // refuseFinalOrder returns a usage error when k is an effect of a failed
