@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
@@ -85,9 +86,15 @@ func StartOptions(in orders.CheckoutInput, opts *StartOpts) client.StartWorkflow
 // outcome for the caller is what USE_EXISTING gives (the running run's IDs),
 // plus an exact Created.
 //
+// Concurrent calls for one workflow ID in this process share one request
+// (a singleflight): one of them reports Created, the others collapsed, and
+// all share its outcome, a cancellation of the first caller's context
+// included.
+//
 // It returns an error wrapping orders.ErrUnsupportedVersion or
-// effects.ErrInvalidKey for a bad input, before calling Temporal, and the
-// client's error if the start fails otherwise.
+// effects.ErrInvalidKey for a bad input, and one wrapping orders.ErrFinal
+// when opts.Order is a failed order (a failed order is final), before
+// calling Temporal; and the client's error if the start fails otherwise.
 func Start(ctx context.Context, c client.Client, in orders.CheckoutInput, opts *StartOpts) (*Started, error) {
 	if err := in.Validate(); err != nil {
 		return nil, fmt.Errorf("start order workflow: %w", err)
@@ -95,7 +102,43 @@ func Start(ctx context.Context, c client.Client, in orders.CheckoutInput, opts *
 	if c == nil {
 		return nil, errors.New("start order workflow: client is nil")
 	}
+	if o := optsOrder(in, opts); o != nil {
+		if err := o.CheckRunnable(); err != nil {
+			return nil, fmt.Errorf("start order workflow: %w", err)
+		}
+	}
 	o := StartOptions(in, opts)
+	leader := false
+	v, err, _ := starts.Do(fmt.Sprintf("%p\x00%s\x00%s", c, o.TaskQueue, o.ID), func() (any, error) {
+		leader = true
+		return start(ctx, c, o, in)
+	})
+	if err != nil {
+		return nil, err
+	}
+	st := *v.(*Started)
+	st.Created = st.Created && leader
+	return &st, nil
+}
+
+// starts collapses concurrent starts of one workflow ID, through one client
+// and task queue, into one request to the server: a storm of duplicate
+// starts in one process costs one round trip. The server and its workflow
+// ID policies still decide across processes.
+var starts singleflight.Group
+
+// optsOrder returns opts.Order when it is the order in names.
+func optsOrder(in orders.CheckoutInput, opts *StartOpts) *orders.Order {
+	if opts == nil || opts.Order == nil || opts.Order.TenantID != in.TenantID || opts.Order.ID != in.OrderID {
+		return nil
+	}
+	return opts.Order
+}
+
+// start makes the one start request: conflict policy FAIL with
+// WorkflowExecutionErrorWhenAlreadyStarted, so that the server says whether
+// it created the run (see Start).
+func start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, in orders.CheckoutInput) (*Started, error) {
 	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	o.WorkflowExecutionErrorWhenAlreadyStarted = true
 	run, err := c.ExecuteWorkflow(ctx, o, orders.WorkflowName, in)

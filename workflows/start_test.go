@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -84,6 +87,17 @@ func (stubs) SendReceipt(context.Context, orders.CheckoutInput) (orders.ReceiptR
 // Start reports Created exactly: a duplicate start while the run is going
 // collapses into it, a start after a success is refused, and a start after
 // a failure creates a new run.
+// countingClient counts the start requests that reach the server.
+type countingClient struct {
+	client.Client
+	calls atomic.Int64
+}
+
+func (c *countingClient) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	c.calls.Add(1)
+	return c.Client.ExecuteWorkflow(ctx, o, wf, args...)
+}
+
 func TestStartAgainstDevServer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -148,6 +162,39 @@ func TestStartAgainstDevServer(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rerun.Created)
 	require.NotEqual(t, failed.RunID, rerun.RunID)
+
+	// A failed order is final: with the order at hand, Start refuses it
+	// before calling Temporal.
+	_, err = workflows.Start(ctx, c, declined, &workflows.StartOpts{TaskQueue: tq,
+		Order: &orders.Order{TenantID: "acme", ID: "declined", Status: orders.StatusFailed}})
+	require.ErrorIs(t, err, orders.ErrFinal)
+
+	// A storm of concurrent starts of one order in this process is one
+	// request: one start creates the run, every other one joins it.
+	storm := orders.NewCheckoutInput("acme", "storm")
+	counting := &countingClient{Client: c}
+	var wg sync.WaitGroup
+	results := make(chan *workflows.Started, 100)
+	for range 100 {
+		wg.Go(func() {
+			st, err := workflows.Start(ctx, counting, storm, &workflows.StartOpts{TaskQueue: tq})
+			if assert.NoError(t, err) {
+				results <- st
+			}
+		})
+	}
+	wg.Wait()
+	close(results)
+	created, runIDs := 0, map[string]bool{}
+	for st := range results {
+		runIDs[st.RunID] = true
+		if st.Created {
+			created++
+		}
+	}
+	require.Equal(t, 1, created, "one start created the run")
+	require.Len(t, runIDs, 1, "every start names the one run")
+	require.Less(t, counting.calls.Load(), int64(100), "duplicates shared requests")
 
 	// StartOptions with ExecuteWorkflow, as a starter might use it, returns
 	// the existing run too (USE_EXISTING).
