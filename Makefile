@@ -40,8 +40,9 @@ build: ## Build the worker, starter, fakes and demo binaries into bin/.
 	go build -o bin/ ./cmd/...
 
 .PHONY: bench
-bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 connections.
+bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 connections; effect storage per million records and prune rate, before and after migration 0009.
 	go test -run '^$$' -bench ClaimComplete -benchtime 5000x -count 3 ./effects
+	go test -run '^$$' -bench EffectStorage -benchtime 1x -timeout 30m ./effects
 
 .PHONY: bench-api
 bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempotency-Keys, side by side.

@@ -81,7 +81,8 @@ func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error)
 // List returns every record of prefix's tenant whose key starts with
 // prefix's string form followed by the separator, in key order: for the
 // prefix acme:order:9f3a, the order's charge, mark_paid and receipt records.
-// It never returns another tenant's records.
+// It never returns another tenant's records. The prefix scan runs on the
+// primary key (keys are in the "C" collation and begin with the tenant).
 func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
 	rows, err := c.db.Query(ctx, `SELECT `+recordColumns+` FROM keyed_effects
 		WHERE tenant_id = $1 AND starts_with(key, $2) ORDER BY created_at, key`, prefix.Tenant(), prefix.String()+Separator)
@@ -117,6 +118,11 @@ type PruneOpts struct {
 // than the retention, in batches, and returns how many it deleted. It never
 // deletes a claimed record, live or expired: an expired claim may still be
 // doing its effect, and only a takeover or an operator may end it.
+//
+// It walks records by creation time (keyed_effects_created_idx): a record
+// finishes after it is created, so the created_at bound only narrows the
+// scan. No index covers finished_at or state, which keeps Complete, Fail and
+// takeovers HOT updates.
 func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if opts == nil {
 		opts = &PruneOpts{}
@@ -134,8 +140,9 @@ func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	total, err := pgbatch.Delete(ctx, c.db, batch, `
 DELETE FROM keyed_effects WHERE key IN (
 	SELECT key FROM keyed_effects
-	WHERE state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
-	ORDER BY finished_at LIMIT $2
+	WHERE created_at < now() - $1 * interval '1 microsecond'
+	  AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
+	ORDER BY created_at LIMIT $2
 	FOR UPDATE SKIP LOCKED)
 AND state <> 'claimed'`, retention.Microseconds())
 	if err != nil {
