@@ -1,0 +1,138 @@
+// Package tracing sets up OpenTelemetry tracing for keyed's programs from
+// the standard OTEL_* variables, and carries a trace across the outbox.
+//
+// Tracing is off by default: with none of the variables below set, New
+// returns a nil provider, nothing is instrumented (no middleware, no
+// transport wrapper, no Temporal interceptor), and nothing is exported.
+// It is on when OTEL_TRACES_EXPORTER is "otlp", or when it is unset and
+// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set;
+// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turns it off
+// whatever else is set. Spans go to an OTLP/HTTP (protobuf) exporter, which
+// reads the rest of its settings itself: OTEL_EXPORTER_OTLP_ENDPOINT,
+// OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, the certificate
+// variables and their _TRACES_ variants; OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES name the process, and OTEL_TRACES_SAMPLER(_ARG)
+// sample it (default: parent-based, always on).
+//
+// Across processes the context travels as W3C trace context (Propagator):
+// in HTTP headers, in Temporal headers (the SDK's contrib/opentelemetry
+// interceptor), and in the outbox row (Inject at enqueue, Extract at the
+// relay's start), so that one trace runs from the API request to the
+// Stripe and SendGrid calls.
+package tracing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// EffectKey is the span attribute that names the effect key of an
+// activity's or a claim's work.
+const EffectKey = attribute.Key("keyed.effect_key")
+
+// Propagator carries the trace context (W3C traceparent and tracestate) and
+// baggage across HTTP, Temporal headers and the outbox.
+var Propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(
+	propagation.TraceContext{}, propagation.Baggage{})
+
+// Enabled reports whether the environment read through lookup (os.LookupEnv
+// when nil) asks for traces; see the package doc for the rule.
+func Enabled(lookup func(string) (string, bool)) bool {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	get := func(k string) string { v, _ := lookup(k); return strings.TrimSpace(v) }
+	if strings.EqualFold(get("OTEL_SDK_DISABLED"), "true") {
+		return false
+	}
+	switch exp := strings.ToLower(get("OTEL_TRACES_EXPORTER")); exp {
+	case "otlp":
+		return true
+	case "":
+		return get("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	default:
+		return false
+	}
+}
+
+// ErrExporter is wrapped by New's error for a traces exporter other than
+// otlp or none.
+var ErrExporter = errors.New("unsupported OTEL_TRACES_EXPORTER")
+
+// New returns a tracer provider exporting over OTLP/HTTP, configured by the
+// OTEL_* variables of the process, for a service called serviceName unless
+// OTEL_SERVICE_NAME says otherwise; or nil, and no error, when Enabled is
+// false. Creating it makes no network call: spans are batched and sent in
+// the background. The caller must Shutdown it to flush the last spans. It
+// returns an error wrapping ErrExporter for an OTEL_TRACES_EXPORTER other
+// than otlp or none, and the exporter's or resource's error for malformed
+// settings.
+func New(ctx context.Context, serviceName string) (*sdktrace.TracerProvider, error) {
+	if exp := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))); exp != "" && exp != "otlp" && exp != "none" {
+		return nil, fmt.Errorf("tracing: %w %q: want otlp or none", ErrExporter, exp)
+	}
+	if !Enabled(nil) {
+		return nil, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", serviceName)))
+	if err == nil {
+		res, err = resource.Merge(res, resource.Environment())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// Inject returns ctx's trace context encoded for an outbox row, or nil
+// when ctx carries no valid span (as always when tracing is off), which
+// costs no allocation.
+func Inject(ctx context.Context) []byte {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	c := propagation.MapCarrier{}
+	Propagator.Inject(ctx, c)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// Extract returns ctx carrying the remote trace context Inject encoded in
+// b, so that spans started from it join that trace. Empty or malformed b
+// returns ctx unchanged: a lost trace context never fails a start.
+func Extract(ctx context.Context, b []byte) context.Context {
+	if len(b) == 0 {
+		return ctx
+	}
+	var c propagation.MapCarrier
+	if err := json.Unmarshal(b, &c); err != nil {
+		return ctx
+	}
+	return Propagator.Extract(ctx, c)
+}
+
+// SetEffectKey records key as the EffectKey attribute of ctx's current
+// span. Without a recording span (tracing off) it does nothing.
+func SetEffectKey(ctx context.Context, key string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(EffectKey.String(key))
+	}
+}
