@@ -44,6 +44,8 @@
 //     amount into it in the enqueueing transaction, and a RequestStarter
 //     (fxapp.TemporalStarter) puts it in the run's static summary, so no
 //     order is loaded per start.
+//   - A row carries the trace context of the request that enqueued it (when
+//     tracing is on), and the relay starts its run within that trace.
 //   - EnqueueTx notifies Channel(schema) on commit, and a relay fed by
 //     Listen claims at once rather than at its next poll; polling remains the
 //     safety net. The channel name is a hash of the schema, so any schema
@@ -80,6 +82,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/pgbatch"
+	"github.com/keyedhq/keyed/internal/tracing"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -96,7 +99,9 @@ var ErrInvalid = errors.New("invalid outbox request")
 // checkout workflow for in. The request commits or rolls back with tx: if tx
 // rolls back, no workflow is ever started. The row also records the order's
 // amount and currency if the order is visible in tx (CreateOrderTx writes it
-// first), so that the relay need not load the order to start its run.
+// first), so that the relay need not load the order to start its run, and
+// the trace context of ctx when it carries a span (see internal/tracing),
+// so that the relay's start joins the enqueueing request's trace.
 // Enqueueing the same workflow ID again is a no-op and returns
 // enqueued=false. A new request also notifies the schema's outbox channel
 // (see Channel and Listen), which Postgres delivers on commit, so that
@@ -116,11 +121,11 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) (enqueue
 	// The row copies the order's amount, when the order is there, so that
 	// the relay can show it in the run's summary without loading the order.
 	tag, err := tx.Exec(ctx, `
-INSERT INTO keyed_outbox (tenant_id, workflow_type, workflow_id, payload, amount_minor, currency)
-SELECT $1, $2, $3, $4, o.amount_minor, o.currency
+INSERT INTO keyed_outbox (tenant_id, workflow_type, workflow_id, payload, amount_minor, currency, trace_context)
+SELECT $1, $2, $3, $4, o.amount_minor, o.currency, $6
 FROM (VALUES (1)) AS one
 LEFT JOIN orders o ON o.tenant_id = $1 AND o.id = $5
-ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.WorkflowID(), payload, in.OrderID)
+ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.WorkflowID(), payload, in.OrderID, tracing.Inject(ctx))
 	if err != nil {
 		return false, fmt.Errorf("enqueue checkout %s: %w", in.WorkflowID(), err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/tracing"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -511,6 +512,9 @@ type claimed struct {
 	attempts    int
 	amountMinor *int64
 	currency    *string
+	// traceContext is the enqueueing request's trace context, nil when
+	// it had none (see internal/tracing).
+	traceContext []byte
 	// age is the row's age when claimed; claimedAt is when, on this
 	// process's clock; token is the claim's.
 	age       time.Duration
@@ -529,7 +533,7 @@ FROM (
 	FOR UPDATE SKIP LOCKED
 ) due
 WHERE o.id = due.id
-RETURNING o.id, o.workflow_id, o.payload, o.attempts, o.amount_minor, o.currency,
+RETURNING o.id, o.workflow_id, o.payload, o.attempts, o.amount_minor, o.currency, o.trace_context,
 	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint`
 
 // claim leases up to limit due rows to this relay, in id order, within the
@@ -550,7 +554,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	for rows.Next() {
 		c := claimed{claimedAt: claimedAt, token: token}
 		var ageMicros int64
-		if err := rows.Scan(&c.id, &c.workflowID, &c.payload, &c.attempts, &c.amountMinor, &c.currency, &ageMicros); err != nil {
+		if err := rows.Scan(&c.id, &c.workflowID, &c.payload, &c.attempts, &c.amountMinor, &c.currency, &c.traceContext, &ageMicros); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: %w", err)
 		}
 		c.age = time.Duration(ageMicros) * time.Microsecond
@@ -683,6 +687,8 @@ func (r *Relay) startOne(ctx context.Context, c claimed) (*Started, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	// The start joins the trace of the request that enqueued the row.
+	ctx = tracing.Extract(ctx, c.traceContext)
 	var st *Started
 	var err error
 	if rs, ok := r.starter.(RequestStarter); ok {
