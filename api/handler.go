@@ -20,6 +20,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -239,6 +241,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := time.Since(start)
 	h.metrics.request(route, sw.status, d)
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetName(route)
+		span.SetAttributes(attribute.String("http.route", route), attribute.String("keyed.tenant", tenant),
+			attribute.String("keyed.request_id", id))
+	}
 	attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method),
 		slog.String("route", route), slog.Int("status", sw.status), slog.Duration("duration", d)}
 	if tenant != "" {

@@ -9,6 +9,11 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keyedhq/keyed/internal/tracing"
 )
 
 // Defaults of ServerOpts.
@@ -32,6 +37,11 @@ type ServerOpts struct {
 	// Logger receives start, stop and prune records. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, gives each request a server span (named
+	// by its route pattern), continuing the caller's W3C trace context;
+	// an order created in the request carries it to the outbox. Nil
+	// means no tracing and no middleware (see internal/tracing).
+	TracerProvider trace.TracerProvider
 }
 
 // Server serves a Handler over HTTP with Start and Stop, for an fx
@@ -74,9 +84,14 @@ func NewServer(addr string, h *Handler, opts *ServerOpts) (*Server, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
+	var handler http.Handler = h
+	if opts.TracerProvider != nil {
+		handler = otelhttp.NewHandler(h, "keyed.api",
+			otelhttp.WithTracerProvider(opts.TracerProvider), otelhttp.WithPropagators(tracing.Propagator))
+	}
 	s.srv = &http.Server{
 		Addr:              addr,
-		Handler:           h,
+		Handler:           handler,
 		ReadHeaderTimeout: or(opts.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		ReadTimeout:       or(opts.ReadTimeout, DefaultReadTimeout),
 		WriteTimeout:      or(opts.WriteTimeout, DefaultWriteTimeout),
