@@ -35,6 +35,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/tracing"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
@@ -177,6 +178,9 @@ func (a *Activities) begin(ctx context.Context, in orders.CheckoutInput, step st
 	if err != nil {
 		return nil, fmt.Errorf("%s: derive effect key: %w", step, err)
 	}
+	// The activity's span (when tracing) names the key, and so is the
+	// parent of the provider calls the step makes.
+	tracing.SetEffectKey(ctx, key.String())
 	wfID := activity.GetInfo(ctx).WorkflowExecution.ID
 	if wfID == "" {
 		return nil, &Error{Type: ErrTypeInvalidInput, kind: ErrInvalidInput,

@@ -22,6 +22,7 @@ import (
 	sgmail "github.com/sendgrid/sendgrid-go/helpers/mail"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/tracing"
 )
 
 // Policy says what a send does when an earlier attempt claimed it and never
@@ -303,6 +304,7 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 		return Result{}, err
 	}
 	policy := s.Policy(m.Template)
+	tracing.SetEffectKey(ctx, m.Key.String())
 	rcpt := recipientDigest(m.Key.Tenant(), m.To)
 	p := effects.ClaimParams{Key: m.Key, Kind: m.Template, Owner: m.Owner, Fingerprint: fingerprint(m.Template, rcpt, m.Entity)}
 	opts := &effects.DoOpts{Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
