@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/api"
@@ -30,7 +31,8 @@ type APIConfig struct {
 // background; OnStop stops accepting connections and waits for in-flight
 // requests within the stop timeout. The server prunes idempotency records
 // older than api.Retention hourly. When the app has a
-// prometheus.Registerer, request metrics are registered on it.
+// prometheus.Registerer, request metrics are registered on it; when it has
+// a trace.TracerProvider, each request gets a span.
 var APIModule = fx.Module("api",
 	fx.Provide(newAPIHandler, newAPIServer),
 	fx.Invoke(func(*api.Server) {}),
@@ -67,8 +69,18 @@ func newAPIHandler(in apiIn) (*api.Handler, error) {
 	return api.NewHandler(in.Pool, in.Config.Keys, opts)
 }
 
-func newAPIServer(lc fx.Lifecycle, cfg APIConfig, h *api.Handler, logger *slog.Logger) (*api.Server, error) {
-	s, err := api.NewServer(cfg.Addr, h, &api.ServerOpts{Logger: logger.With("component", "api")})
+type apiServerIn struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Config    APIConfig
+	Handler   *api.Handler
+	Logger    *slog.Logger
+	Tracer    trace.TracerProvider `optional:"true"`
+}
+
+func newAPIServer(in apiServerIn) (*api.Server, error) {
+	lc, cfg, h, logger := in.Lifecycle, in.Config, in.Handler, in.Logger
+	s, err := api.NewServer(cfg.Addr, h, &api.ServerOpts{Logger: logger.With("component", "api"), TracerProvider: in.Tracer})
 	if err != nil {
 		return nil, err
 	}

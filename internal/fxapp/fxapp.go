@@ -71,6 +71,7 @@ func base(cfg *config.Config, logger *slog.Logger) fx.Option {
 		}),
 		fx.StartTimeout(startTimeout),
 		ConfigModule,
+		TracingModule,
 	)
 }
 

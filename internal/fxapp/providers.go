@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/activities"
@@ -28,19 +29,38 @@ var ProvidersModule = fx.Module("providers",
 	fx.Provide(newStripe, newSender),
 )
 
-func newStripe(cfg config.Stripe) (*stripeclient.API, error) {
-	return activities.NewStripeClient(cfg.SecretKey, cfg.APIBase, &http.Client{Timeout: providerTimeout})
+type stripeIn struct {
+	fx.In
+	Config config.Stripe
+	Tracer trace.TracerProvider `optional:"true"`
 }
 
-func newSender(lc fx.Lifecycle, fxc *effects.Client, pool *pgxpool.Pool, sg config.SendGrid, rc config.Receipt, logger *slog.Logger) (*notify.Sender, error) {
-	logger = logger.With("component", "notify")
+func newStripe(in stripeIn) (*stripeclient.API, error) {
+	return activities.NewStripeClient(in.Config.SecretKey, in.Config.APIBase,
+		tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer))
+}
+
+type senderIn struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Effects   *effects.Client
+	Pool      *pgxpool.Pool
+	SendGrid  config.SendGrid
+	Receipt   config.Receipt
+	Logger    *slog.Logger
+	Tracer    trace.TracerProvider `optional:"true"`
+}
+
+func newSender(in senderIn) (*notify.Sender, error) {
+	lc, fxc, pool, sg, rc := in.Lifecycle, in.Effects, in.Pool, in.SendGrid, in.Receipt
+	logger := in.Logger.With("component", "notify")
 	s, err := notify.NewSender(fxc, pool, &notify.SenderOpts{
 		APIKey:         sg.APIKey,
 		BaseURL:        sg.APIBase,
 		From:           rc.From,
 		CollapseWindow: rc.CollapseWindow,
 		Policies:       map[string]notify.Policy{activities.ReceiptTemplate: notify.Policy(rc.Policy)},
-		HTTPClient:     &http.Client{Timeout: providerTimeout},
+		HTTPClient:     tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer),
 		LookupLag:      sg.LookupLag,
 		LookupGiveUp:   sg.LookupGiveUp,
 		Logger:         logger,

@@ -5,11 +5,14 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	tlog "go.temporal.io/sdk/log"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/tracing"
 )
 
 // TemporalModule provides a Temporal client for the configured frontend and
@@ -20,6 +23,8 @@ import (
 // the SDK's 5 s bound, naming the TLS error); it is closed on stop. When the app has a prometheus.Registerer
 // (MetricsModule), the SDK's own metrics (polls, task and activity
 // latencies, failures, requests) are recorded on it with a temporal_ prefix.
+// When the app has a trace.TracerProvider (TracingModule), the SDK's
+// OpenTelemetry interceptor traces starts, workflows and activities.
 var TemporalModule = fx.Module("temporal",
 	fx.Provide(newTemporalClient),
 )
@@ -30,6 +35,7 @@ type temporalIn struct {
 	Config     config.Temporal
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer `optional:"true"`
+	Tracer     trace.TracerProvider  `optional:"true"`
 }
 
 func newTemporalClient(in temporalIn) (client.Client, error) {
@@ -45,6 +51,17 @@ func newTemporalClient(in temporalIn) (client.Client, error) {
 			return nil, fmt.Errorf("temporal SDK metrics: %w", err)
 		}
 		opts.MetricsHandler = h
+	}
+	if in.Tracer != nil {
+		// Also a worker interceptor: workers built on this client trace
+		// workflows and activities, continuing the starter's trace.
+		ti, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{
+			Tracer: in.Tracer.Tracer("go.temporal.io/sdk"), TextMapPropagator: tracing.Propagator,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("temporal tracing: %w", err)
+		}
+		opts.Interceptors = append(opts.Interceptors, ti)
 	}
 	c, err := client.NewLazyClient(opts)
 	if err != nil {

@@ -42,6 +42,9 @@ type Opts struct {
 	// Logger receives the app's logs. Nil logs warnings and errors to
 	// stderr.
 	Logger *slog.Logger
+	// Extra options are appended to the worker app's, such as more
+	// modules or a decorated dependency.
+	Extra []fx.Option
 }
 
 // Deps is what a worker talks to: a dev server, a fresh schema and the
@@ -131,7 +134,7 @@ func Start(t testing.TB, opts *Opts) *Worker {
 	if opts == nil {
 		opts = &Opts{}
 	}
-	w, err := StartOn(t, Prepare(t, opts), opts.Logger)
+	w, err := StartOn(t, Prepare(t, opts), opts.Logger, opts.Extra...)
 	require.NoError(t, err, "start the worker app")
 	return w
 }
@@ -139,8 +142,9 @@ func Start(t testing.TB, opts *Opts) *Worker {
 // StartOn builds and starts the worker app on d, whose Env the caller may
 // have edited, and stops it (if the test did not) when the test ends. It
 // returns the error of building or starting the app, reduced to its root
-// cause, for tests of configurations the worker refuses.
-func StartOn(t testing.TB, d *Deps, logger *slog.Logger) (*Worker, error) {
+// cause, for tests of configurations the worker refuses. Extra options are
+// appended to the app's.
+func StartOn(t testing.TB, d *Deps, logger *slog.Logger, extra ...fx.Option) (*Worker, error) {
 	t.Helper()
 	w := &Worker{Deps: d}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -153,7 +157,7 @@ func StartOn(t testing.TB, d *Deps, logger *slog.Logger) (*Worker, error) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	w.App = fx.New(fxapp.Worker(cfg, logger,
-		fx.Populate(&w.Client, &w.Pool, &w.Orders, &w.Effects, &w.Metrics)))
+		fx.Populate(&w.Client, &w.Pool, &w.Orders, &w.Effects, &w.Metrics), fx.Options(extra...)))
 	if err := w.App.Err(); err != nil {
 		return nil, fxapp.RootCause(err)
 	}
