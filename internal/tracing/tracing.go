@@ -67,8 +67,8 @@ func Enabled(lookup func(string) (string, bool)) bool {
 }
 
 // ErrExporter is wrapped by New's error for a traces exporter other than
-// otlp or none.
-var ErrExporter = errors.New("unsupported OTEL_TRACES_EXPORTER")
+// otlp or none, or an OTLP protocol other than http/protobuf.
+var ErrExporter = errors.New("unsupported trace exporter")
 
 // New returns a tracer provider exporting over OTLP/HTTP, configured by the
 // OTEL_* variables of the process, for a service called serviceName unless
@@ -76,14 +76,20 @@ var ErrExporter = errors.New("unsupported OTEL_TRACES_EXPORTER")
 // false. Creating it makes no network call: spans are batched and sent in
 // the background. The caller must Shutdown it to flush the last spans. It
 // returns an error wrapping ErrExporter for an OTEL_TRACES_EXPORTER other
-// than otlp or none, and the exporter's or resource's error for malformed
+// than otlp or none, or, when on, an OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL
+// other than http/protobuf; and the exporter's or resource's error for malformed
 // settings.
 func New(ctx context.Context, serviceName string) (*sdktrace.TracerProvider, error) {
 	if exp := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))); exp != "" && exp != "otlp" && exp != "none" {
-		return nil, fmt.Errorf("tracing: %w %q: want otlp or none", ErrExporter, exp)
+		return nil, fmt.Errorf("tracing: %w: OTEL_TRACES_EXPORTER=%q: want otlp or none", ErrExporter, exp)
 	}
 	if !Enabled(nil) {
 		return nil, nil
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+		if p := strings.TrimSpace(os.Getenv(k)); p != "" && p != "http/protobuf" {
+			return nil, fmt.Errorf("tracing: %w: %s=%q: keyed exports over http/protobuf only", ErrExporter, k, p)
+		}
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
