@@ -52,6 +52,10 @@ bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempot
 bench-pipeline: postgres tools ## Run keyed's pipeline and a bare 3-activity workflow alternately on one dev server at C=20 and 50; print wf/s, p50/p99 and the ratio.
 	go test -run '^$$' -bench Pipeline -benchtime 1x -timeout 30m ./tests
 
+.PHONY: bench-storm
+bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders through workflows.Start beside the bare SDK (USE_EXISTING) on one dev server; check 10 runs and 10 charges, print p50/p99 and the p99 ratio.
+	go test -run '^$$' -bench Storm -benchtime 1x -timeout 20m ./tests
+
 .PHONY: bench-relay
 bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
 	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox

@@ -1,0 +1,160 @@
+package tests
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// stormStarts and stormOrders shape one storm: stormStarts concurrent
+// starts spread evenly over stormOrders orders.
+const (
+	stormStarts = 1000
+	stormOrders = 10
+)
+
+// BenchmarkStorm sends a storm of 1000 concurrent starts over 10 orders
+// through workflows.Start, and the same storm through the bare SDK
+// (ExecuteWorkflow with conflict policy USE_EXISTING, of the baseline's
+// 3-no-op-activity workflow), alternately on one dev server, BENCH_PAIRS
+// (default 3) pairs. Each keyed storm must leave exactly 10 runs and 10
+// charges at the Stripe fake (its runs complete before the next storm). It
+// prints the start latencies p50/p99 of each storm and the p99 ratio
+// keyed/bare (goal <= 1.1). Run it with `make bench-storm`.
+func BenchmarkStorm(b *testing.B) {
+	world := setup(b)
+	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
+	workflows.Register(w)
+	require.NoError(b, activities.Register(w, world.acts.Definitions()...))
+	bareQueue := world.taskQueue + "-bare"
+	bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
+	bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})
+	for _, name := range []string{"BareA", "BareB", "BareC"} {
+		bw.RegisterActivityWithOptions(bareActivity, activity.RegisterOptions{Name: name})
+	}
+	require.NoError(b, w.Start())
+	b.Cleanup(w.Stop)
+	require.NoError(b, bw.Start())
+	b.Cleanup(bw.Stop)
+
+	var keyed, bare []batch
+	for pair := range envInt("BENCH_PAIRS", 3) {
+		bareIDs := make([]string, stormOrders)
+		for k := range bareIDs {
+			bareIDs[k] = fmt.Sprintf("bare-storm:%s:%d:%d", world.tenant, pair, k)
+		}
+		bare = append(bare, storm(b, func(i int) error {
+			_, err := world.temporal.ExecuteWorkflow(world.ctx, client.StartWorkflowOptions{
+				ID: bareIDs[i%stormOrders], TaskQueue: bareQueue,
+				WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+			}, "BareWorkflow", orders.NewCheckoutInput(world.tenant, bareIDs[i%stormOrders]))
+			return err
+		}))
+
+		charges := world.stripe.Charges()
+		ins := make([]orders.CheckoutInput, stormOrders)
+		for k := range ins {
+			id := fmt.Sprintf("storm%d-%d", pair, k)
+			world.order(b, id, 1000+int64(k), "pm_card_visa")
+			ins[k] = orders.NewCheckoutInput(world.tenant, id)
+		}
+		keyed = append(keyed, storm(b, func(i int) error {
+			_, err := workflows.Start(world.ctx, world.temporal, ins[i%stormOrders], &workflows.StartOpts{TaskQueue: world.taskQueue})
+			return err
+		}))
+		runs := 0
+		for _, in := range ins {
+			require.NoError(b, world.temporal.GetWorkflow(world.ctx, in.WorkflowID(), "").Get(world.ctx, nil))
+			runs += countRuns(b, world, in.WorkflowID())
+		}
+		got := world.stripe.Charges() - charges
+		fmt.Printf("storm pair %d: keyed %d runs, %d charges; p50 %v, p99 %v  bare p50 %v, p99 %v  p99 ratio %.2f\n",
+			pair+1, runs, got, keyed[pair].p50.Round(time.Microsecond), keyed[pair].p99.Round(time.Microsecond),
+			bare[pair].p50.Round(time.Microsecond), bare[pair].p99.Round(time.Microsecond),
+			float64(keyed[pair].p99)/float64(bare[pair].p99))
+		require.Equal(b, stormOrders, runs, "one run per order")
+		require.Equal(b, stormOrders, got, "one charge per order")
+	}
+	ms := func(f func(batch) time.Duration) func(batch) float64 {
+		return func(x batch) float64 { return float64(f(x).Microseconds()) / 1000 }
+	}
+	p50 := ms(func(x batch) time.Duration { return x.p50 })
+	p99 := ms(func(x batch) time.Duration { return x.p99 })
+	kp99, bp99 := median(keyed, p99), median(bare, p99)
+	fmt.Printf("storm median: keyed p50 %.1f ms, p99 %.1f ms; bare p50 %.1f ms, p99 %.1f ms; p99 ratio %.2f (goal <= 1.10)\n",
+		median(keyed, p50), kp99, median(bare, p50), bp99, kp99/bp99)
+	b.ReportMetric(median(keyed, p50), "keyed-p50-ms")
+	b.ReportMetric(kp99, "keyed-p99-ms")
+	b.ReportMetric(median(bare, p50), "bare-p50-ms")
+	b.ReportMetric(bp99, "bare-p99-ms")
+	b.ReportMetric(kp99/bp99, "p99-ratio")
+}
+
+// storm runs start(i) for i in [0, stormStarts) from as many goroutines,
+// released together, and returns the start latencies.
+func storm(b *testing.B, start func(i int) error) batch {
+	b.Helper()
+	lat := make([]time.Duration, stormStarts)
+	errs := make([]error, stormStarts)
+	gate := make(chan struct{})
+	var ready, done sync.WaitGroup
+	for i := range stormStarts {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gate
+			t0 := time.Now()
+			errs[i] = start(i)
+			lat[i] = time.Since(t0)
+		}()
+	}
+	ready.Wait()
+	begin := time.Now()
+	close(gate)
+	done.Wait()
+	elapsed := time.Since(begin)
+	for _, err := range errs {
+		require.NoError(b, err)
+	}
+	slices.Sort(lat)
+	return batch{rate: stormStarts / elapsed.Seconds(), p50: lat[stormStarts/2], p99: lat[stormStarts*99/100]}
+}
+
+// countRuns counts the executions of workflowID in the server's visibility
+// store, waiting until it lists them all finished.
+func countRuns(b *testing.B, world *bundle, workflowID string) int {
+	b.Helper()
+	var n int
+	require.Eventually(b, func() bool {
+		resp, err := world.temporal.ListWorkflow(world.ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: "default", Query: "WorkflowId = '" + workflowID + "'",
+		})
+		if err != nil || len(resp.Executions) == 0 {
+			return false
+		}
+		for _, e := range resp.Executions {
+			if e.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				return false
+			}
+		}
+		n = len(resp.Executions)
+		return true
+	}, 10*time.Second, 100*time.Millisecond)
+	return n
+}
