@@ -146,8 +146,9 @@ func (c *Claim) Decode(v any) error {
 	return nil
 }
 
-// Claim claims p.Key with one atomic INSERT ... ON CONFLICT DO NOTHING
-// RETURNING. If a record already exists it branches on its state: a
+// Claim claims p.Key with one statement: an atomic INSERT ... ON CONFLICT
+// DO NOTHING that, when a record already exists, reads it in the same round
+// trip. If a record already exists it branches on its state: a
 // succeeded record returns a Done claim with the stored result; a terminal
 // failure returns a *TerminalError; a live claim of another owner returns an
 // *InProgressError; an expired claim, a claim of the same owner, or a
@@ -166,11 +167,19 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 	return c.claim(ctx, tx, p)
 }
 
-const claimInsertSQL = `
-INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
-VALUES ($1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
-ON CONFLICT (key) DO NOTHING
-RETURNING generation, attempts, lease_until`
+// claimSQL inserts the claim or, when the key has a record, reads that
+// record, in one round trip: the first column says which. The read sees the
+// statement's snapshot, so a record committed by a racer while the insert
+// waited on it reads as no row at all, and the caller tries again.
+const claimSQL = `
+WITH ins AS (
+	INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
+	VALUES ($1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
+	ON CONFLICT (key) DO NOTHING
+	RETURNING *)
+SELECT true, ` + recordColumns + ` FROM ins
+UNION ALL
+SELECT false, ` + recordColumns + ` FROM keyed_effects WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`
 
 // claimTakeSQL takes over an existing record only if it is still the
 // generation that was read and may still be taken: a concurrent taker bumps
@@ -203,24 +212,21 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner}
 
 	// A few rounds cover a record that changes between the failed insert and
-	// the read (a racer's takeover, or a prune of a finished record).
+	// the read (a racer's commit or takeover, or a prune of a finished
+	// record).
 	for round := 0; round < 5; round++ {
-		err := db.QueryRow(ctx, claimInsertSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint, lease.Microseconds()).
-			Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil)
-		if err == nil {
-			cl.Mode = ModeNew
-			return c.acquired(ctx, cl, start), nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("claim %s: %w", p.Key, err)
-		}
-
-		rec, live, err := c.get(ctx, db, p.Key.String())
-		if errors.Is(err, ErrNotFound) {
+		var inserted bool
+		rec, live, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
+			lease.Microseconds()), &inserted)
+		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("claim %s: %w", p.Key, err)
+		}
+		if inserted {
+			cl.Mode, cl.Generation, cl.Attempt, cl.LeaseUntil = ModeNew, rec.Generation, rec.Attempts, *rec.LeaseUntil
+			return c.acquired(ctx, cl, start), nil
 		}
 		if rec.Fingerprint != p.Fingerprint {
 			c.metrics.mismatch(p.Kind)
