@@ -157,7 +157,8 @@ func Register(r worker.ActivityRegistry, defs ...Definition) error {
 	return nil
 }
 
-// run is one step's context: the order, its effect key and the claim owner.
+// run is one step's context: the order (nil until loaded), its effect key
+// and the claim owner.
 type run struct {
 	step  string
 	in    orders.CheckoutInput
@@ -167,10 +168,27 @@ type run struct {
 	log   *slog.Logger
 }
 
-// begin validates in, derives the step's effect key and owner, and loads
-// the order. Errors: invalid input, no workflow in the activity info, order
-// not found, or a database failure.
+// begin is prepare, then loads the order. Errors: prepare's, order not
+// found, or a database failure.
 func (a *Activities) begin(ctx context.Context, in orders.CheckoutInput, step string) (*run, error) {
+	r, err := a.prepare(ctx, in, step)
+	if err != nil {
+		return nil, err
+	}
+	if r.order, err = a.orders.Get(ctx, in.TenantID, in.OrderID); err != nil {
+		return nil, loadOrderError(r, err)
+	}
+	return r, nil
+}
+
+func loadOrderError(r *run, err error) error {
+	return fmt.Errorf("%s %s: load order: %w", r.step, r.key, err)
+}
+
+// prepare validates in and derives the step's effect key and owner, without
+// touching the database. Errors: invalid input, or no workflow in the
+// activity info.
+func (a *Activities) prepare(ctx context.Context, in orders.CheckoutInput, step string) (*run, error) {
 	if err := in.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: check input: %w", step, err)
 	}
@@ -186,11 +204,7 @@ func (a *Activities) begin(ctx context.Context, in orders.CheckoutInput, step st
 		return nil, &Error{Type: ErrTypeInvalidInput, kind: ErrInvalidInput,
 			Message: fmt.Sprintf("%s %s: not started by a workflow; the claim owner is the workflow ID", step, key)}
 	}
-	order, err := a.orders.Get(ctx, in.TenantID, in.OrderID)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: load order: %w", step, key, err)
-	}
-	r := &run{step: step, in: in, order: order, key: key, owner: wfID + "/" + step}
+	r := &run{step: step, in: in, key: key, owner: wfID + "/" + step}
 	r.log = a.logger.With("effect_key", key.String(), "step", step, "tenant_id", in.TenantID, "order_id", in.OrderID)
 	return r, nil
 }

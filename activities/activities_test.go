@@ -60,16 +60,21 @@ type bundle struct {
 type setupOpts struct {
 	// maxConns caps the pool; zero means effectstest's default.
 	maxConns int32
-	stripe   *fakestripe.Opts
-	sender   *notify.SenderOpts
-	effects  *effects.ClientOpts
+	// pool, when set, is used instead of a fresh one (maxConns is ignored).
+	pool    *pgxpool.Pool
+	stripe  *fakestripe.Opts
+	sender  *notify.SenderOpts
+	effects *effects.ClientOpts
 }
 
 func setup(t *testing.T) *bundle { return setupWith(t, setupOpts{}) }
 
 func setupWith(t *testing.T, o setupOpts) *bundle {
 	t.Helper()
-	b := &bundle{pool: effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: o.maxConns}), clock: &clock{}}
+	b := &bundle{pool: o.pool, clock: &clock{}}
+	if b.pool == nil {
+		b.pool = effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: o.maxConns})
+	}
 	quiet := slog.New(slog.DiscardHandler)
 	if o.effects == nil {
 		o.effects = &effects.ClientOpts{}

@@ -32,7 +32,10 @@ func (a *Activities) MarkPaid(ctx context.Context, in orders.CheckoutInput) (ord
 }
 
 func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
-	r, err := a.begin(ctx, in, orders.StepMarkPaid)
+	// The order is not loaded up front: TransitionTx checks its status and
+	// existence inside the transaction, and requireChargedTx reads it there
+	// on the rare path that needs it. That saves a round trip per step.
+	r, err := a.prepare(ctx, in, orders.StepMarkPaid)
 	if err != nil {
 		return orders.MarkPaidResult{}, err
 	}
@@ -63,10 +66,18 @@ func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (ord
 // requireChargedTx returns an InvalidState error unless the order's charge
 // effect succeeded. The order already paid by this very step (its
 // transition is recorded under r's effect key) passes too, so that a retry
-// whose charge record was pruned still finds the work done.
+// whose charge record was pruned still finds the work done; only then is
+// the order read (in tx), and a missing order is an OrderNotFound error.
 func (a *Activities) requireChargedTx(ctx context.Context, tx pgx.Tx, r *run) error {
 	_, err := a.requireChargeTx(ctx, tx, r, effects.StateSucceeded)
-	if errors.Is(err, ErrInvalidState) && r.order.Status == orders.StatusPaid {
+	if !errors.Is(err, ErrInvalidState) {
+		return err
+	}
+	o, lerr := a.orders.GetTx(ctx, tx, r.in.TenantID, r.in.OrderID)
+	if lerr != nil {
+		return loadOrderError(r, lerr)
+	}
+	if o.Status == orders.StatusPaid {
 		return nil // TransitionTx finds this step's own transition and changes nothing.
 	}
 	return err
