@@ -33,12 +33,13 @@ const AttentionQuery = SearchAttrAttentionName + " IS NOT NULL"
 // operator's Decision about the step it waits on.
 const UpdateDecide = "decide"
 
-// DecisionTimeout is how long a run waits for a decision before it fails
-// with ErrTypeDecisionTimeout.
-const DecisionTimeout = 7 * 24 * time.Hour
+// DefaultDecisionTimeout is how long a run waits for a decision before it
+// fails with ErrTypeDecisionTimeout, unless WorkflowOpts.DecisionTimeout
+// (DECISION_TIMEOUT) says otherwise.
+const DefaultDecisionTimeout = 7 * 24 * time.Hour
 
-// ErrTypeDecisionTimeout is the error type of a run that waited
-// DecisionTimeout for a decision and got none. Non-retryable.
+// ErrTypeDecisionTimeout is the error type of a run that waited its
+// decision timeout for a decision and got none. Non-retryable.
 const ErrTypeDecisionTimeout = "DecisionTimeout"
 
 // MetricDecisionTimeouts counts runs that failed with no decision in time,
@@ -131,7 +132,7 @@ func needsAttention(err error) (string, bool) {
 }
 
 // awaitDecision marks step i waiting, sets KeyedAttention and waits until a
-// decision has been applied (nil) or DecisionTimeout passes (a
+// decision has been applied (nil) or the decision timeout passes (a
 // non-retryable ErrTypeDecisionTimeout error with cause as its cause).
 func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cause error) error {
 	s := &o.status[i]
@@ -145,7 +146,7 @@ func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cau
 	}
 	o.showDetails(ctx)
 	w := o.wait
-	decided, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: DecisionTimeout,
+	decided, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: o.decisionTimeout,
 		TimerOptions: workflow.TimerOptions{Summary: "decision on " + value + " · effect " + s.EffectKey}},
 		func() bool { return w.decided })
 	if err == nil && !decided && w.applying { // A decision arrived as time ran out: let it finish.
@@ -165,7 +166,7 @@ func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cau
 	workflow.GetMetricsHandler(ctx).Counter(MetricDecisionTimeouts).Inc(1)
 	msg := fmt.Sprintf("%s: %s %s: no operator decision within %s on an unknown outcome (%s: %s) — not retried: "+
 		"check the provider, then `starter resolve` the key and re-run the order",
-		ErrTypeDecisionTimeout, s.Step, s.EffectKey, DecisionTimeout, reason, stepError(cause))
+		ErrTypeDecisionTimeout, s.Step, s.EffectKey, o.decisionTimeout, reason, stepError(cause))
 	s.State, s.Error = StateFailed, firstLine(msg, 500)
 	return temporal.NewNonRetryableApplicationError(msg, ErrTypeDecisionTimeout, nil)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -255,4 +258,27 @@ func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
 	require.NotContains(t, b.started, activities.NameMarkFailed, "the card may have been charged")
 	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, states(b.status(t)))
+}
+
+// TestDecisionTimeoutIsConfigurable: a worker registered with a shorter
+// decision timeout fails an undecided run after it, naming it.
+func TestDecisionTimeoutIsConfigurable(t *testing.T) {
+	t.Parallel()
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := suite.NewTestWorkflowEnvironment()
+	workflows.RegisterWithOpts(env, &workflows.WorkflowOpts{DecisionTimeout: time.Hour})
+	var a *activities.Activities
+	var d *workflows.Decider
+	require.NoError(t, activities.Register(env, append(a.Definitions(), d.Definition())...))
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
+	env.OnActivity(activities.NameCharge, mock.Anything, in).
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", activities.ErrTypeAmbiguous, nil)).Once()
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil)
+
+	env.ExecuteWorkflow(orders.WorkflowName, in)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app)
+	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
+	require.Contains(t, app.Error(), "no operator decision within 1h0m0s")
 }

@@ -133,7 +133,29 @@ func LongestRun() time.Duration {
 
 // Register registers OrderWorkflow with r under orders.WorkflowName.
 func Register(r worker.WorkflowRegistry) {
-	r.RegisterWorkflowWithOptions(OrderWorkflow, workflow.RegisterOptions{Name: orders.WorkflowName})
+	RegisterWithOpts(r, nil)
+}
+
+// WorkflowOpts configures the order workflow a worker runs. A nil
+// *WorkflowOpts means all defaults.
+type WorkflowOpts struct {
+	// DecisionTimeout is how long a run waits for an operator's decision
+	// before it fails (DECISION_TIMEOUT). Zero means DefaultDecisionTimeout.
+	// A change applies to waits that begin after it: a wait already begun
+	// keeps the timer it started with.
+	DecisionTimeout time.Duration
+}
+
+// RegisterWithOpts registers the order workflow with r under
+// orders.WorkflowName, configured by opts.
+func RegisterWithOpts(r worker.WorkflowRegistry, opts *WorkflowOpts) {
+	timeout := DefaultDecisionTimeout
+	if opts != nil && opts.DecisionTimeout > 0 {
+		timeout = opts.DecisionTimeout
+	}
+	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
+		return orderWorkflow(ctx, in, timeout)
+	}, workflow.RegisterOptions{Name: orders.WorkflowName})
 }
 
 // markFailedChange is the workflow.GetVersion change ID of marking the
@@ -151,8 +173,8 @@ const markFailedChange = "mark-failed-on-decline"
 // A step that ends with an outcome keyed cannot know (see needsAttention:
 // Ambiguous, KeyReused, or retries that ran out) does not fail the run: the
 // step is StateWaiting, the KeyedAttention search attribute names it (such
-// as "receipt:ambiguous"), and the run waits up to DecisionTimeout for an
-// operator's Decision, sent as the UpdateDecide update. The decision is
+// as "receipt:ambiguous"), and the run waits up to its decision timeout
+// (WorkflowOpts) for an operator's Decision, sent as the UpdateDecide update. The decision is
 // applied to the step's effect record (ApplyDecision, through
 // effects.Resolve) and the step runs again in the same run: after
 // ResolveRetry it acts again, after ResolveDone it returns the stored
@@ -169,6 +191,10 @@ const markFailedChange = "mark-failed-on-decline"
 // returns the charge's error, of the same type (such as
 // activities.ErrTypeCardDeclined), whether or not MarkFailed succeeded.
 func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
+	return orderWorkflow(ctx, in, DefaultDecisionTimeout)
+}
+
+func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeout time.Duration) (orders.CheckoutResult, error) {
 	var out orders.CheckoutResult
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
@@ -178,6 +204,7 @@ func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.Checko
 	if err != nil {
 		return out, err
 	}
+	o.decisionTimeout = decisionTimeout
 	var a *activities.Activities // Names the activities; never called.
 	if err := o.run(ctx, 0, a.Charge, &out.Charge); err != nil {
 		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
@@ -205,6 +232,8 @@ type orderRun struct {
 	status  []orders.StepStatus
 	outcome []string
 	wait    *waiting
+	// decisionTimeout bounds each wait for an operator's decision.
+	decisionTimeout time.Duration
 }
 
 func newOrderRun(ctx workflow.Context, in orders.CheckoutInput) (*orderRun, error) {

@@ -53,6 +53,7 @@ Environment (flags override the non-secret ones):
   WORKER_STOP_TIMEOUT   drain time for in-flight activities on SIGTERM (default %s)
   WORKER_MAX_ACTIVITIES most concurrent activities (default %d)
   WORKER_POLLERS        workflow-task and activity-task pollers, each (default %d)
+  DECISION_TIMEOUT      how long a run waits for an operator's decision before it fails (default %s)
   EFFECTS_RETENTION     prune finished effect records older than this (default %s)
   PRUNE_EVERY           prune once per window of this length, across replicas (default %s)
   LOG_LEVEL             debug, info, warn or error (default "info")
@@ -68,7 +69,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 		fmt.Fprintf(fs.Output(), usage, config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace,
 			orders.TaskQueue, config.DefaultStripeAPIBase, config.DefaultSendGridAPIBase, notify.DefaultLookupLag, notify.DefaultLookupGiveUp,
 			config.DefaultReceiptPolicy, config.DefaultCollapseWindow, config.DefaultMetricsAddr, config.DefaultStopTimeout,
-			config.DefaultMaxActivities, config.DefaultPollers, config.DefaultEffectsRetention, config.DefaultPruneEvery)
+			config.DefaultMaxActivities, config.DefaultPollers, config.DefaultDecisionTimeout, config.DefaultEffectsRetention, config.DefaultPruneEvery)
 		config.PrintFlags(fs.Output(), fs)
 	}
 	cfg, err := config.Load(config.Worker, fs, args, lookup)

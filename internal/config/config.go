@@ -70,6 +70,8 @@ const (
 	DefaultCollapseWindow    = 10 * time.Minute
 	DefaultStopTimeout       = 30 * time.Second
 	DefaultMaxActivities     = 64
+	// DefaultDecisionTimeout is DECISION_TIMEOUT's default: a week.
+	DefaultDecisionTimeout = 7 * 24 * time.Hour
 	// DefaultPollers is WORKER_POLLERS's default, chosen with make
 	// bench-pipeline (see README, "Performance").
 	DefaultPollers          = 8
@@ -181,6 +183,9 @@ type WorkerTuning struct {
 	// MaxConcurrentActivities is WORKER_MAX_ACTIVITIES, the cap on activities
 	// this process runs at once.
 	MaxConcurrentActivities int
+	// DecisionTimeout is DECISION_TIMEOUT: how long an order run waits for
+	// an operator's decision on an outcome keyed cannot know before it fails.
+	DecisionTimeout time.Duration
 	// Pollers is WORKER_POLLERS: how many workflow-task and how many
 	// activity-task pollers the worker runs. The SDK's default of 2 starves
 	// workflow tasks on a busy queue (see DefaultPollers).
@@ -292,6 +297,7 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 	dur(&c.Worker.StopTimeout, "WORKER_STOP_TIMEOUT", DefaultStopTimeout)
 	integer(&c.Worker.MaxConcurrentActivities, "WORKER_MAX_ACTIVITIES", DefaultMaxActivities)
 	integer(&c.Worker.Pollers, "WORKER_POLLERS", DefaultPollers)
+	dur(&c.Worker.DecisionTimeout, "DECISION_TIMEOUT", DefaultDecisionTimeout)
 	dur(&c.Worker.EffectsRetention, "EFFECTS_RETENTION", DefaultEffectsRetention)
 	dur(&c.Worker.PruneEvery, "PRUNE_EVERY", DefaultPruneEvery)
 	return l
@@ -431,6 +437,9 @@ func (l *Loader) Load() (*Config, error) {
 		}
 		if c.Worker.PruneEvery < time.Minute {
 			add("PRUNE_EVERY", "%s is under one minute", c.Worker.PruneEvery)
+		}
+		if c.Worker.DecisionTimeout < time.Minute {
+			add("DECISION_TIMEOUT", "%s is under a minute; an operator needs time to look", c.Worker.DecisionTimeout)
 		}
 		if c.Worker.Pollers < 2 || c.Worker.Pollers > 64 {
 			add("WORKER_POLLERS", "%d is not between 2 and 64", c.Worker.Pollers)

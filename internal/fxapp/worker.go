@@ -81,7 +81,7 @@ func newWorker(in workerIn) (worker.Worker, error) {
 		_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
 	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
-	workflows.Register(w)
+	workflows.RegisterWithOpts(w, &workflows.WorkflowOpts{DecisionTimeout: in.Tuning.DecisionTimeout})
 	decider, err := workflows.NewDecider(in.Effects)
 	if err != nil {
 		return nil, fmt.Errorf("decision activity: %w", err)
