@@ -20,7 +20,7 @@ import (
 )
 
 // BenchmarkClaimComplete measures claim plus complete of fresh keys through
-// the Client against the same two SQL statements sent through raw pgx, at 1,
+// the Client against the bare two SQL statements sent through raw pgx, at 1,
 // 8 and 32 connections, in the same run. It reports both rates and
 // keyed/raw, the ratio to watch (target: 0.9 or better).
 func BenchmarkClaimComplete(b *testing.B) {
@@ -95,8 +95,10 @@ func runConcurrent(b *testing.B, workers, n int, op func() error) time.Duration 
 	return time.Since(start)
 }
 
-// rawClaimComplete is the baseline: the claim INSERT and the completing
-// UPDATE that the Client sends, without anything around them.
+// rawClaimComplete is the baseline: the plain claim INSERT (the Client's
+// claim statement wraps it so that it also reads an existing record in the
+// same round trip) and the completing UPDATE the Client sends, without
+// anything around them.
 func rawClaimComplete(ctx context.Context, pool *pgxpool.Pool, key string) error {
 	var gen int64
 	var attempts int

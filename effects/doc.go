@@ -39,8 +39,9 @@
 //
 // A record is created claimed, with an owner and a lease, and ends
 // succeeded (with its outcome), failed_transient or failed_terminal. Claim
-// is one INSERT … ON CONFLICT DO NOTHING RETURNING: a row back means the
-// caller owns the effect. Otherwise it reads the record and branches:
+// is one INSERT … ON CONFLICT DO NOTHING: an inserted row means the caller
+// owns the effect. Otherwise the same statement reads the existing record
+// (one round trip either way), and Claim branches:
 //
 //   - succeeded: the claim is Done and carries the stored outcome; do no work.
 //   - claimed, lease live, another owner: *InProgressError (retry later).
