@@ -285,7 +285,12 @@ func TestRelayRecordsEachRowWithItsOwnBudget(t *testing.T) {
 	require.Equal(t, 8, n)
 	require.Greater(t, time.Since(began), budget, "the poll outlasted one record budget")
 	require.Zero(t, b.unsent(t))
-	require.Equal(t, []int{6, 6}, sentWhileSlow, "the fast rows were marked while the slow ones started")
+	// Each slow start saw the six fast rows marked (and perhaps the other
+	// slow row, when it finished first).
+	require.Len(t, sentWhileSlow, 2)
+	for _, sent := range sentWhileSlow {
+		require.GreaterOrEqual(t, sent, 6, "the fast rows were marked while the slow ones started: %v", sentWhileSlow)
+	}
 	b.requireOneRunEach(t, ids)
 }
 

@@ -39,6 +39,8 @@ Environment (flags override the non-secret ones):
   TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH,
   TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE
                         TLS, mTLS and API key for a Temporal cluster or Temporal Cloud (see deploy/README.md)
+  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
+                        OpenTelemetry tracing over OTLP/HTTP, off unless set (see deploy/README.md)
   STRIPE_SECRET_KEY     required: sk_… or rk_… (environment only)
   STRIPE_API_BASE       Stripe API base URL (default %q)
   SENDGRID_API_KEY      required (environment only)
