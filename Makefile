@@ -53,7 +53,7 @@ bench-pipeline: postgres tools ## Run keyed's pipeline and a bare 3-activity wor
 	go test -run '^$$' -bench Pipeline -benchtime 1x -timeout 30m ./tests
 
 .PHONY: bench-storm
-bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders through workflows.Start beside the bare SDK (USE_EXISTING) on one dev server; check 10 runs and 10 charges, print p50/p99 and the p99 ratio.
+bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders through workflows.Start and through the HTTP API (with the relay) beside the bare SDK (USE_EXISTING) on one dev server; check 10 runs and 10 charges, print p50/p99 and the p99 ratio.
 	go test -run '^$$' -bench Storm -benchtime 1x -timeout 20m ./tests
 
 .PHONY: bench-relay

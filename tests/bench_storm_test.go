@@ -34,7 +34,10 @@ const (
 // (default 3) pairs. Each keyed storm must leave exactly 10 runs and 10
 // charges at the Stripe fake (its runs complete before the next storm). It
 // prints the start latencies p50/p99 of each storm and the p99 ratio
-// keyed/bare (goal <= 1.1). Run it with `make bench-storm`.
+// keyed/bare (goal <= 1.1). A third storm posts the same 1000 requests to
+// keyed's HTTP API (each order's with one Idempotency-Key), whose outbox a
+// relay starts, and checks 10 runs and 10 charges too; it reports the POST
+// latencies and the answers' statuses. Run it with `make bench-storm`.
 func BenchmarkStorm(b *testing.B) {
 	world := setup(b)
 	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
@@ -51,7 +54,9 @@ func BenchmarkStorm(b *testing.B) {
 	require.NoError(b, bw.Start())
 	b.Cleanup(bw.Stop)
 
-	var keyed, bare []batch
+	api := newStormAPI(b, world)
+
+	var keyed, bare, viaAPI []batch
 	for pair := range envInt("BENCH_PAIRS", 3) {
 		bareIDs := make([]string, stormOrders)
 		for k := range bareIDs {
@@ -88,6 +93,14 @@ func BenchmarkStorm(b *testing.B) {
 			float64(keyed[pair].p99)/float64(bare[pair].p99))
 		require.Equal(b, stormOrders, runs, "one run per order")
 		require.Equal(b, stormOrders, got, "one charge per order")
+
+		charges = world.stripe.Charges()
+		viaAPI = append(viaAPI, api.storm(b, fmt.Sprintf("api%d", pair)))
+		runs, got = api.settle(b), world.stripe.Charges()-charges
+		fmt.Printf("storm pair %d: HTTP API %d runs, %d charges; POST p50 %v, p99 %v; statuses %v\n", pair+1, runs, got,
+			viaAPI[pair].p50.Round(time.Microsecond), viaAPI[pair].p99.Round(time.Microsecond), api.statuses())
+		require.Equal(b, stormOrders, runs, "one run per order through the API")
+		require.Equal(b, stormOrders, got, "one charge per order through the API")
 	}
 	ms := func(f func(batch) time.Duration) func(batch) float64 {
 		return func(x batch) float64 { return float64(f(x).Microseconds()) / 1000 }
@@ -102,6 +115,10 @@ func BenchmarkStorm(b *testing.B) {
 	b.ReportMetric(median(bare, p50), "bare-p50-ms")
 	b.ReportMetric(bp99, "bare-p99-ms")
 	b.ReportMetric(kp99/bp99, "p99-ratio")
+	ap99 := median(viaAPI, p99)
+	fmt.Printf("storm median: HTTP API POST p50 %.1f ms, p99 %.1f ms; p99 ratio to bare %.2f\n", median(viaAPI, p50), ap99, ap99/bp99)
+	b.ReportMetric(median(viaAPI, p50), "api-p50-ms")
+	b.ReportMetric(ap99, "api-p99-ms")
 }
 
 // storm runs start(i) for i in [0, stormStarts) from as many goroutines,
