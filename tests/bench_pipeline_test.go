@@ -107,19 +107,7 @@ func BenchmarkPipeline(b *testing.B) {
 	for _, c := range []int{20, 50} {
 		b.Run(fmt.Sprintf("C=%d", c), func(b *testing.B) {
 			world := setup(b)
-			w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
-			workflows.Register(w)
-			require.NoError(b, activities.Register(w, world.acts.Definitions()...))
-			bareQueue := world.taskQueue + "-bare"
-			bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
-			bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})
-			for _, name := range []string{"BareA", "BareB", "BareC"} {
-				bw.RegisterActivityWithOptions(bareActivity, activity.RegisterOptions{Name: name})
-			}
-			require.NoError(b, w.Start())
-			b.Cleanup(w.Stop)
-			require.NoError(b, bw.Start())
-			b.Cleanup(bw.Stop)
+			bareQueue := startBenchWorkers(b, world)
 
 			var keyed, bare []batch
 			for pair := range pairs {
@@ -149,6 +137,26 @@ func BenchmarkPipeline(b *testing.B) {
 			reportPairs(b, c, keyed, bare)
 		})
 	}
+}
+
+// startBenchWorkers starts, with the same options, keyed's worker on the
+// world's task queue and the baseline's worker on a queue of its own, which
+// it returns; both stop when the benchmark ends.
+func startBenchWorkers(b *testing.B, world *bundle) (bareQueue string) {
+	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
+	workflows.Register(w)
+	require.NoError(b, activities.Register(w, world.acts.Definitions()...))
+	bareQueue = world.taskQueue + "-bare"
+	bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
+	bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})
+	for _, name := range []string{"BareA", "BareB", "BareC"} {
+		bw.RegisterActivityWithOptions(bareActivity, activity.RegisterOptions{Name: name})
+	}
+	require.NoError(b, w.Start())
+	b.Cleanup(w.Stop)
+	require.NoError(b, bw.Start())
+	b.Cleanup(bw.Stop)
+	return bareQueue
 }
 
 func median(bs []batch, f func(batch) float64) float64 {

@@ -10,12 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -40,19 +36,7 @@ const (
 // latencies and the answers' statuses. Run it with `make bench-storm`.
 func BenchmarkStorm(b *testing.B) {
 	world := setup(b)
-	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
-	workflows.Register(w)
-	require.NoError(b, activities.Register(w, world.acts.Definitions()...))
-	bareQueue := world.taskQueue + "-bare"
-	bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
-	bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})
-	for _, name := range []string{"BareA", "BareB", "BareC"} {
-		bw.RegisterActivityWithOptions(bareActivity, activity.RegisterOptions{Name: name})
-	}
-	require.NoError(b, w.Start())
-	b.Cleanup(w.Stop)
-	require.NoError(b, bw.Start())
-	b.Cleanup(bw.Stop)
+	bareQueue := startBenchWorkers(b, world)
 
 	api := newStormAPI(b, world)
 
