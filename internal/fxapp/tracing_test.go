@@ -59,11 +59,14 @@ func TestTracingLinksTheOrderRequestToTheStripeCall(t *testing.T) {
 	// Email Activity API, which belongs to no request).
 	stripeHost := strings.TrimPrefix(w.Env["STRIPE_API_BASE"], "http://") + "/"
 	sendgridHost := strings.TrimPrefix(w.Env["SENDGRID_API_BASE"], "http://") + "/v3/mail/send"
+	// A span is exported when it ends, so an HTTP call shows up before the
+	// activity span around it: wait for both.
 	require.Eventually(t, func() bool {
 		o, err := w.Orders.Get(ctx, "acme", "traced-1")
+		spans := exp.GetSpans()
 		return err == nil && o.Status == orders.StatusPaid &&
-			len(clientSpans(exp.GetSpans(), stripeHost)) > 0 && len(clientSpans(exp.GetSpans(), sendgridHost)) > 0
-	}, time.Minute, 50*time.Millisecond, "the order is paid and the provider calls are traced")
+			callsWithParents(spans, stripeHost) && callsWithParents(spans, sendgridHost)
+	}, time.Minute, 50*time.Millisecond, "the order is paid and the provider calls and their activities are traced")
 	require.Equal(t, 1, w.Stripe.Charges())
 
 	spans := exp.GetSpans()
@@ -89,6 +92,22 @@ func TestTracingLinksTheOrderRequestToTheStripeCall(t *testing.T) {
 			require.Equal(t, key.String(), effectKey(call)+effectKey(parent), "%s: the call or its activity span names the effect key", step)
 		}
 	}
+}
+
+// callsWithParents reports whether there are client spans to prefix and
+// every one's parent span has ended too.
+func callsWithParents(spans tracetest.SpanStubs, prefix string) bool {
+	calls := clientSpans(spans, prefix)
+	for _, call := range calls {
+		found := false
+		for _, s := range spans {
+			found = found || s.SpanContext.SpanID() == call.Parent.SpanID()
+		}
+		if !found {
+			return false
+		}
+	}
+	return len(calls) > 0
 }
 
 // clientSpans returns the HTTP client spans of requests whose URL, without
