@@ -219,25 +219,30 @@ func get(ctx context.Context, db effects.DB, tenantID, id string) (*Order, error
 // returns an error wrapping ErrBadTransition if the order is in another
 // state, and ErrNotFound if it does not exist.
 func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, tenantID, id string, from, to Status, eventID string) (changed bool, err error) {
-	tag, err := tx.Exec(ctx, `
-INSERT INTO order_transitions (tenant_id, order_id, from_state, to_state, event_id)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT DO NOTHING`, tenantID, id, from, to, eventID)
-	if err != nil {
-		if strings.Contains(err.Error(), "foreign key") {
-			return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, ErrNotFound)
-		}
+	// One round trip: the update runs only when the transition row was
+	// inserted. Both see one snapshot, and the order's row lock orders
+	// racers as two statements would.
+	var inserted, updated bool
+	err = tx.QueryRow(ctx, `
+WITH ins AS (
+	INSERT INTO order_transitions (tenant_id, order_id, from_state, to_state, event_id)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT DO NOTHING
+	RETURNING 1
+), upd AS (
+	UPDATE orders SET status = $4, updated_at = now()
+	WHERE tenant_id = $1 AND id = $2 AND status = $3 AND EXISTS (SELECT FROM ins)
+	RETURNING 1
+)
+SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM upd)`, tenantID, id, from, to, eventID).Scan(&inserted, &updated)
+	switch {
+	case err != nil && strings.Contains(err.Error(), "foreign key"):
+		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, ErrNotFound)
+	case err != nil:
 		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, err)
-	}
-	if tag.RowsAffected() == 0 {
+	case !inserted:
 		return false, nil
-	}
-	tag, err = tx.Exec(ctx, `UPDATE orders SET status = $4, updated_at = now() WHERE tenant_id = $1 AND id = $2 AND status = $3`,
-		tenantID, id, from, to)
-	if err != nil {
-		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, err)
-	}
-	if tag.RowsAffected() == 0 {
+	case !updated:
 		return false, fmt.Errorf("transition order %s/%s %s->%s: %w", tenantID, id, from, to, ErrBadTransition)
 	}
 	return true, nil
