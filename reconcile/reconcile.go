@@ -207,7 +207,9 @@ func New(fx *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts
 // boundary is not reported as missing. Findings are also logged and, with a
 // Registerer, counted. It returns an error wrapping ErrInvalidWindow for a
 // bad window, and a wrapped error when Postgres or Stripe fails; it never
-// returns a partial report.
+// returns a partial report. A successful run is recorded in
+// keyed_reconcile_runs (see Last); a failure to record it is logged, not
+// returned, since the report itself is complete.
 func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 	if err := w.Validate(); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
@@ -270,6 +272,10 @@ func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 		slog.Int("payment_intents", rep.PaymentIntents), slog.Int("in_flight", rep.InFlight),
 		slog.Int("findings", len(rep.Findings)))
 	r.metrics.observe(rep)
+	if err := record(ctx, r.db, rep); err != nil {
+		// The report stands; only doctor's "reconcile ran" check misses it.
+		r.logger.LogAttrs(ctx, slog.LevelError, "reconciled, but could not record the run", slog.String("err", err.Error()))
+	}
 	return rep, nil
 }
 
