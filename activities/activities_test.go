@@ -29,6 +29,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
@@ -73,7 +74,7 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 	t.Helper()
 	b := &bundle{pool: o.pool, clock: &clock{}}
 	if b.pool == nil {
-		b.pool = effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: o.maxConns})
+		b.pool = dbtest.NewPool(t, &effectstest.PoolOpts{MaxConns: o.maxConns})
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	if o.effects == nil {
@@ -709,18 +710,28 @@ func (r *registry) RegisterDynamicActivity(any, activity.DynamicRegisterOptions)
 func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
 	t.Parallel()
 	fn := func(context.Context, orders.CheckoutInput) error { return nil }
-	good := activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Step: "refund", Fn: fn}
+	decl := func(name string, class effects.Class, step string) activities.Declaration {
+		return activities.Declaration{Name: name, Class: class, Step: step}
+	}
+	good := decl("Refund", effects.ClassExternalCreate, "refund").Bind(fn)
+	send := decl("Notify", effects.ClassIrreversibleSend, "notify")
 
 	for name, tc := range map[string]struct {
 		def  activities.Definition
 		want string
 	}{
-		"no class":      {activities.Definition{Name: "Refund", Step: "refund", Fn: fn}, "effect class"},
-		"unknown class": {activities.Definition{Name: "Refund", Class: "maybe", Step: "refund", Fn: fn}, "effect class"},
-		"no step":       {activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Fn: fn}, "Step"},
-		"no name":       {activities.Definition{Class: effects.ClassExternalCreate, Step: "refund", Fn: fn}, "Name"},
-		"no fn":         {activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Step: "refund"}, "function"},
-		"not a fn":      {activities.Definition{Name: "Refund", Class: effects.ClassExternalCreate, Step: "refund", Fn: 42}, "function"},
+		"no class":          {decl("Refund2", "", "refund2").Bind(fn), "effect class"},
+		"unknown class":     {decl("Refund2", "maybe", "refund2").Bind(fn), "effect class"},
+		"no step":           {decl("Refund2", effects.ClassExternalCreate, "").Bind(fn), "Step"},
+		"step not a key":    {decl("Refund2", effects.ClassExternalCreate, "re:fund").Bind(fn), "cannot end an effect key"},
+		"no name":           {decl("", effects.ClassExternalCreate, "refund2").Bind(fn), "Name"},
+		"no fn":             {decl("Refund2", effects.ClassExternalCreate, "refund2").Bind(nil), "function"},
+		"not a fn":          {decl("Refund2", effects.ClassExternalCreate, "refund2").Bind(42), "function"},
+		"step claimed":      {decl("Refund2", effects.ClassExternalCreate, "refund").Bind(fn), `claims step "refund", as "Refund" does`},
+		"send no policy":    {send.Bind(fn), "delivery Policy"},
+		"policy on a write": {activities.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w", Policy: notify.AtMostOnce}.Bind(fn), "not an irreversible send"},
+		"negative timeout": {activities.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w",
+			Options: activities.Options{StartToClose: -time.Second}}.Bind(fn), "negative"},
 	} {
 		r := &registry{}
 		err := activities.Register(r, good, tc.def)
@@ -730,18 +741,44 @@ func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
 
 	r := &registry{}
 	require.ErrorContains(t, activities.Register(r, good, good), "twice")
-	require.NoError(t, activities.Register(r, good))
-	require.Equal(t, []string{"Refund"}, r.names)
+	send.Policy = notify.AtLeastOnce
+	require.NoError(t, activities.Register(r, good, send.Bind(fn)))
+	require.Equal(t, []string{"Refund", "Notify"}, r.names)
 
 	var acts *activities.Activities
 	r = &registry{}
 	defs := acts.Definitions()
 	require.NoError(t, activities.Register(r, defs...))
 	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "MarkFailed"}, r.names)
-	for _, d := range defs {
-		require.True(t, d.Class.Valid())
-		require.NotEmpty(t, d.Step)
+	for i, d := range activities.Declarations() {
+		require.Equal(t, defs[i].Declaration, d)
 	}
+}
+
+// TestActivityOptionsFollowTheClass checks each class's default options and
+// that a declaration's Options override them.
+func TestActivityOptionsFollowTheClass(t *testing.T) {
+	t.Parallel()
+	for _, d := range activities.Declarations() {
+		o := d.ActivityOptions("acme:order:1:" + d.Step)
+		require.Equal(t, d.Step+" · effect acme:order:1:"+d.Step, o.Summary)
+		require.Equal(t, activities.StepScheduleToClose, o.ScheduleToCloseTimeout)
+		require.Equal(t, activities.RetryPolicy(), o.RetryPolicy)
+		switch d.Class {
+		case effects.ClassAbsoluteWrite, effects.ClassRelativeWrite:
+			require.Equal(t, activities.DatabaseStartToClose, o.StartToCloseTimeout, d.Name)
+			require.Zero(t, o.HeartbeatTimeout, d.Name)
+		default:
+			require.Equal(t, activities.ExternalStartToClose, o.StartToCloseTimeout, d.Name)
+			require.Equal(t, activities.HeartbeatTimeout, o.HeartbeatTimeout, d.Name)
+		}
+	}
+	d := activities.DeclCharge.Declaration
+	d.Options = activities.Options{StartToClose: 2 * time.Minute, Heartbeat: -1, ScheduleToClose: time.Hour}
+	o := d.ActivityOptions("k")
+	require.Equal(t, 2*time.Minute, o.StartToCloseTimeout)
+	require.Zero(t, o.HeartbeatTimeout)
+	require.Equal(t, time.Hour, o.ScheduleToCloseTimeout)
 }
 
 func TestNewValidates(t *testing.T) {

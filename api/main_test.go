@@ -27,6 +27,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
@@ -143,7 +144,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	t.Helper()
 	schema, url := effectstest.NewSchema(t)
 	_ = schema
-	pool := effectstest.Connect(t, url, &effectstest.PoolOpts{MaxConns: 32})
+	pool := dbtest.Connect(t, url, &effectstest.PoolOpts{MaxConns: 32})
 	b := &bundle{
 		ctx:       context.Background(),
 		url:       url,
@@ -178,7 +179,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		if !strings.Contains(url, "?") {
 			proxied = url + "?host=" + host + "&port=" + port
 		}
-		db = effectstest.Connect(t, proxied, &effectstest.PoolOpts{MaxConns: 8})
+		db = dbtest.Connect(t, proxied, &effectstest.PoolOpts{MaxConns: 8})
 	}
 	b.handler, err = api.NewHandler(db, keys, hopts)
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/notify"
 )
@@ -46,7 +47,7 @@ func setup(t testing.TB, opts *notify.SenderOpts) *bundle {
 // setupWith is setup with options for the fake SendGrid.
 func setupWith(t testing.TB, opts *notify.SenderOpts, fakeOpts *fakesendgrid.Opts) *bundle {
 	t.Helper()
-	b := &bundle{pool: effectstest.NewPool(t), fake: fakesendgrid.New(fakeOpts), logs: &syncBuffer{}}
+	b := &bundle{pool: dbtest.NewPool(t), fake: fakesendgrid.New(fakeOpts), logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.fx = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: logger})
 	ts := httptest.NewServer(b.fake)
@@ -341,7 +342,7 @@ func TestInvalidMessage(t *testing.T) {
 
 func TestNewSenderValidates(t *testing.T) {
 	t.Parallel()
-	pool := effectstest.NewPool(t)
+	pool := dbtest.NewPool(t)
 	fx := effectstest.NewClient(t, pool, nil)
 	ok := notify.SenderOpts{APIKey: apiKey, From: "receipts@example.com"}
 

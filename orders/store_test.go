@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -20,7 +20,7 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := effectstest.NewPool(t)
+	pool := dbtest.NewPool(t)
 	store, err := orders.NewStore(pool)
 	require.NoError(t, err)
 	return &bundle{ctx: context.Background(), pool: pool, store: store}

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
@@ -57,8 +58,8 @@ func BenchmarkRelayCommitToStart(b *testing.B) {
 // one's commit-to-start latency.
 func relayLoad(b *testing.B, rate int) []time.Duration {
 	_, url := effectstest.NewSchema(b)
-	apiPool := effectstest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 16})
-	relayPool := effectstest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
+	apiPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 16})
+	relayPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
 	store, err := orders.NewStore(apiPool)
 	require.NoError(b, err)
 	c := dialBench(b)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 )
@@ -63,7 +64,7 @@ func TestLongSchemaNameStillWakesTheRelay(t *testing.T) {
 	b := setup(t)
 	schema := longSchema(t)
 	require.Len(t, schema, 63)
-	b.pool = effectstest.Connect(t, effectstest.WithSearchPath(effectstest.DatabaseURL(), schema), &effectstest.PoolOpts{MaxConns: 8})
+	b.pool = dbtest.Connect(t, effectstest.WithSearchPath(effectstest.DatabaseURL(), schema), &effectstest.PoolOpts{MaxConns: 8})
 	store, err := orders.NewStore(b.pool)
 	require.NoError(t, err)
 	b.store = store

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
@@ -47,7 +48,7 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: 24})
+	pool := dbtest.NewPool(t, &effectstest.PoolOpts{MaxConns: 24})
 	store, err := orders.NewStore(pool)
 	require.NoError(t, err)
 	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger{}})

@@ -21,6 +21,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/reconcile"
@@ -48,7 +49,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{ctx: context.Background(), now: from, reg: prometheus.NewRegistry(),
 		window: reconcile.Window{From: from, To: from.Add(24 * time.Hour)}}
-	b.pool = effectstest.NewPool(t)
+	b.pool = dbtest.NewPool(t)
 	quiet := slog.New(slog.DiscardHandler)
 	b.fx = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: quiet})
 	b.fake = fakestripe.New(&fakestripe.Opts{Now: b.clock})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/retention"
 )
 
@@ -26,7 +27,7 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := effectstest.NewPool(t)
+	pool := dbtest.NewPool(t)
 	return &bundle{ctx: context.Background(), fx: effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()})}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
@@ -119,7 +120,7 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 	mailSrv := httptest.NewServer(afterProvider(t, k, b.mail, sendGridEffectKey))
 	t.Cleanup(mailSrv.Close)
 
-	pool := effectstest.Connect(t, b.dbURL+"&application_name="+k.app)
+	pool := dbtest.Connect(t, b.dbURL+"&application_name="+k.app)
 	fxc := effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()})
 	store, err := orders.NewStore(pool)
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/pgcluster"
@@ -99,7 +100,7 @@ func (w *faultWorker) exitedByItself() (string, bool) {
 func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *faultWorld {
 	t.Helper()
 	cluster := pgcluster.New(t, nil)
-	pool := effectstest.Connect(t, cluster.URL()+"&application_name="+faultTestApp)
+	pool := dbtest.Connect(t, cluster.URL()+"&application_name="+faultTestApp)
 	b := &bundle{
 		ctx:       ctx,
 		dbURL:     cluster.URL() + "&application_name=" + faultWorkerApp,

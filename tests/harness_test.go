@@ -20,6 +20,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
@@ -55,7 +56,7 @@ func setup(t testing.TB) *bundle {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	b := &bundle{
 		ctx:       ctx,
 		dbURL:     url,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -69,7 +70,7 @@ func TestEveryCommandsHelp(t *testing.T) {
 func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	fxc := effectstest.NewClient(t, pool, nil)
 	ctx := context.Background()
@@ -117,7 +118,7 @@ func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {
 func TestShowEscapesStoredText(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	ctx := context.Background()
 	const (
@@ -277,7 +278,7 @@ func TestReconcileConfigurationIsOneMessage(t *testing.T) {
 func TestAFailedOrderIsFinal(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	fxc := effectstest.NewClient(t, pool, nil)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
@@ -70,7 +71,7 @@ func TestHelpDocumentsEveryCommandAndFlag(t *testing.T) {
 func TestBadInputNamesTheFlagAndCreatesNothing(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	good := []string{"--tenant", "acme", "--order", "o1", "--amount", "1999", "--currency", "usd",
 		"--email", "ann@example.com", "--payment-method", "pm_card_visa"}
@@ -194,7 +195,7 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	fxc := effectstest.NewClient(t, pool, nil)
 	ctx := context.Background()
@@ -234,7 +235,7 @@ func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 func TestReconcileExitsThreeOnFindings(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
-	pool := effectstest.Connect(t, url)
+	pool := dbtest.Connect(t, url)
 	fake := fakestripe.New(nil)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)

@@ -6,13 +6,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/pgbatch"
 )
 
 func TestDeleteRunsBatchesUntilAShortOne(t *testing.T) {
 	t.Parallel()
-	pool := effectstest.NewPool(t)
+	pool := dbtest.NewPool(t)
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `CREATE TABLE things (id int PRIMARY KEY, old bool NOT NULL);
 		INSERT INTO things SELECT g, g <= 25 FROM generate_series(1, 40) g`)

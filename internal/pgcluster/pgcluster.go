@@ -6,7 +6,7 @@
 // keeps running.
 //
 //	c := pgcluster.New(t, nil)
-//	pool := effectstest.Connect(t, c.URL())
+//	pool := dbtest.Connect(t, c.URL())
 //	…
 //	require.NoError(t, c.Restart(ctx, pgcluster.Immediate))
 //

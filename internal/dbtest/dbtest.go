@@ -1,0 +1,48 @@
+// Package dbtest gives the app's tests a fresh Postgres schema with every
+// keyed migration applied: the effects tables and the app's own (orders,
+// sends, outbox, api requests). It builds on effectstest.NewSchema; tests of
+// package effects itself use effectstest, which applies only the effects
+// migrations.
+package dbtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/migrations"
+)
+
+// NewPool creates a fresh schema (see effectstest.NewSchema), applies all of
+// keyed's migrations to it and returns a pool bound to it, closed when the
+// test ends. It fails the test when Postgres cannot be reached or a migration
+// fails.
+func NewPool(t testing.TB, opts ...*effectstest.PoolOpts) *pgxpool.Pool {
+	t.Helper()
+	_, url := effectstest.NewSchema(t)
+	return Connect(t, url, opts...)
+}
+
+// Connect opens a pool on url, applies all of keyed's migrations, and closes
+// the pool when the test ends. It fails the test when a migration fails.
+func Connect(t testing.TB, url string, opts ...*effectstest.PoolOpts) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 16
+	if len(opts) > 0 && opts[0] != nil && opts[0].MaxConns > 0 {
+		cfg.MaxConns = opts[0].MaxConns
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Apply(ctx, pool)
+	require.NoError(t, err, "apply migrations")
+	return pool
+}
