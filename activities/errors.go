@@ -14,7 +14,8 @@ import (
 
 // Temporal error types of the activities' failures. They are stable: the
 // workflow lists the terminal ones in its retry policy, and operators search
-// histories for them.
+// histories for them. Each has one row in errorKinds, which says its stored
+// code, its sentinel and whether Temporal retries it.
 const (
 	// ErrTypeInvalidInput: the input has an unsupported version or cannot
 	// form an effect key, or a message could not be built. Terminal.
@@ -53,13 +54,6 @@ const (
 	ErrTypeLeaseLost = "LeaseLost"
 )
 
-// NonRetryableErrorTypes returns the terminal error types, for a retry
-// policy's NonRetryableErrorTypes.
-func NonRetryableErrorTypes() []string {
-	return []string{ErrTypeInvalidInput, ErrTypeOrderNotFound, ErrTypeCardDeclined, ErrTypePaymentIncomplete,
-		ErrTypeProviderRejected, ErrTypeKeyReused, ErrTypeAmbiguous, ErrTypeInvalidState, ErrTypeTerminal}
-}
-
 // Sentinel errors wrapped by the activities' *Error values.
 var (
 	// ErrInvalidInput means the input or the data it points to is unusable.
@@ -77,124 +71,185 @@ var (
 	ErrInvalidState = errors.New("order in wrong state for this step")
 )
 
+// errorKind is one row of the error table: a Temporal error type, the one
+// code an effect record stores for it, the sentinel an *Error of the type
+// unwraps to, and whether Temporal retries it.
+type errorKind struct {
+	typ       string
+	code      string
+	sentinel  error
+	retryable bool
+	// also lists other packages' sentinels that classify as typ.
+	also []error
+	// legacy lists codes that older records (or other packages) store for
+	// typ. They are read back as typ but never written.
+	legacy []string
+	// todo says whether Temporal retries and what an operator does: the
+	// end of the one-line message ToTemporal writes.
+	todo string
+}
+
+// errorKinds is the error table: every error type, code and sentinel of the
+// activities, in one place. NonRetryableErrorTypes, (*Error).Code,
+// (*Error).Unwrap, ErrorType and ToTemporal all read it. ErrorType matches
+// sentinels in row order, so the retryable rows come first. Types and codes
+// (legacy ones included) are unique; errors_test.go checks it.
+var errorKinds = []errorKind{
+	{typ: ErrTypeLeaseLost, code: "lease_lost", sentinel: effects.ErrLeaseLost, retryable: true,
+		todo: "retrying; the next attempt finds the outcome"},
+	{typ: ErrTypeInProgress, code: "in_progress", sentinel: effects.ErrInProgress, retryable: true,
+		todo: "another attempt holds the claim; retrying when its lease ends"},
+	{typ: ErrTypeTransient, code: "transient", sentinel: ErrProviderUnavailable, retryable: true,
+		todo: "retrying with the same effect key"},
+	// "ambiguous" is also what effects.Do and notify (CodeAmbiguous) store.
+	{typ: ErrTypeAmbiguous, code: "ambiguous", sentinel: effects.ErrAmbiguous,
+		todo: "not retried: the outcome is unknown; check the provider's record for the effect key and decide"},
+	{typ: ErrTypeKeyReused, code: "key_reused", sentinel: effects.ErrKeyReused,
+		todo: "not retried: the effect key came back with other inputs; compare them with the provider's record and decide"},
+	{typ: ErrTypeOrderNotFound, code: "order_not_found", sentinel: orders.ErrNotFound,
+		todo: "not retried: the tenant has no such order"},
+	{typ: ErrTypeInvalidInput, code: "invalid_input", sentinel: ErrInvalidInput,
+		also: []error{orders.ErrUnsupportedVersion, effects.ErrInvalidKey, orders.ErrInvalid, notify.ErrInvalidMessage},
+		todo: "not retried: fix the input or the order's data, then start a new order"},
+	{typ: ErrTypeInvalidState, code: "invalid_state", sentinel: ErrInvalidState, also: []error{orders.ErrBadTransition},
+		todo: "not retried: check the order's status"},
+	{typ: ErrTypeProviderRejected, code: "provider_rejected", sentinel: ErrProviderRejected,
+		also: []error{notify.ErrRejected}, legacy: []string{notify.CodeRejected},
+		todo: "not retried: the provider refused the request; fix the data or the configuration"},
+	{typ: ErrTypeCardDeclined, code: "card_declined", sentinel: ErrCardDeclined,
+		todo: "not retried: the customer must pay with another card"},
+	{typ: ErrTypePaymentIncomplete, code: "payment_incomplete", sentinel: ErrPaymentIncomplete,
+		todo: "not retried: the payment needs the customer (such as 3-D Secure)"},
+	// "unclassified" is what effects stores for an error without a code.
+	{typ: ErrTypeTerminal, code: "terminal", legacy: []string{"unclassified"},
+		todo: "not retried: read the worker log for the effect key"},
+}
+
+// terminalKind is the row of ErrTypeTerminal, the kind of anything
+// unrecognised.
+var terminalKind, _ = kindOfType(ErrTypeTerminal)
+
+// kindOfType returns the row of error type typ.
+func kindOfType(typ string) (errorKind, bool) {
+	i := slices.IndexFunc(errorKinds, func(k errorKind) bool { return k.typ == typ })
+	if i < 0 {
+		return errorKind{}, false
+	}
+	return errorKinds[i], true
+}
+
+// kindOfCode returns the row that stores code, or reads it as a legacy
+// code, and the ErrTypeTerminal row for any other code.
+func kindOfCode(code string) errorKind {
+	i := slices.IndexFunc(errorKinds, func(k errorKind) bool { return k.code == code || slices.Contains(k.legacy, code) })
+	if i < 0 {
+		return terminalKind
+	}
+	return errorKinds[i]
+}
+
+// kindOfSentinel returns the first row whose sentinels err matches, among
+// the retryable rows or among the terminal ones.
+func kindOfSentinel(err error, retryable bool) (errorKind, bool) {
+	for _, k := range errorKinds {
+		if k.retryable == retryable && k.matches(err) {
+			return k, true
+		}
+	}
+	return errorKind{}, false
+}
+
+// matches reports whether err wraps the row's sentinel or one of its
+// other sentinels.
+func (k errorKind) matches(err error) bool {
+	if k.sentinel != nil && errors.Is(err, k.sentinel) {
+		return true
+	}
+	return slices.ContainsFunc(k.also, func(s error) bool { return errors.Is(err, s) })
+}
+
+// NonRetryableErrorTypes returns the terminal error types, for a retry
+// policy's NonRetryableErrorTypes.
+func NonRetryableErrorTypes() []string {
+	var types []string
+	for _, k := range errorKinds {
+		if !k.retryable {
+			types = append(types, k.typ)
+		}
+	}
+	return types
+}
+
 // Error is a classified failure of a step. Type is its Temporal error type
-// (one of the ErrType constants); its Code, the snake_case form of Type, is
-// what the effect record stores, so that a second run that reads the stored
-// failure reports the same Type. Message never holds card data, addresses or
-// secrets.
+// (one of the ErrType constants); its Code is what the effect record stores,
+// so that a second run that reads the stored failure reports the same Type.
+// Message never holds card data, addresses or secrets.
 type Error struct {
 	Type    string
 	Message string
-	kind    error
+	// kind is the sentinel Unwrap returns; nil means the sentinel of Type's
+	// row in the error table.
+	kind error
 }
 
 func (e *Error) Error() string { return e.Message }
 
-// Code returns the code stored with the failed effect, such as
-// "card_declined" for ErrTypeCardDeclined.
+// Code returns the one code stored with the failed effect, such as
+// "card_declined" for ErrTypeCardDeclined, and "terminal" for a type the
+// error table does not know.
 func (e *Error) Code() string {
-	if code, ok := codeByType[e.Type]; ok {
-		return code
+	if k, ok := kindOfType(e.Type); ok {
+		return k.code
 	}
-	return "terminal"
+	return terminalKind.code
 }
 
-// Unwrap returns the sentinel error of the failure's kind.
-func (e *Error) Unwrap() error { return e.kind }
-
-// typeByCode maps stored effect failure codes back to error types.
-var typeByCode = map[string]string{
-	"invalid_input":      ErrTypeInvalidInput,
-	"order_not_found":    ErrTypeOrderNotFound,
-	"card_declined":      ErrTypeCardDeclined,
-	"payment_incomplete": ErrTypePaymentIncomplete,
-	"provider_rejected":  ErrTypeProviderRejected,
-	"key_reused":         ErrTypeKeyReused,
-	"ambiguous":          ErrTypeAmbiguous, // Also effects.Do's and notify.CodeAmbiguous.
-	"invalid_state":      ErrTypeInvalidState,
-	"terminal":           ErrTypeTerminal,
-	"transient":          ErrTypeTransient,
-	notify.CodeRejected:  ErrTypeProviderRejected,
+// Unwrap returns the sentinel error of the failure's kind, such as
+// ErrCardDeclined for ErrTypeCardDeclined, or nil when it has none.
+func (e *Error) Unwrap() error {
+	if e.kind != nil {
+		return e.kind
+	}
+	k, _ := kindOfType(e.Type)
+	return k.sentinel
 }
-
-// codeByType is the one stored code of each error type: typeByCode maps two
-// codes to ErrTypeProviderRejected, so it cannot be inverted.
-var codeByType = map[string]string{
-	ErrTypeInvalidInput:      "invalid_input",
-	ErrTypeOrderNotFound:     "order_not_found",
-	ErrTypeCardDeclined:      "card_declined",
-	ErrTypePaymentIncomplete: "payment_incomplete",
-	ErrTypeProviderRejected:  "provider_rejected",
-	ErrTypeKeyReused:         "key_reused",
-	ErrTypeAmbiguous:         "ambiguous",
-	ErrTypeInvalidState:      "invalid_state",
-	ErrTypeTerminal:          "terminal",
-	ErrTypeTransient:         "transient",
-}
-
-var retryable = map[string]bool{ErrTypeTransient: true, ErrTypeInProgress: true, ErrTypeLeaseLost: true}
 
 // ErrorType classifies err: its Temporal error type and whether Temporal may
 // retry it. Transient errors (effects.IsTransient: marked transient, a claim
 // in progress, or an infrastructure failure such as a lost Postgres
 // connection, a deadline or a shutdown) are retryable, whatever else the
 // chain holds: an attempt that could not even store its outcome is retried
-// with the same key. Everything else, including anything unrecognised, is
-// terminal.
+// with the same key. Then come an *Error's own type, the sentinels of the
+// error table's terminal rows, and a stored failure's code. Everything
+// else, including anything unrecognised, is terminal.
 func ErrorType(err error) (errType string, retry bool) {
 	var app *temporal.ApplicationError
 	var own *Error
 	var stored *effects.TerminalError
-	switch {
-	case err == nil:
+	if err == nil {
 		return "", false
-	case errors.As(err, &app):
+	}
+	if errors.As(err, &app) {
 		return app.Type(), !app.NonRetryable()
-	case errors.Is(err, effects.ErrLeaseLost):
-		return ErrTypeLeaseLost, true
-	case errors.Is(err, effects.ErrInProgress):
-		return ErrTypeInProgress, true
-	case effects.IsTransient(err):
+	}
+	if k, ok := kindOfSentinel(err, true); ok {
+		return k.typ, true
+	}
+	if effects.IsTransient(err) {
 		return ErrTypeTransient, true
-	case errors.As(err, &own):
-		return own.Type, retryable[own.Type]
-	case errors.Is(err, effects.ErrAmbiguous):
-		return ErrTypeAmbiguous, false
-	case errors.As(err, &stored):
-		if t, ok := typeByCode[stored.Code]; ok {
-			return t, retryable[t]
-		}
-		return ErrTypeTerminal, false
-	case errors.Is(err, effects.ErrKeyReused):
-		return ErrTypeKeyReused, false
-	case errors.Is(err, orders.ErrNotFound):
-		return ErrTypeOrderNotFound, false
-	case errors.Is(err, orders.ErrUnsupportedVersion), errors.Is(err, effects.ErrInvalidKey),
-		errors.Is(err, orders.ErrInvalid), errors.Is(err, notify.ErrInvalidMessage):
-		return ErrTypeInvalidInput, false
-	case errors.Is(err, orders.ErrBadTransition):
-		return ErrTypeInvalidState, false
-	case errors.Is(err, notify.ErrRejected):
-		return ErrTypeProviderRejected, false
+	}
+	if errors.As(err, &own) {
+		k, _ := kindOfType(own.Type)
+		return own.Type, k.retryable
+	}
+	if k, ok := kindOfSentinel(err, false); ok {
+		return k.typ, false
+	}
+	if errors.As(err, &stored) {
+		k := kindOfCode(stored.Code)
+		return k.typ, k.retryable
 	}
 	return ErrTypeTerminal, false
-}
-
-// todo says, per error type, whether Temporal retries and what an operator
-// does about it: the end of the one-line message ToTemporal writes.
-var todo = map[string]string{
-	ErrTypeInvalidInput:      "not retried: fix the input or the order's data, then start a new order",
-	ErrTypeOrderNotFound:     "not retried: the tenant has no such order",
-	ErrTypeCardDeclined:      "not retried: the customer must pay with another card",
-	ErrTypePaymentIncomplete: "not retried: the payment needs the customer (such as 3-D Secure)",
-	ErrTypeProviderRejected:  "not retried: the provider refused the request; fix the data or the configuration",
-	ErrTypeKeyReused:         "not retried: the effect key came back with other inputs; compare them with the provider's record and decide",
-	ErrTypeAmbiguous:         "not retried: the outcome is unknown; check the provider's record for the effect key and decide",
-	ErrTypeInvalidState:      "not retried: check the order's status",
-	ErrTypeTerminal:          "not retried: read the worker log for the effect key",
-	ErrTypeTransient:         "retrying with the same effect key",
-	ErrTypeInProgress:        "another attempt holds the claim; retrying when its lease ends",
-	ErrTypeLeaseLost:         "retrying; the next attempt finds the outcome",
 }
 
 // OperatorMessage returns the one line an operator reads for err of type
@@ -203,9 +258,9 @@ var todo = map[string]string{
 // dropped, then whether it is retried and what to do. It never holds more
 // than err's text already does.
 func OperatorMessage(errType string, err error) string {
-	what := todo[errType]
-	if what == "" {
-		what = "not retried"
+	what := "not retried"
+	if k, ok := kindOfType(errType); ok {
+		what = k.todo
 	}
 	return errType + ": " + oneLine(err.Error()) + " — " + what
 }
