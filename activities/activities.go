@@ -4,17 +4,20 @@
 // execution, by claiming its own effect key (see package effects) and, for
 // providers, sending that key along.
 //
-// Every activity takes the versioned orders.CheckoutInput, loads the order's
-// current row, derives its effect key from the input (in.EffectKey(step))
-// and claims it with the owner "<workflow ID>/<step>", so that a later
-// attempt of the same step re-enters its own claim at once while any other
-// owner waits for the lease. Errors reach Temporal through ToTemporal:
-// transient ones retryable, everything else non-retryable with a stable
-// type (the ErrType constants).
+// Each activity is declared once, as a Keyed[T] (DeclCharge, DeclMarkPaid,
+// DeclSendReceipt, DeclMarkFailed): name, effect class, key step, delivery
+// policy for a send, activity options. Keyed.Run does what every keyed
+// activity repeats: it validates the versioned orders.CheckoutInput, loads
+// the order's current row, derives the effect key from the declared step
+// (in.EffectKey(step)) and claims it with the owner "<workflow ID>/<step>",
+// so that a later attempt of the same step re-enters its own claim at once
+// while any other owner waits for the lease; it heartbeats while the effect
+// runs and returns errors through ToTemporal: transient ones retryable,
+// everything else non-retryable with a stable type (the ErrType constants).
 //
 // Activities are registered through Register, which accepts only
-// Definitions that declare an effect class and an effect-key step: adding a
-// keyed activity means adding a Definition.
+// Definitions whose Declaration is valid: adding a keyed activity means
+// declaring it (see README, "Adding a keyed activity").
 package activities
 
 import (
@@ -24,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -32,10 +34,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/tracing"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
@@ -74,7 +74,7 @@ type Deps struct {
 // *Activities is only good for naming them in workflow.ExecuteActivity.
 type Activities struct {
 	db     *pgxpool.Pool
-	fx     *effects.Client
+	claims *effects.Client
 	orders *orders.Store
 	stripe *stripeclient.API
 	sender *notify.Sender
@@ -100,113 +100,42 @@ func New(d Deps) (*Activities, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Activities{db: d.DB, fx: d.Effects, orders: d.Orders, stripe: d.Stripe, sender: d.Sender, logger: logger}, nil
+	return &Activities{db: d.DB, claims: d.Effects, orders: d.Orders, stripe: d.Stripe, sender: d.Sender, logger: logger}, nil
 }
 
-// Definition declares a keyed activity: its registered name, the effect
-// class of its side effect, the step of its effect key, and the function.
-type Definition struct {
-	Name  string
-	Class effects.Class
-	Step  string
-	Fn    any
-}
+// The order pipeline's activities, declared once: their names, effect
+// classes, key steps and, for the receipt, its delivery policy. Definitions
+// binds them to an *Activities; the workflow runs them by these
+// declarations.
+var (
+	DeclCharge      = Keyed[orders.ChargeResult]{Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge}}
+	DeclMarkPaid    = Keyed[orders.MarkPaidResult]{Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid}}
+	DeclSendReceipt = Keyed[orders.ReceiptResult]{Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
+		Step: orders.StepReceipt, Policy: notify.AtMostOnce}}
+	DeclMarkFailed = Keyed[orders.MarkFailedResult]{Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed}}
+)
 
-// Definitions returns the order pipeline's activities bound to a.
+// Definitions returns the order pipeline's activities bound to a, for
+// Register. A nil a is good for naming them.
 func (a *Activities) Definitions() []Definition {
 	return []Definition{
-		{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge, Fn: a.Charge},
-		{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid, Fn: a.MarkPaid},
-		{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend, Step: orders.StepReceipt, Fn: a.SendReceipt},
-		{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed, Fn: a.MarkFailed},
+		DeclCharge.Bind(a.Charge),
+		DeclMarkPaid.Bind(a.MarkPaid),
+		DeclSendReceipt.Bind(a.SendReceipt),
+		DeclMarkFailed.Bind(a.MarkFailed),
 	}
 }
 
-// Register registers each definition with r under its Name. It checks all
-// of them first and registers none if one has an empty Name, an invalid
-// Class, an empty Step, a Fn that is not a function, or a Name used twice:
-// an activity whose effect has not been classified does not run.
-func Register(r worker.ActivityRegistry, defs ...Definition) error {
-	if r == nil {
-		return errors.New("activities: Register: registry is nil")
-	}
-	seen := map[string]bool{}
+// Declarations returns the declarations of the order pipeline's
+// activities, in the order of Definitions.
+func Declarations() []Declaration {
+	var a *Activities
+	defs := a.Definitions()
+	out := make([]Declaration, len(defs))
 	for i, d := range defs {
-		var problem string
-		switch {
-		case d.Name == "":
-			problem = "has no Name"
-		case !d.Class.Valid():
-			problem = fmt.Sprintf("has effect class %q; declare one of %s, %s, %s, %s", d.Class,
-				effects.ClassAbsoluteWrite, effects.ClassRelativeWrite, effects.ClassExternalCreate, effects.ClassIrreversibleSend)
-		case d.Step == "":
-			problem = "has no effect key Step"
-		case d.Fn == nil || reflect.TypeOf(d.Fn).Kind() != reflect.Func:
-			problem = "has no function"
-		case seen[d.Name]:
-			problem = "is declared twice"
-		}
-		if problem != "" {
-			return fmt.Errorf("activities: Register: definition %d %q %s", i, d.Name, problem)
-		}
-		seen[d.Name] = true
+		out[i] = d.Declaration
 	}
-	for _, d := range defs {
-		r.RegisterActivityWithOptions(d.Fn, activity.RegisterOptions{Name: d.Name})
-	}
-	return nil
-}
-
-// run is one step's context: the order (nil until loaded), its effect key
-// and the claim owner.
-type run struct {
-	step  string
-	in    orders.CheckoutInput
-	order *orders.Order
-	key   effects.Key
-	owner string
-	log   *slog.Logger
-}
-
-// begin is prepare, then loads the order. Errors: prepare's, order not
-// found, or a database failure.
-func (a *Activities) begin(ctx context.Context, in orders.CheckoutInput, step string) (*run, error) {
-	r, err := a.prepare(ctx, in, step)
-	if err != nil {
-		return nil, err
-	}
-	if r.order, err = a.orders.Get(ctx, in.TenantID, in.OrderID); err != nil {
-		return nil, loadOrderError(r, err)
-	}
-	return r, nil
-}
-
-func loadOrderError(r *run, err error) error {
-	return fmt.Errorf("%s %s: load order: %w", r.step, r.key, err)
-}
-
-// prepare validates in and derives the step's effect key and owner, without
-// touching the database. Errors: invalid input, or no workflow in the
-// activity info.
-func (a *Activities) prepare(ctx context.Context, in orders.CheckoutInput, step string) (*run, error) {
-	if err := in.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: check input: %w", step, err)
-	}
-	key, err := in.EffectKey(step)
-	if err != nil {
-		return nil, fmt.Errorf("%s: derive effect key: %w", step, err)
-	}
-	// The activity's span (when tracing) names the key, and so is the
-	// parent of the provider calls the step makes.
-	tracing.SetEffectKey(ctx, key.String())
-	wfID := activity.GetInfo(ctx).WorkflowExecution.ID
-	if wfID == "" {
-		return nil, &Error{Type: ErrTypeInvalidInput, kind: ErrInvalidInput,
-			Message: fmt.Sprintf("%s %s: not started by a workflow; the claim owner is the workflow ID", step, key)}
-	}
-	r := &run{step: step, in: in, key: key, owner: wfID + "/" + step}
-	r.log = a.logger.With("effect_key", key.String(), "step", step, "tenant_id", in.TenantID, "order_id", in.OrderID)
-	return r, nil
+	return out
 }
 
 // heartbeat records a Temporal heartbeat; effects.Do calls it after every

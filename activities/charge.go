@@ -32,66 +32,60 @@ import (
 // idempotency_key_in_use or lock_timeout), InProgress and LeaseLost are
 // retryable with the same key.
 func (a *Activities) Charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
-	res, err := a.charge(ctx, in)
-	return res, ToTemporal(err)
-}
-
-func (a *Activities) charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
-	r, err := a.begin(ctx, in, orders.StepCharge)
-	if err != nil {
-		return orders.ChargeResult{}, err
-	}
-	o := r.order
-	if err := o.CheckRunnable(); err != nil {
+	return DeclCharge.Run(ctx, a, in, Effect[orders.ChargeResult]{
 		// Refuse before claiming, so that the stored outcome of its charge
 		// is never overwritten.
-		return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("charge %s: %v", r.key, err)}
-	}
-	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
-		Fingerprint: fingerprint(strconv.FormatInt(o.AmountMinor, 10), o.Currency, o.PaymentMethod)}
-	res, err := effects.Do(ctx, a.fx, p, func(ctx context.Context, claim *effects.Claim) (orders.ChargeResult, error) {
-		// An earlier attempt may have charged: the claim is not new, the
-		// order moved on, or the order is old enough that its record may
-		// have been pruned (and Stripe has forgotten the key). Ask Stripe.
-		if claim.Mode != effects.ModeNew || o.Status != orders.StatusPending || time.Since(o.CreatedAt) > RecordHorizon {
-			pi, err := a.findCharge(ctx, r)
-			if err != nil {
-				return orders.ChargeResult{}, err
+		Check: func(s *Step) error {
+			if err := s.Order.CheckRunnable(); err != nil {
+				return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState, Message: fmt.Sprintf("charge %s: %v", s.Key, err)}
 			}
-			if pi != nil {
-				r.log.InfoContext(ctx, "found the charge of an earlier attempt; not charging again",
-					"mode", string(claim.Mode), "payment_intent", pi.ID)
-				return chargeResult(pi), nil
-			}
-		}
-		if o.Status != orders.StatusPending {
-			// No charge at Stripe, yet the order moved on: it was settled
-			// elsewhere. Never charge it.
-			return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-				Message: fmt.Sprintf("charge %s: order is %s, not pending; refusing to charge", r.key, o.Status)}
-		}
-		pi, err := a.createCharge(ctx, r)
+			return nil
+		},
+		Fingerprint: func(s *Step) []string {
+			return []string{strconv.FormatInt(s.Order.AmountMinor, 10), s.Order.Currency, s.Order.PaymentMethod}
+		},
+		Do: a.charge,
+	})
+}
+
+// charge charges once under s's claim.
+func (a *Activities) charge(ctx context.Context, s *Step) (orders.ChargeResult, error) {
+	o := s.Order
+	// An earlier attempt may have charged: the claim is not new, the order
+	// moved on, or the order is old enough that its record may have been
+	// pruned (and Stripe has forgotten the key). Ask Stripe.
+	if s.Claim.Mode != effects.ModeNew || o.Status != orders.StatusPending || time.Since(o.CreatedAt) > RecordHorizon {
+		pi, err := a.findCharge(ctx, s)
 		if err != nil {
 			return orders.ChargeResult{}, err
 		}
-		if pi.Status != stripe.PaymentIntentStatusSucceeded {
-			return orders.ChargeResult{}, &Error{Type: ErrTypePaymentIncomplete, kind: ErrPaymentIncomplete,
-				Message: fmt.Sprintf("charge %s: payment intent %s is %s, not succeeded", r.key, pi.ID, pi.Status)}
+		if pi != nil {
+			s.Log.InfoContext(ctx, "found the charge of an earlier attempt; not charging again",
+				"mode", string(s.Claim.Mode), "payment_intent", pi.ID)
+			return chargeResult(pi), nil
 		}
-		r.log.InfoContext(ctx, "charged", "payment_intent", pi.ID, "mode", string(claim.Mode))
-		return chargeResult(pi), nil
-	}, &effects.DoOpts{Heartbeat: heartbeat, ExtendEvery: heartbeatEvery(ctx)})
+	}
+	if o.Status != orders.StatusPending {
+		// No charge at Stripe, yet the order moved on: it was settled
+		// elsewhere. Never charge it.
+		return orders.ChargeResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+			Message: fmt.Sprintf("charge %s: order is %s, not pending; refusing to charge", s.Key, o.Status)}
+	}
+	pi, err := a.createCharge(ctx, s)
 	if err != nil {
-		r.log.WarnContext(ctx, "charge failed", "error", err)
 		return orders.ChargeResult{}, err
 	}
-	return res, nil
+	if pi.Status != stripe.PaymentIntentStatusSucceeded {
+		return orders.ChargeResult{}, &Error{Type: ErrTypePaymentIncomplete, kind: ErrPaymentIncomplete,
+			Message: fmt.Sprintf("charge %s: payment intent %s is %s, not succeeded", s.Key, pi.ID, pi.Status)}
+	}
+	s.Log.InfoContext(ctx, "charged", "payment_intent", pi.ID, "mode", string(s.Claim.Mode))
+	return chargeResult(pi), nil
 }
 
 // createCharge creates and confirms the payment intent under the effect key.
-func (a *Activities) createCharge(ctx context.Context, r *run) (*stripe.PaymentIntent, error) {
-	o := r.order
+func (a *Activities) createCharge(ctx context.Context, r *Step) (*stripe.PaymentIntent, error) {
+	o := r.Order
 	params := &stripe.PaymentIntentParams{
 		Amount:             stripe.Int64(o.AmountMinor),
 		Currency:           stripe.String(o.Currency),
@@ -103,13 +97,13 @@ func (a *Activities) createCharge(ctx context.Context, r *run) (*stripe.PaymentI
 	params.Context = ctx
 	// The effect key, never a key stripe-go generates per request: every
 	// attempt of this charge must send the same one.
-	params.SetIdempotencyKey(r.key.String())
-	params.AddMetadata("effect_key", r.key.String())
+	params.SetIdempotencyKey(r.Key.String())
+	params.AddMetadata("effect_key", r.Key.String())
 	params.AddMetadata("tenant_id", o.TenantID)
 	params.AddMetadata("order_id", o.ID)
 	pi, err := a.stripe.PaymentIntents.New(params)
 	if err != nil {
-		return nil, stripeError("charge "+r.key.String(), err)
+		return nil, stripeError("charge "+r.Key.String(), err)
 	}
 	return pi, nil
 }
@@ -118,23 +112,23 @@ func (a *Activities) createCharge(ctx context.Context, r *run) (*stripe.PaymentI
 // key by an earlier attempt, or nil. Stripe's search index lags creation by
 // up to about a minute; a charge too recent to be found is still caught by
 // the idempotency key, which Stripe keeps for 24 hours.
-func (a *Activities) findCharge(ctx context.Context, r *run) (*stripe.PaymentIntent, error) {
-	params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: searchQuery(r.key.String()), Context: ctx}}
+func (a *Activities) findCharge(ctx context.Context, r *Step) (*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: searchQuery(r.Key.String()), Context: ctx}}
 	it := a.stripe.PaymentIntents.Search(params)
 	for it.Next() {
 		pi := it.PaymentIntent()
-		if pi.Metadata["effect_key"] != r.key.String() || pi.Status != stripe.PaymentIntentStatusSucceeded {
+		if pi.Metadata["effect_key"] != r.Key.String() || pi.Status != stripe.PaymentIntentStatusSucceeded {
 			continue
 		}
-		if pi.Amount != r.order.AmountMinor || string(pi.Currency) != r.order.Currency {
+		if pi.Amount != r.Order.AmountMinor || string(pi.Currency) != r.Order.Currency {
 			return nil, &Error{Type: ErrTypeKeyReused, kind: effects.ErrKeyReused, Message: fmt.Sprintf(
-				"charge %s: payment intent %s under this key is for %s, the order for %s", r.key, pi.ID,
-				FormatAmount(pi.Amount, string(pi.Currency)), FormatAmount(r.order.AmountMinor, r.order.Currency))}
+				"charge %s: payment intent %s under this key is for %s, the order for %s", r.Key, pi.ID,
+				FormatAmount(pi.Amount, string(pi.Currency)), FormatAmount(r.Order.AmountMinor, r.Order.Currency))}
 		}
 		return pi, nil
 	}
 	if err := it.Err(); err != nil {
-		return nil, stripeError("search charges for "+r.key.String(), err)
+		return nil, stripeError("search charges for "+r.Key.String(), err)
 	}
 	return nil, nil
 }

@@ -12,22 +12,35 @@ import (
 // they can leave behind the claim of a crashed attempt.
 var Fingerprint = fingerprint
 
-// CreateChargeForTest makes the Stripe create request Charge makes, without
-// the claim, for the contract test against stripe-mock.
-func CreateChargeForTest(ctx context.Context, a *Activities, in orders.CheckoutInput) (*stripe.PaymentIntent, error) {
-	r, err := a.begin(ctx, in, orders.StepCharge)
+// chargeStep prepares the charge step of in and loads its order, as
+// Keyed.Run does before the claim.
+func chargeStep(ctx context.Context, a *Activities, in orders.CheckoutInput) (*Step, error) {
+	s, err := a.prepare(ctx, in, DeclCharge.Step)
 	if err != nil {
 		return nil, err
 	}
-	return a.createCharge(ctx, r)
+	if s.Order, err = a.orders.Get(ctx, in.TenantID, in.OrderID); err != nil {
+		return nil, loadOrderError(s, err)
+	}
+	return s, nil
+}
+
+// CreateChargeForTest makes the Stripe create request Charge makes, without
+// the claim, for the contract test against stripe-mock.
+func CreateChargeForTest(ctx context.Context, a *Activities, in orders.CheckoutInput) (*stripe.PaymentIntent, error) {
+	s, err := chargeStep(ctx, a, in)
+	if err != nil {
+		return nil, err
+	}
+	return a.createCharge(ctx, s)
 }
 
 // FindChargeForTest makes the Stripe search request Charge makes on a
 // takeover, without the claim.
 func FindChargeForTest(ctx context.Context, a *Activities, in orders.CheckoutInput) (*stripe.PaymentIntent, error) {
-	r, err := a.begin(ctx, in, orders.StepCharge)
+	s, err := chargeStep(ctx, a, in)
 	if err != nil {
 		return nil, err
 	}
-	return a.findCharge(ctx, r)
+	return a.findCharge(ctx, s)
 }

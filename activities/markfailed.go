@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 )
@@ -30,47 +28,31 @@ import (
 // non-retryable; Transient (a lost connection, a serialization failure) and
 // InProgress are retryable.
 func (a *Activities) MarkFailed(ctx context.Context, in orders.CheckoutInput) (orders.MarkFailedResult, error) {
-	res, err := a.markFailed(ctx, in)
-	return res, ToTemporal(err)
+	return DeclMarkFailed.Run(ctx, a, in, Effect[orders.MarkFailedResult]{
+		Fingerprint: func(*Step) []string { return []string{string(orders.StatusPending), string(orders.StatusFailed)} },
+		Do:          a.markFailed,
+	})
 }
 
-func (a *Activities) markFailed(ctx context.Context, in orders.CheckoutInput) (orders.MarkFailedResult, error) {
-	r, err := a.begin(ctx, in, orders.StepMarkFailed)
+// markFailed fails the order in s.Tx once its charge failed for good.
+func (a *Activities) markFailed(ctx context.Context, s *Step) (orders.MarkFailedResult, error) {
+	charge, err := a.requireChargeTx(ctx, s.Tx, s, effects.StateFailedTerminal)
+	if errors.Is(err, ErrInvalidState) && s.Order.Status == orders.StatusFailed {
+		// Only this step fails an order: its charge record was pruned
+		// since, and TransitionTx finds its own transition.
+		charge, err = &effects.Record{}, nil
+	}
 	if err != nil {
 		return orders.MarkFailedResult{}, err
 	}
-	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
-		Fingerprint: fingerprint(string(orders.StatusPending), string(orders.StatusFailed))}
-	var out orders.MarkFailedResult
-	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		res, err := effects.DoTx(ctx, a.fx, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (orders.MarkFailedResult, error) {
-			charge, err := a.requireChargeTx(ctx, tx, r, effects.StateFailedTerminal)
-			if errors.Is(err, ErrInvalidState) && r.order.Status == orders.StatusFailed {
-				// Only this step fails an order: its charge record was
-				// pruned since, and TransitionTx finds its own transition.
-				charge, err = &effects.Record{}, nil
-			}
-			if err != nil {
-				return orders.MarkFailedResult{}, err
-			}
-			if mayHaveCharged[charge.ErrorCode] {
-				return orders.MarkFailedResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState, Message: fmt.Sprintf(
-					"mark failed %s: charge failed as %s, so it may have happened; an operator must look", r.key, charge.ErrorCode)}
-			}
-			if _, err := a.orders.TransitionTx(ctx, tx, in.TenantID, in.OrderID, orders.StatusPending, orders.StatusFailed, r.key.String()); err != nil {
-				return orders.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", r.key, err)
-			}
-			return orders.MarkFailedResult{Status: string(orders.StatusFailed), ChargeError: charge.ErrorCode}, nil
-		})
-		out = res
-		return err
-	})
-	if err != nil {
-		r.log.WarnContext(ctx, "could not mark the order failed", "error", err)
-		return orders.MarkFailedResult{}, err
+	if mayHaveCharged[charge.ErrorCode] {
+		return orders.MarkFailedResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState, Message: fmt.Sprintf(
+			"mark failed %s: charge failed as %s, so it may have happened; an operator must look", s.Key, charge.ErrorCode)}
 	}
-	r.log.InfoContext(ctx, "order failed", "charge_error", out.ChargeError)
-	return out, nil
+	if _, err := a.orders.TransitionTx(ctx, s.Tx, s.In.TenantID, s.In.OrderID, orders.StatusPending, orders.StatusFailed, s.Key.String()); err != nil {
+		return orders.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", s.Key, err)
+	}
+	return orders.MarkFailedResult{Status: string(orders.StatusFailed), ChargeError: charge.ErrorCode}, nil
 }
 
 // mayHaveCharged lists the stored charge failure codes after which money may

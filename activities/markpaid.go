@@ -27,40 +27,22 @@ import (
 // by this step) are non-retryable; Transient (a lost connection, a
 // serialization failure) and InProgress are retryable.
 func (a *Activities) MarkPaid(ctx context.Context, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
-	res, err := a.markPaid(ctx, in)
-	return res, ToTemporal(err)
-}
-
-func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
-	// The order is not loaded up front: TransitionTx checks its status and
-	// existence inside the transaction, and requireChargedTx reads it there
-	// on the rare path that needs it. That saves a round trip per step.
-	r, err := a.prepare(ctx, in, orders.StepMarkPaid)
-	if err != nil {
-		return orders.MarkPaidResult{}, err
-	}
-	p := effects.ClaimParams{Key: r.key, Kind: r.step, Owner: r.owner,
-		Fingerprint: fingerprint(string(orders.StatusPending), string(orders.StatusPaid))}
-	var out orders.MarkPaidResult
-	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		res, err := effects.DoTx(ctx, a.fx, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (orders.MarkPaidResult, error) {
-			if err := a.requireChargedTx(ctx, tx, r); err != nil {
+	return DeclMarkPaid.Run(ctx, a, in, Effect[orders.MarkPaidResult]{
+		// The order is not loaded up front: TransitionTx checks its status
+		// and existence inside the transaction, and requireChargedTx reads
+		// it there on the rare path that needs it. That saves a round trip.
+		Lazy:        true,
+		Fingerprint: func(*Step) []string { return []string{string(orders.StatusPending), string(orders.StatusPaid)} },
+		Do: func(ctx context.Context, s *Step) (orders.MarkPaidResult, error) {
+			if err := a.requireChargedTx(ctx, s.Tx, s); err != nil {
 				return orders.MarkPaidResult{}, err
 			}
-			if _, err := a.orders.TransitionTx(ctx, tx, in.TenantID, in.OrderID, orders.StatusPending, orders.StatusPaid, r.key.String()); err != nil {
-				return orders.MarkPaidResult{}, fmt.Errorf("mark paid %s: %w", r.key, err)
+			if _, err := a.orders.TransitionTx(ctx, s.Tx, in.TenantID, in.OrderID, orders.StatusPending, orders.StatusPaid, s.Key.String()); err != nil {
+				return orders.MarkPaidResult{}, fmt.Errorf("mark paid %s: %w", s.Key, err)
 			}
 			return orders.MarkPaidResult{Status: string(orders.StatusPaid)}, nil
-		})
-		out = res
-		return err
+		},
 	})
-	if err != nil {
-		r.log.WarnContext(ctx, "mark paid failed", "error", err)
-		return orders.MarkPaidResult{}, err
-	}
-	r.log.InfoContext(ctx, "order paid")
-	return out, nil
 }
 
 // requireChargedTx returns an InvalidState error unless the order's charge
@@ -68,12 +50,12 @@ func (a *Activities) markPaid(ctx context.Context, in orders.CheckoutInput) (ord
 // transition is recorded under r's effect key) passes too, so that a retry
 // whose charge record was pruned still finds the work done; only then is
 // the order read (in tx), and a missing order is an OrderNotFound error.
-func (a *Activities) requireChargedTx(ctx context.Context, tx pgx.Tx, r *run) error {
+func (a *Activities) requireChargedTx(ctx context.Context, tx pgx.Tx, r *Step) error {
 	_, err := a.requireChargeTx(ctx, tx, r, effects.StateSucceeded)
 	if !errors.Is(err, ErrInvalidState) {
 		return err
 	}
-	o, lerr := a.orders.GetTx(ctx, tx, r.in.TenantID, r.in.OrderID)
+	o, lerr := a.orders.GetTx(ctx, tx, r.In.TenantID, r.In.OrderID)
 	if lerr != nil {
 		return loadOrderError(r, lerr)
 	}
@@ -87,23 +69,23 @@ func (a *Activities) requireChargedTx(ctx context.Context, tx pgx.Tx, r *run) er
 // that the step never holds one pooled connection while it waits for
 // another, or an InvalidState error naming r's step unless that record is in
 // state want.
-func (a *Activities) requireChargeTx(ctx context.Context, tx pgx.Tx, r *run, want effects.State) (*effects.Record, error) {
+func (a *Activities) requireChargeTx(ctx context.Context, tx pgx.Tx, r *Step, want effects.State) (*effects.Record, error) {
 	what := strings.ReplaceAll(r.step, "_", " ")
-	chargeKey, err := r.in.EffectKey(orders.StepCharge)
+	chargeKey, err := r.In.EffectKey(orders.StepCharge)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := a.fx.GetTx(ctx, tx, chargeKey)
+	rec, err := a.claims.GetTx(ctx, tx, chargeKey)
 	if errors.Is(err, effects.ErrNotFound) {
 		return nil, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("%s %s: no charge recorded under %s", what, r.key, chargeKey)}
+			Message: fmt.Sprintf("%s %s: no charge recorded under %s", what, r.Key, chargeKey)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, r.key, err)
+		return nil, fmt.Errorf("%s %s: %w", what, r.Key, err)
 	}
 	if rec.State != want {
 		return nil, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("%s %s: charge %s is %s, not %s", what, r.key, chargeKey, rec.State, want)}
+			Message: fmt.Sprintf("%s %s: charge %s is %s, not %s", what, r.Key, chargeKey, rec.State, want)}
 	}
 	return rec, nil
 }

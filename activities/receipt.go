@@ -30,30 +30,31 @@ import (
 // send, a look-up waiting for SendGrid's index or failing), InProgress and
 // LeaseLost are retryable.
 func (a *Activities) SendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
-	res, err := a.sendReceipt(ctx, in)
-	return res, ToTemporal(err)
+	return DeclSendReceipt.Run(ctx, a, in, Effect[orders.ReceiptResult]{
+		Check: func(s *Step) error {
+			if s.Order.Status != orders.StatusPaid {
+				return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
+					Message: fmt.Sprintf("receipt %s: order is %s, not paid", s.Key, s.Order.Status)}
+			}
+			return nil
+		},
+		Do: a.sendReceipt,
+	})
 }
 
-func (a *Activities) sendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
-	r, err := a.begin(ctx, in, orders.StepReceipt)
-	if err != nil {
-		return orders.ReceiptResult{}, err
-	}
-	o := r.order
-	if o.Status != orders.StatusPaid {
-		return orders.ReceiptResult{}, &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-			Message: fmt.Sprintf("receipt %s: order is %s, not paid", r.key, o.Status)}
-	}
+// sendReceipt sends the receipt through the Sender, which claims s.Key.
+func (a *Activities) sendReceipt(ctx context.Context, s *Step) (orders.ReceiptResult, error) {
+	o := s.Order
 	amount := FormatAmount(o.AmountMinor, o.Currency)
 	res, err := a.sender.Send(ctx, notify.Message{
 		Template: ReceiptTemplate,
 		To:       o.CustomerEmail,
 		Subject:  "Your receipt for order " + o.ID,
 		Text: fmt.Sprintf("Thank you for your order %s.\n\nWe charged %s to your card.\n\nReference: %s\n",
-			o.ID, amount, r.key),
-		Key:            r.key,
+			o.ID, amount, s.Key),
+		Key:            s.Key,
 		Entity:         o.ID,
-		Owner:          r.owner,
+		Owner:          s.Owner,
 		Heartbeat:      heartbeat,
 		HeartbeatEvery: heartbeatEvery(ctx),
 		// A receipt for an order paid long ago may have lost its record
@@ -61,9 +62,7 @@ func (a *Activities) sendReceipt(ctx context.Context, in orders.CheckoutInput) (
 		LookUpFirst: time.Since(o.UpdatedAt) > RecordHorizon,
 	})
 	if err != nil {
-		r.log.WarnContext(ctx, "receipt failed", "error", err)
 		return orders.ReceiptResult{}, err
 	}
-	r.log.InfoContext(ctx, "receipt done", "message_id", res.MessageID, "collapsed", res.Collapsed)
 	return orders.ReceiptResult{MessageID: res.MessageID, Collapsed: res.Collapsed}, nil
 }

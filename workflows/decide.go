@@ -34,37 +34,40 @@ type DecisionInput struct {
 	RunID      string             `json:"run_id"`
 }
 
-// DecisionActivityOptions returns ApplyDecision's options: a database call,
-// retried on transient failures for a few minutes, never on terminal ones.
+// decisionDecl declares ApplyDecision: an absolute write (applying a
+// decision twice leaves the record as once) of the decided step's record,
+// a database call retried on transient failures for a few minutes.
+var decisionDecl = activities.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
+	Options: activities.Options{ScheduleToClose: 5 * time.Minute}}
+
+// DecisionActivityOptions returns ApplyDecision's options, its
+// declaration's, for a decision on the record of key.
 func DecisionActivityOptions(key string) workflow.ActivityOptions {
-	return workflow.ActivityOptions{
-		ScheduleToCloseTimeout: 5 * time.Minute,
-		StartToCloseTimeout:    DatabaseStartToClose,
-		RetryPolicy:            RetryPolicy(),
-		Summary:                "apply decision · effect " + key,
-	}
+	o := decisionDecl.ActivityOptions(key)
+	o.Summary = "apply decision · effect " + key
+	return o
 }
 
 // Decider applies operators' decisions; its ApplyDecision is the activity
 // the UpdateDecide update runs. Register it with every worker of the order
-// workflow: activities.Register(w, d.Definition()).
+// workflow: RegisterActivities does.
 type Decider struct {
-	fx *effects.Client
+	claims *effects.Client
 }
 
-// NewDecider returns a Decider over fx. It returns an error if fx is nil.
-func NewDecider(fx *effects.Client) (*Decider, error) {
-	if fx == nil {
+// NewDecider returns a Decider over the effects client claims. It returns
+// an error if claims is nil.
+func NewDecider(claims *effects.Client) (*Decider, error) {
+	if claims == nil {
 		return nil, errors.New("workflows: NewDecider: effects client is nil")
 	}
-	return &Decider{fx: fx}, nil
+	return &Decider{claims: claims}, nil
 }
 
-// Definition declares ApplyDecision as a keyed activity: an absolute write
-// (applying a decision twice leaves the record as once) of the decided
-// step's record.
+// Definition returns ApplyDecision bound to its declaration, for
+// activities.Register (RegisterActivities does it).
 func (d *Decider) Definition() activities.Definition {
-	return activities.Definition{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision, Fn: d.ApplyDecision}
+	return decisionDecl.Bind(d.ApplyDecision)
 }
 
 // ApplyDecision resolves in.EffectKey with effects.Resolve: "done" stores
@@ -94,7 +97,7 @@ func (d *Decider) apply(ctx context.Context, in DecisionInput) (DecisionResult, 
 		result = in.Result
 	}
 	reason := fmt.Sprintf("%s decided %s via the %s update of run %s: %s", in.By, in.Resolution, UpdateDecide, in.RunID, in.Reason)
-	rec, err := d.fx.Resolve(ctx, key, effects.ResolveParams{Resolution: in.Resolution, Result: result, Reason: reason})
+	rec, err := d.claims.Resolve(ctx, key, effects.ResolveParams{Resolution: in.Resolution, Result: result, Reason: reason})
 	switch {
 	case err == nil:
 	case errors.Is(err, effects.ErrNotFound) && in.Resolution == effects.ResolveRetry:

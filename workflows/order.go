@@ -32,6 +32,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -48,54 +49,44 @@ const (
 	StateSkipped = "skipped"
 )
 
-// Activity timeouts and retries. A killed worker is noticed through the
-// heartbeat timeout of the external calls, so it is short; the retry then
-// re-enters the same effect claim at once.
+// Activity timeouts, the defaults of activities.Declaration.ActivityOptions
+// (see there for which class gets which).
 const (
-	// ExternalStartToClose bounds one attempt of a provider call (charge,
-	// receipt): a request is capped at 30s, plus the claim and the record.
-	ExternalStartToClose = time.Minute
-	// HeartbeatTimeout is how long a provider call may go without a
-	// heartbeat before Temporal retries it on another worker.
-	HeartbeatTimeout = 15 * time.Second
-	// DatabaseStartToClose bounds one attempt of mark paid or mark failed.
-	DatabaseStartToClose = 30 * time.Second
-	// StepScheduleToClose is how long a step keeps retrying transient
-	// failures before the run fails: long enough to ride out a Postgres
-	// restart, a provider outage of several minutes, and SendGrid's
-	// indexing lag while a receipt's fate is looked up (notify's
-	// DefaultLookupLag plus DefaultLookupGiveUp, 15 minutes).
-	StepScheduleToClose = 30 * time.Minute
+	ExternalStartToClose = activities.ExternalStartToClose
+	HeartbeatTimeout     = activities.HeartbeatTimeout
+	DatabaseStartToClose = activities.DatabaseStartToClose
+	StepScheduleToClose  = activities.StepScheduleToClose
 )
 
-// RetryPolicy returns the retry policy of every step: exponential backoff
-// from 1s doubling up to 30s, attempts bounded by StepScheduleToClose rather
-// than by a count, and no retry for the activities' terminal error types.
-func RetryPolicy() *temporal.RetryPolicy {
-	return &temporal.RetryPolicy{
-		InitialInterval:        time.Second,
-		BackoffCoefficient:     2,
-		MaximumInterval:        30 * time.Second,
-		NonRetryableErrorTypes: activities.NonRetryableErrorTypes(),
+// RetryPolicy returns the retry policy of every step: activities.RetryPolicy.
+func RetryPolicy() *temporal.RetryPolicy { return activities.RetryPolicy() }
+
+// ActivityOptions returns the options of the order activity declared with
+// step (orders.StepCharge, StepMarkPaid, StepReceipt or StepMarkFailed)
+// whose effect key is key: its declaration's ActivityOptions. An undeclared
+// step gets the options of an external create.
+func ActivityOptions(step, key string) workflow.ActivityOptions {
+	for _, d := range activities.Declarations() {
+		if d.Step == step {
+			return d.ActivityOptions(key)
+		}
 	}
+	return activities.Declaration{Class: effects.ClassExternalCreate, Step: step}.ActivityOptions(key)
 }
 
-// ActivityOptions returns the options of step (orders.StepCharge,
-// StepMarkPaid, StepReceipt or StepMarkFailed) whose effect key is key. The
-// database steps have a shorter timeout and no heartbeat. The Summary, shown
-// in the Web UI and the CLI, names the effect key.
-func ActivityOptions(step, key string) workflow.ActivityOptions {
-	o := workflow.ActivityOptions{
-		ScheduleToCloseTimeout: StepScheduleToClose,
-		StartToCloseTimeout:    ExternalStartToClose,
-		HeartbeatTimeout:       HeartbeatTimeout,
-		RetryPolicy:            RetryPolicy(),
-		Summary:                step + " · effect " + key,
-	}
-	if step == orders.StepMarkPaid || step == orders.StepMarkFailed {
-		o.StartToCloseTimeout, o.HeartbeatTimeout = DatabaseStartToClose, 0
-	}
-	return o
+// Declarations returns the declaration of every activity a worker of the
+// order workflow registers, in the order RegisterActivities registers
+// them: the order pipeline's (activities.Declarations), then ApplyDecision.
+// Each one's resolved options are its ActivityOptions.
+func Declarations() []activities.Declaration {
+	return append(activities.Declarations(), decisionDecl)
+}
+
+// RegisterActivities registers with r every activity the order workflow
+// runs: acts's (activities.Activities.Definitions) and d's ApplyDecision.
+// It returns activities.Register's error.
+func RegisterActivities(r worker.ActivityRegistry, acts *activities.Activities, d *Decider) error {
+	return activities.Register(r, append(acts.Definitions(), d.Definition())...)
 }
 
 // RetryWindow returns the longest time one step with options o can keep
@@ -121,12 +112,13 @@ func RetryWindow(o workflow.ActivityOptions) time.Duration {
 }
 
 // LongestRun returns the longest an order run can take while it is retrying
-// its steps: the sum of each step's RetryWindow. Effect records must be kept
-// at least this long beyond the namespace's retention.
+// its steps: the sum of the RetryWindow of each declared order activity
+// (activities.Declarations). Effect records must be kept at least this long
+// beyond the namespace's retention.
 func LongestRun() time.Duration {
 	var total time.Duration
-	for _, step := range []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt, orders.StepMarkFailed} {
-		total += RetryWindow(ActivityOptions(step, ""))
+	for _, d := range activities.Declarations() {
+		total += RetryWindow(d.ActivityOptions(""))
 	}
 	return total
 }
@@ -205,24 +197,26 @@ func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeou
 		return out, err
 	}
 	o.decisionTimeout = decisionTimeout
-	var a *activities.Activities // Names the activities; never called.
-	if err := o.run(ctx, 0, a.Charge, &out.Charge); err != nil {
+	if err := runStep(ctx, o, activities.DeclCharge, &out.Charge, func(r orders.ChargeResult) string { return r.PaymentIntentID }); err != nil {
 		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
-			o.markFailed(ctx, a)
+			o.markFailed(ctx)
 		}
 		return out, err
 	}
-	o.outcome[0] = out.Charge.PaymentIntentID
-	if err := o.run(ctx, 1, a.MarkPaid, &out.Paid); err != nil {
+	if err := runStep(ctx, o, activities.DeclMarkPaid, &out.Paid, func(r orders.MarkPaidResult) string { return r.Status }); err != nil {
 		return out, err
 	}
-	o.outcome[1] = out.Paid.Status
-	if err := o.run(ctx, 2, a.SendReceipt, &out.Receipt); err != nil {
+	if err := runStep(ctx, o, activities.DeclSendReceipt, &out.Receipt, func(r orders.ReceiptResult) string { return r.MessageID }); err != nil {
 		return out, err
 	}
-	o.outcome[2] = out.Receipt.MessageID
 	o.showDetails(ctx)
 	return out, nil
+}
+
+// pipeline lists the steps the status query shows from the start, in the
+// order they run. MarkFailed joins them only when it runs.
+var pipeline = []activities.Declaration{
+	activities.DeclCharge.Declaration, activities.DeclMarkPaid.Declaration, activities.DeclSendReceipt.Declaration,
 }
 
 // orderRun is one run's state: its input, the steps' status and outcomes,
@@ -237,14 +231,11 @@ type orderRun struct {
 }
 
 func newOrderRun(ctx workflow.Context, in orders.CheckoutInput) (*orderRun, error) {
-	steps := []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt}
-	o := &orderRun{in: in, status: make([]orders.StepStatus, len(steps)), outcome: make([]string, len(steps))}
-	for i, step := range steps {
-		key, err := in.EffectKey(step)
-		if err != nil { // Validate checked the key; this cannot happen.
+	o := &orderRun{in: in}
+	for _, d := range pipeline {
+		if _, err := o.index(d); err != nil { // Validate checked the key; this cannot happen.
 			return nil, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
 		}
-		o.status[i] = orders.StepStatus{Step: step, EffectKey: key.String(), State: StatePending}
 	}
 	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
 		return append([]orders.StepStatus(nil), o.status...), nil
@@ -259,16 +250,50 @@ func newOrderRun(ctx workflow.Context, in orders.CheckoutInput) (*orderRun, erro
 	return o, nil
 }
 
-// run executes step i's activity fn into result. When the step ends with an
-// outcome keyed cannot know, it waits for a decision and runs the step
-// again; otherwise a failure marks the later steps skipped and is returned.
-func (o *orderRun) run(ctx workflow.Context, i int, fn, result any) error {
+// index returns the position of d's step in the status query, adding it
+// (pending) when it is not there yet. It returns an error when the run's
+// input cannot key d's step.
+func (o *orderRun) index(d activities.Declaration) (int, error) {
+	for i, s := range o.status {
+		if s.Step == d.Step {
+			return i, nil
+		}
+	}
+	key, err := o.in.EffectKey(d.Step)
+	if err != nil {
+		return 0, fmt.Errorf("derive the effect key of %s: %w", d.Step, err)
+	}
+	o.status = append(o.status, orders.StepStatus{Step: d.Step, EffectKey: key.String(), State: StatePending})
+	o.outcome = append(o.outcome, "")
+	return len(o.status) - 1, nil
+}
+
+// runStep runs the activity declared by k into out (see orderRun.run) and,
+// once it succeeds, shows outcome(*out) beside the step. It returns an
+// error when the input cannot key the step, and run's error.
+func runStep[T any](ctx workflow.Context, o *orderRun, k activities.Keyed[T], out *T, outcome func(T) string) error {
+	i, err := o.index(k.Declaration)
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+	}
+	if err := o.run(ctx, i, k.Declaration, out); err != nil {
+		return err
+	}
+	o.outcome[i] = outcome(*out)
+	return nil
+}
+
+// run executes step i's activity, declared by d, into result. When the step
+// ends with an outcome keyed cannot know, it waits for a decision and runs
+// the step again; otherwise a failure marks the later steps skipped and is
+// returned.
+func (o *orderRun) run(ctx workflow.Context, i int, d activities.Declaration, result any) error {
 	s := &o.status[i]
 	for {
 		s.State, s.Error = StateRunning, ""
 		o.showDetails(ctx)
-		actx := workflow.WithActivityOptions(ctx, ActivityOptions(s.Step, s.EffectKey))
-		err := workflow.ExecuteActivity(actx, fn, o.in).Get(ctx, result)
+		actx := workflow.WithActivityOptions(ctx, d.ActivityOptions(s.EffectKey))
+		err := workflow.ExecuteActivity(actx, d.Name, o.in).Get(ctx, result)
 		if err == nil {
 			s.State = StateDone
 			return nil
@@ -289,20 +314,17 @@ func (o *orderRun) run(ctx workflow.Context, i int, fn, result any) error {
 	}
 }
 
-// markFailed appends the mark_failed step and runs it. A failure is logged
-// and shown in the status query; the charge's error remains the run's
-// outcome either way.
-func (o *orderRun) markFailed(ctx workflow.Context, a *activities.Activities) {
-	key, err := o.in.EffectKey(orders.StepMarkFailed)
-	if err != nil { // Only a tenant and order ID near the key limit.
+// markFailed runs the mark_failed step. A failure is logged and shown in
+// the status query; the charge's error remains the run's outcome either
+// way.
+func (o *orderRun) markFailed(ctx workflow.Context) {
+	if _, err := o.index(activities.DeclMarkFailed.Declaration); err != nil { // Only a tenant and order ID near the key limit.
 		workflow.GetLogger(ctx).Error("cannot mark the order failed", "error", err.Error())
 		return
 	}
-	o.status = append(o.status, orders.StepStatus{Step: orders.StepMarkFailed, EffectKey: key.String(), State: StatePending})
-	o.outcome = append(o.outcome, "")
 	var failed orders.MarkFailedResult
-	if err := o.run(ctx, len(o.status)-1, a.MarkFailed, &failed); err == nil {
-		o.outcome[len(o.outcome)-1] = failed.Status
+	if err := runStep(ctx, o, activities.DeclMarkFailed, &failed, func(r orders.MarkFailedResult) string { return r.Status }); err != nil {
+		workflow.GetLogger(ctx).Warn("the order stays pending", "step", activities.DeclMarkFailed.Step, "error", err.Error())
 	}
 	o.showDetails(ctx)
 }
