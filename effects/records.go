@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/keyedhq/keyed/internal/pgbatch"
 )
 
 // DefaultRetention is how long Prune keeps finished records. It must cover
@@ -139,7 +137,7 @@ func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	total, err := pgbatch.Delete(ctx, c.db, batch, `
+	total, err := deleteBatches(ctx, c.db, batch, `
 DELETE FROM keyed_effects WHERE key IN (
 	SELECT key FROM keyed_effects
 	WHERE created_at < now() - $1 * interval '1 microsecond'

@@ -1,2 +1,5 @@
--- Reconciliation reads one kind of effect (charges) created in a window.
-CREATE INDEX keyed_effects_kind_created_idx ON keyed_effects (kind, created_at);
+-- The effects tables are owned by effects' own migration line
+-- (effects/migration, recorded in keyed_effects_migrations), which Apply runs
+-- before these files. This version stays, empty, so that databases which
+-- recorded it keep matching; its original SQL is in
+-- testdata/old_0006_effects_kind_idx.sql.

@@ -1,6 +1,12 @@
 // Package migrations holds keyed's SQL schema as numbered files and applies
 // them.
 //
+// The effects tables belong to package effects, which has its own migration
+// line (effects.Migrator, recorded in keyed_effects_migrations). Apply runs
+// it first and then these files, so one call brings a database to the app's
+// full schema. Versions 1, 6 and 9 once created the effects tables; they are
+// kept as empty files so that databases which recorded them still match.
+//
 // Files are named NNNN_description.sql and run in order of NNNN. Each file
 // runs in its own transaction together with the row that records it in
 // keyed_schema_migrations, so a failed file leaves no trace and is retried on
@@ -22,6 +28,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keyedhq/keyed/effects"
 )
 
 //go:embed *.sql
@@ -68,9 +76,10 @@ func All() ([]Migration, error) {
 	return out, nil
 }
 
-// Apply runs every migration that has not run yet against the pool's current
-// schema and returns the versions it applied. It returns an error naming the
-// file when one fails; earlier files stay applied.
+// Apply runs the effects migrations (see effects.Migrator) and then every
+// file that has not run yet against the pool's current schema, and returns
+// the versions of the files it applied. It returns an error naming the file
+// or effects version that failed; earlier files stay applied.
 func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	all, err := All()
 	if err != nil {
@@ -91,6 +100,13 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+lockKey+`)`)
 	}()
 
+	migrator, err := effects.NewMigrator(conn.Conn(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("create effects migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx); err != nil {
+		return nil, fmt.Errorf("migrate effects: %w", err)
+	}
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS keyed_schema_migrations (
 		version    integer     PRIMARY KEY,
 		name       text        NOT NULL,

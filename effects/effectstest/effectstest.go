@@ -1,13 +1,20 @@
-// Package effectstest helps users test their keyed steps against a real
-// Postgres: a fresh schema per test with keyed's migrations applied, and the
-// second-run check that every keyed handler deserves.
+// Package effectstest helps test code built on package effects against a
+// real Postgres: a fresh schema per test with the effects migrations
+// applied, and the second-run check that every keyed handler deserves.
+//
+// NewPool and Connect create only the effects tables (keyed_effects and
+// keyed_effects_migrations), through effects.Migrator. A test that needs its
+// own tables too creates them on the returned pool, or runs its own
+// migrations on a URL from NewSchema before calling Connect. The package
+// depends on nothing outside effects, so a service that adopts effects
+// without the rest of keyed can use it as it is.
 //
 // A handler is idempotent when running it twice with the same input leaves
 // the system as it was after running it once. SecondRun checks exactly that:
 //
 //	func TestChargeTwice(t *testing.T) {
 //		pool := effectstest.NewPool(t)
-//		effectstest.SecondRun(t, pool, []string{"keyed_effects", "orders"}, func(ctx context.Context) error {
+//		effectstest.SecondRun(t, pool, []string{"keyed_effects", "payments"}, func(ctx context.Context) error {
 //			return handler(ctx, input)
 //		})
 //		require.Equal(t, 1, fakeProvider.Calls())
@@ -28,7 +35,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/migrations"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is not set.
@@ -100,16 +106,19 @@ type PoolOpts struct {
 	MaxConns int32
 }
 
-// NewPool creates a fresh schema (see NewSchema), applies keyed's
-// migrations to it and returns a pool bound to it, closed when the test ends.
+// NewPool creates a fresh schema (see NewSchema), applies the effects
+// migrations to it and returns a pool bound to it, closed when the test
+// ends. It fails the test when Postgres cannot be reached or a migration
+// fails.
 func NewPool(t testing.TB, opts ...*PoolOpts) *pgxpool.Pool {
 	t.Helper()
 	_, url := NewSchema(t)
 	return Connect(t, url, opts...)
 }
 
-// Connect opens a pool on url, applies keyed's migrations, and closes the
-// pool when the test ends.
+// Connect opens a pool on url, applies the effects migrations (see
+// effects.Migrator), and closes the pool when the test ends. It fails the
+// test when a migration fails.
 func Connect(t testing.TB, url string, opts ...*PoolOpts) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
@@ -123,8 +132,10 @@ func Connect(t testing.TB, url string, opts ...*PoolOpts) *pgxpool.Pool {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = migrations.Apply(ctx, pool)
-	require.NoError(t, err, "apply migrations")
+	migrator, err := effects.NewMigrator(pool, nil)
+	require.NoError(t, err)
+	_, err = migrator.Migrate(ctx)
+	require.NoError(t, err, "apply effects migrations")
 	return pool
 }
 

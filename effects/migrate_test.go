@@ -1,0 +1,159 @@
+package effects_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+)
+
+var quiet = &effects.MigratorOpts{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+
+// emptyPool returns a pool on a fresh schema with no tables at all.
+func emptyPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	_, url := effectstest.NewSchema(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func allVersions() []int {
+	var out []int
+	for _, m := range effects.Migrations() {
+		out = append(out, m.Version)
+	}
+	return out
+}
+
+func TestMigrationsAreNumberedWithoutGaps(t *testing.T) {
+	t.Parallel()
+	all := effects.Migrations()
+	require.NotEmpty(t, all)
+	for i, m := range all {
+		require.Equal(t, i+1, m.Version, m.Name)
+		require.NotEmpty(t, m.SQL, m.Name)
+	}
+}
+
+func TestNewMigratorRefusesNilDB(t *testing.T) {
+	t.Parallel()
+	_, err := effects.NewMigrator(nil, nil)
+	require.Error(t, err)
+}
+
+func TestMigrateAppliesEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	m, err := effects.NewMigrator(pool, quiet)
+	require.NoError(t, err)
+
+	pending, err := m.Pending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, allVersions(), pending, "a new database has every version pending")
+
+	applied, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, allVersions(), applied)
+
+	applied, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+	pending, err = m.Pending(ctx)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+
+	var line string
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT min(line), count(*) FROM keyed_effects_migrations`).Scan(&line, &n))
+	require.Equal(t, effects.MigrationLine, line)
+	require.Equal(t, len(allVersions()), n)
+
+	c, err := effects.NewClient(pool, nil)
+	require.NoError(t, err)
+	_, err = c.Claim(ctx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "1", "charge"), Owner: "wf/charge"})
+	require.NoError(t, err, "the migrated schema serves claims")
+}
+
+// MigrateTx leaves nothing behind when the caller rolls back.
+func TestMigrateTxRollsBackWithTheCaller(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	m, err := effects.NewMigrator(pool, quiet)
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	applied, err := m.MigrateTx(ctx, tx)
+	require.NoError(t, err)
+	require.Equal(t, allVersions(), applied)
+	require.NoError(t, tx.Rollback(ctx))
+
+	var exists bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('keyed_effects') IS NOT NULL`).Scan(&exists))
+	require.False(t, exists)
+	pending, err := m.Pending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, allVersions(), pending)
+}
+
+// Several processes starting together: the advisory lock lets exactly one
+// apply each version; the others wait and find nothing to do.
+func TestConcurrentMigrateAppliesEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	const workers = 6
+	applied := make([][]int, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, err := effects.NewMigrator(pool, quiet)
+			require.NoError(t, err)
+			applied[i], err = m.Migrate(ctx)
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, a := range applied {
+		total += len(a)
+	}
+	require.Equal(t, len(allVersions()), total)
+}
+
+// A failing migration names its file and leaves no version recorded.
+func TestMigrateTxFailureNamesTheFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	// A view in the table's place makes the first file fail.
+	_, err := pool.Exec(ctx, `CREATE VIEW keyed_effects AS SELECT 1 AS key`)
+	require.NoError(t, err)
+	m, err := effects.NewMigrator(pool, quiet)
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx)
+	require.ErrorContains(t, err, effects.Migrations()[0].Name)
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_tables
+			WHERE schemaname = current_schema() AND tablename = 'keyed_effects_migrations'`).Scan(&n))
+		require.Zero(t, n, "the failed run rolled back its bookkeeping too")
+		return nil
+	})
+	require.NoError(t, err)
+}
