@@ -58,6 +58,30 @@
 // guards against one key being used for two different requests
 // (ErrKeyReused).
 //
+// # Migrations
+//
+// effects keeps its records in one table, keyed_effects, created by its own
+// migration line: SQL files embedded in the package, numbered from 1, each
+// recorded in keyed_effects_migrations once applied. A Migrator applies the
+// pending ones in one transaction, under an advisory lock per schema, so
+// several processes starting together migrate once. Run it before creating
+// a Client, at startup or from a deploy step:
+//
+//	migrator, err := effects.NewMigrator(pool, nil)
+//	if err != nil {
+//		return err
+//	}
+//	if _, err := migrator.Migrate(ctx); err != nil {
+//		return err
+//	}
+//
+// MigrateTx runs them in the caller's transaction instead, next to the
+// application's own schema changes; Pending lists what Migrate would apply.
+// Tables go into the current schema (the first of the search_path), so one
+// database can hold several independent sets. A team that runs SQL through
+// its own migration tool can take the files from Migrations instead; every
+// file is idempotent. Migrations only move forward.
+//
 // # Adding a keyed step
 //
 // Do runs the whole branch logic around a function:

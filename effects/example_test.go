@@ -1,0 +1,183 @@
+package effects_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+)
+
+// ExampleMigrator creates the effects tables. Run it when a service starts,
+// or from its own migration step; a second run finds nothing to do.
+func ExampleMigrator() {
+	ctx := context.Background()
+	pool, drop := examplePool(ctx)
+	defer drop()
+
+	migrator, err := effects.NewMigrator(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	pending, err := migrator.Pending(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("pending:", pending)
+	for range 2 {
+		applied, err := migrator.Migrate(ctx)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("applied:", applied)
+	}
+	// Output:
+	// pending: [1]
+	// applied: [1]
+	// applied: []
+}
+
+// ExampleDo charges a card once, though the step runs twice: the second
+// run returns the stored outcome without calling the provider.
+func ExampleDo() {
+	ctx := context.Background()
+	_, client, done := exampleClient(ctx)
+	defer done()
+
+	key := effects.MustKey("acme", "order", "9f3a", "charge")
+	calls := 0
+	charge := func(ctx context.Context, claim *effects.Claim) (string, error) {
+		calls++ // The provider call, with claim.Key.String() as its idempotency key.
+		return "pi_123", nil
+	}
+	for range 2 { // A retry after the worker died before reporting.
+		id, err := effects.Do(ctx, client, effects.ClaimParams{Key: key, Owner: "order-9f3a/charge"}, charge, nil)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("charge:", id)
+	}
+	fmt.Println("provider calls:", calls)
+	// Output:
+	// charge: pi_123
+	// charge: pi_123
+	// provider calls: 1
+}
+
+// ExampleDoTx credits an account once per refund event: the credit and its
+// effect record commit together, so a redelivered event adds nothing.
+func ExampleDoTx() {
+	ctx := context.Background()
+	pool, client, done := exampleClient(ctx)
+	defer done()
+	if _, err := pool.Exec(ctx, `CREATE TABLE balances (account text PRIMARY KEY, cents bigint NOT NULL);
+		INSERT INTO balances VALUES ('acme', 0)`); err != nil {
+		panic(err)
+	}
+
+	key := effects.MustKey("acme", "refund", "r-77", "credit")
+	credit := func(ctx context.Context, tx pgx.Tx, claim *effects.Claim) (int64, error) {
+		var cents int64
+		err := tx.QueryRow(ctx, `UPDATE balances SET cents = cents + 500 WHERE account = 'acme' RETURNING cents`).Scan(&cents)
+		return cents, err
+	}
+	for range 2 { // The same event, delivered twice.
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			cents, err := effects.DoTx(ctx, client, tx, effects.ClaimParams{Key: key, Owner: "refund-r-77"}, credit)
+			fmt.Println("balance after the credit:", cents)
+			return err
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// balance after the credit: 500
+	// balance after the credit: 500
+}
+
+// ExampleClient_ClaimTx spells out what DoTx does: claim in the caller's
+// transaction, act unless the claim is Done, and complete in the same
+// transaction.
+func ExampleClient_ClaimTx() {
+	ctx := context.Background()
+	pool, client, done := exampleClient(ctx)
+	defer done()
+
+	key := effects.MustKey("acme", "order", "9f3a", "ship")
+	ship := func(tx pgx.Tx) error {
+		claim, err := client.ClaimTx(ctx, tx, effects.ClaimParams{Key: key, Owner: "order-9f3a/ship"})
+		if err != nil {
+			return err
+		}
+		if claim.Done {
+			var label string
+			if err := claim.Decode(&label); err != nil {
+				return err
+			}
+			fmt.Println("already shipped with", label)
+			return nil
+		}
+		fmt.Println("shipping") // The writes the effect stands for go here, in tx.
+		return client.CompleteTx(ctx, tx, claim, "label-1")
+	}
+	for range 2 {
+		if err := pgx.BeginFunc(ctx, pool, ship); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// shipping
+	// already shipped with label-1
+}
+
+// examplePool returns a pool on a new, empty schema and a function that
+// drops it. A real service connects to its own database instead.
+func examplePool(ctx context.Context) (*pgxpool.Pool, func()) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	schema := "keyed_example_" + hex.EncodeToString(b)
+	admin, err := pgxpool.New(ctx, effectstest.DatabaseURL())
+	if err != nil {
+		panic(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.New(ctx, effectstest.WithSearchPath(effectstest.DatabaseURL(), schema))
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			panic(err)
+		}
+		admin.Close()
+	}
+}
+
+// exampleClient returns a pool on a new schema with the effects tables, a
+// Client on it, and a function that drops the schema.
+func exampleClient(ctx context.Context) (*pgxpool.Pool, *effects.Client, func()) {
+	pool, drop := examplePool(ctx)
+	migrator, err := effects.NewMigrator(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := migrator.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	client, err := effects.NewClient(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	return pool, client, drop
+}
