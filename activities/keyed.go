@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/tracing"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -44,7 +46,17 @@ type Step struct {
 	// Log names the effect key, step, tenant and order.
 	Log *slog.Logger
 
-	step string
+	step  string
+	every time.Duration // how often to renew the lease and heartbeat
+}
+
+// Message returns a notify.Message for an irreversible send of this step:
+// template, recipient, subject and text as given, the effect key, the
+// order as entity, the claim owner, and the heartbeat. Pass it to
+// notify.Sender.Send, which claims the key.
+func (s *Step) Message(template, to, subject, text string) notify.Message {
+	return notify.Message{Template: template, To: to, Subject: subject, Text: text, Key: s.Key, Entity: s.In.OrderID,
+		Owner: s.Owner, Heartbeat: heartbeat, HeartbeatEvery: s.every}
 }
 
 // Effect is what differs between keyed activities.
@@ -74,8 +86,8 @@ type Effect[T any] struct {
 //     recording a Temporal heartbeat three times per heartbeat timeout;
 //   - absolute or relative write: through effects.DoTx in one transaction
 //     (Step.Tx) that commits the effect and its record together;
-//   - irreversible send: e.Do claims through notify.Sender (pass it Key,
-//     Owner, and the heartbeat), so Run claims nothing itself.
+//   - irreversible send: e.Do claims through notify.Sender (send
+//     Step.Message), so Run claims nothing itself.
 //
 // A second run returns the stored outcome without calling e.Do. The
 // outcome is logged at info level ("step done"), a failure at warn level
@@ -138,7 +150,7 @@ func (k Keyed[T]) claim(ctx context.Context, a *Activities, s *Step, p effects.C
 		return effects.Do(ctx, a.claims, p, func(ctx context.Context, c *effects.Claim) (T, error) {
 			s.Claim = c
 			return do(ctx, s)
-		}, &effects.DoOpts{Heartbeat: heartbeat, ExtendEvery: heartbeatEvery(ctx)})
+		}, &effects.DoOpts{Heartbeat: heartbeat, ExtendEvery: s.every})
 	}
 }
 
@@ -161,7 +173,7 @@ func (a *Activities) prepare(ctx context.Context, in orders.CheckoutInput, step 
 		return nil, &Error{Type: ErrTypeInvalidInput, kind: ErrInvalidInput,
 			Message: fmt.Sprintf("%s %s: not started by a workflow; the claim owner is the workflow ID", step, key)}
 	}
-	s := &Step{In: in, Key: key, Owner: wfID + "/" + step, step: step}
+	s := &Step{In: in, Key: key, Owner: wfID + "/" + step, step: step, every: heartbeatEvery(ctx)}
 	s.Log = a.logger.With("effect_key", key.String(), "step", step, "tenant_id", in.TenantID, "order_id", in.OrderID)
 	return s, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -45,22 +44,13 @@ func (a *Activities) SendReceipt(ctx context.Context, in orders.CheckoutInput) (
 // sendReceipt sends the receipt through the Sender, which claims s.Key.
 func (a *Activities) sendReceipt(ctx context.Context, s *Step) (orders.ReceiptResult, error) {
 	o := s.Order
-	amount := FormatAmount(o.AmountMinor, o.Currency)
-	res, err := a.sender.Send(ctx, notify.Message{
-		Template: ReceiptTemplate,
-		To:       o.CustomerEmail,
-		Subject:  "Your receipt for order " + o.ID,
-		Text: fmt.Sprintf("Thank you for your order %s.\n\nWe charged %s to your card.\n\nReference: %s\n",
-			o.ID, amount, s.Key),
-		Key:            s.Key,
-		Entity:         o.ID,
-		Owner:          s.Owner,
-		Heartbeat:      heartbeat,
-		HeartbeatEvery: heartbeatEvery(ctx),
-		// A receipt for an order paid long ago may have lost its record
-		// to the prune: ask SendGrid before sending.
-		LookUpFirst: time.Since(o.UpdatedAt) > RecordHorizon,
-	})
+	text := fmt.Sprintf("Thank you for your order %s.\n\nWe charged %s to your card.\n\nReference: %s\n",
+		o.ID, FormatAmount(o.AmountMinor, o.Currency), s.Key)
+	m := s.Message(ReceiptTemplate, o.CustomerEmail, "Your receipt for order "+o.ID, text)
+	// A receipt for an order paid long ago may have lost its record to the
+	// prune: ask SendGrid before sending.
+	m.LookUpFirst = time.Since(o.UpdatedAt) > RecordHorizon
+	res, err := a.sender.Send(ctx, m)
 	if err != nil {
 		return orders.ReceiptResult{}, err
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
@@ -105,7 +104,7 @@ func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
-	require.NoError(t, activities.Register(w, append(b.acts.Definitions(), d.Definition())...))
+	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w

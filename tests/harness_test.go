@@ -106,7 +106,7 @@ func (b *bundle) startWorker(t *testing.T) worker.Worker {
 	workflows.Register(w)
 	d, err := workflows.NewDecider(b.effects)
 	require.NoError(t, err)
-	require.NoError(t, activities.Register(w, append(b.acts.Definitions(), d.Definition())...))
+	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w

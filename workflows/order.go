@@ -136,17 +136,24 @@ type WorkflowOpts struct {
 	// A change applies to waits that begin after it: a wait already begun
 	// keeps the timer it started with.
 	DecisionTimeout time.Duration
+	// then runs after the receipt: the tests' stand-in for a step added
+	// later (see runAddedStep).
+	then func(workflow.Context, *orderRun) error
 }
 
 // RegisterWithOpts registers the order workflow with r under
 // orders.WorkflowName, configured by opts.
 func RegisterWithOpts(r worker.WorkflowRegistry, opts *WorkflowOpts) {
 	timeout := DefaultDecisionTimeout
-	if opts != nil && opts.DecisionTimeout > 0 {
-		timeout = opts.DecisionTimeout
+	var then func(workflow.Context, *orderRun) error
+	if opts != nil {
+		then = opts.then
+		if opts.DecisionTimeout > 0 {
+			timeout = opts.DecisionTimeout
+		}
 	}
 	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
-		return orderWorkflow(ctx, in, timeout)
+		return orderWorkflow(ctx, in, timeout, then)
 	}, workflow.RegisterOptions{Name: orders.WorkflowName})
 }
 
@@ -183,10 +190,11 @@ const markFailedChange = "mark-failed-on-decline"
 // returns the charge's error, of the same type (such as
 // activities.ErrTypeCardDeclined), whether or not MarkFailed succeeded.
 func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
-	return orderWorkflow(ctx, in, DefaultDecisionTimeout)
+	return orderWorkflow(ctx, in, DefaultDecisionTimeout, nil)
 }
 
-func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeout time.Duration) (orders.CheckoutResult, error) {
+func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeout time.Duration,
+	then func(workflow.Context, *orderRun) error) (orders.CheckoutResult, error) {
 	var out orders.CheckoutResult
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
@@ -208,6 +216,11 @@ func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeou
 	}
 	if err := runStep(ctx, o, activities.DeclSendReceipt, &out.Receipt, func(r orders.ReceiptResult) string { return r.MessageID }); err != nil {
 		return out, err
+	}
+	if then != nil {
+		if err := then(ctx, o); err != nil {
+			return out, err
+		}
 	}
 	o.showDetails(ctx)
 	return out, nil
@@ -269,7 +282,8 @@ func (o *orderRun) index(d activities.Declaration) (int, error) {
 }
 
 // runStep runs the activity declared by k into out (see orderRun.run) and,
-// once it succeeds, shows outcome(*out) beside the step. It returns an
+// once it succeeds, shows outcome(*out) beside the step when outcome is not
+// nil. It returns an
 // error when the input cannot key the step, and run's error.
 func runStep[T any](ctx workflow.Context, o *orderRun, k activities.Keyed[T], out *T, outcome func(T) string) error {
 	i, err := o.index(k.Declaration)
@@ -279,8 +293,25 @@ func runStep[T any](ctx workflow.Context, o *orderRun, k activities.Keyed[T], ou
 	if err := o.run(ctx, i, k.Declaration, out); err != nil {
 		return err
 	}
-	o.outcome[i] = outcome(*out)
+	if outcome != nil {
+		o.outcome[i] = outcome(*out)
+	}
 	return nil
+}
+
+// runAddedStep runs the step declared by k into out, as runStep does, in
+// runs that reach it with the change changeID in effect: a step added to
+// OrderWorkflow while runs are in flight. A run that passed this point
+// before the change recorded no marker for changeID, so
+// workflow.GetVersion returns workflow.DefaultVersion on its replay and the
+// step is skipped, as it was then; without GetVersion that replay would
+// schedule an activity its history does not have and fail as
+// nondeterministic (TestReplayCatchesAStepAddedWithoutGetVersion).
+func runAddedStep[T any](ctx workflow.Context, o *orderRun, changeID string, k activities.Keyed[T], out *T) error {
+	if workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, 1) < 1 {
+		return nil
+	}
+	return runStep(ctx, o, k, out, nil)
 }
 
 // run executes step i's activity, declared by d, into result. When the step

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -43,9 +44,7 @@ func setup(t *testing.T) *bundle {
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	b := &bundle{env: suite.NewTestWorkflowEnvironment(), options: map[string]activity.Info{}}
 	workflows.Register(b.env)
-	var a *activities.Activities
-	var d *workflows.Decider
-	require.NoError(t, activities.Register(b.env, append(a.Definitions(), d.Definition())...))
+	require.NoError(t, workflows.RegisterActivities(b.env, nil, nil)) // Named only: tests mock each activity.
 	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	b.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		b.started = append(b.started, info.ActivityType.Name)
@@ -234,4 +233,32 @@ func TestActivityOptions(t *testing.T) {
 			require.Less(t, o.HeartbeatTimeout, o.StartToCloseTimeout)
 		}
 	}
+}
+
+// TestAddedStepRunsInNewRuns: a step added behind workflow.GetVersion runs
+// in a new run, after the receipt, and joins the status query.
+func TestAddedStepRunsInNewRuns(t *testing.T) {
+	t.Parallel()
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := suite.NewTestWorkflowEnvironment()
+	workflows.RegisterWithStepAfterReceipt(env, survey, "send-survey")
+	require.NoError(t, workflows.RegisterActivities(env, nil, nil))
+	require.NoError(t, activities.Register(env, survey.Bind(func(context.Context, orders.CheckoutInput) (notify.Result, error) {
+		return notify.Result{}, nil
+	})))
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
+	env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	env.OnActivity(survey.Name, mock.Anything, in).Return(notify.Result{MessageID: "msg_2"}, nil).Once()
+
+	env.ExecuteWorkflow(orders.WorkflowName, in)
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+	val, err := env.QueryWorkflow(orders.QueryStatus)
+	require.NoError(t, err)
+	var st []orders.StepStatus
+	require.NoError(t, val.Get(&st))
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done", "survey=done"}, states(st))
 }

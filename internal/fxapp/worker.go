@@ -86,7 +86,7 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision activity: %w", err)
 	}
-	if err := activities.Register(w, append(in.Activities.Definitions(), decider.Definition())...); err != nil {
+	if err := workflows.RegisterActivities(w, in.Activities, decider); err != nil {
 		return nil, fmt.Errorf("register activities: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{
