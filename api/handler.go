@@ -163,7 +163,9 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 			return nil, fmt.Errorf("api: NewHandler: %w", err)
 		}
 	}
-	h.idem = &idemStore{db: db, lease: lease}
+	if h.idem, err = newIdemStore(db, h.logger, lease); err != nil {
+		return nil, fmt.Errorf("api: NewHandler: %w", err)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle(RouteCreateOrder, h.authed(h.createOrder))
@@ -411,6 +413,11 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 	}
 
 	hash := requestHash(RouteCreateOrder, no)
+	ikey, err := requestKey(tenant, key)
+	if err != nil {
+		h.dbFailure(w, r, "claim idempotency key", err)
+		return
+	}
 	owner, _ := r.Context().Value(requestIDKey).(string)
 	owner += "/" + randomHex(6) // request IDs come from clients; owners must be unique
 	// Every database call from here on shares one deadline, and runs to the
@@ -418,7 +425,7 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 	// response stored rather than a claim to wait out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
 	defer cancel()
-	outcome, prev, err := h.idem.claim(ctx, tenant, key, RouteCreateOrder, hash, owner)
+	claim, prev, err := h.idem.claim(ctx, ikey, hash, owner)
 	switch {
 	case errors.Is(err, errKeyReused):
 		h.metrics.idem("key_reused")
@@ -432,23 +439,23 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
 		return
 	case err != nil:
-		h.release(ctx, tenant, key, owner) // the claim may have committed before the error
+		h.release(ctx, ikey, owner) // the claim may have committed before the error
 		h.dbFailure(w, r, "claim idempotency key", err)
 		return
-	case outcome == claimReplay:
+	case prev != nil:
 		h.metrics.idem("replayed")
 		w.Header().Set(HeaderReplayed, "true")
 		writeJSON(w, prev.status, prev.body)
 		return
-	case outcome == claimTakeover:
+	case claim.Mode == effects.ModeTakeover:
 		h.metrics.idem("takeover")
 	default:
 		h.metrics.idem("new")
 	}
 
-	resp, err := h.createTx(ctx, tenant, key, owner, no)
+	resp, err := h.createTx(ctx, tenant, claim, no)
 	if err != nil {
-		h.release(ctx, tenant, key, owner)
+		h.release(ctx, ikey, owner)
 		switch {
 		case errors.Is(err, orders.ErrConflict):
 			writeError(w, newError(http.StatusConflict, CodeOrderConflict, "order_id",
@@ -470,20 +477,20 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 // the lease runs out. It uses a fresh context bounded by ReleaseTimeout:
 // the request's own may be the one that ran out. A failed release is
 // logged; the key then frees when its lease ends.
-func (h *Handler) release(ctx context.Context, tenant, key, owner string) {
+func (h *Handler) release(ctx context.Context, key effects.Key, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
-	if err := h.idem.release(rctx, tenant, key, owner); err != nil {
+	if err := h.idem.release(rctx, key, owner); err != nil {
 		h.logger.WarnContext(rctx, "release idempotency key; it frees when its lease runs out", "error", err)
 	}
 }
 
 // createTx writes the order, its outbox row and the stored response in one
 // transaction: all of them or none.
-func (h *Handler) createTx(ctx context.Context, tenant, key, owner string, no orders.NewOrder) (stored, error) {
+func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Claim, no orders.NewOrder) (stored, error) {
 	var resp stored
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
-		order, created, err := outbox.CreateOrderTx(ctx, tx, h.store, no)
+		order, created, err := h.store.CreateAndEnqueueTx(ctx, tx, no)
 		if err != nil {
 			return err
 		}
@@ -495,7 +502,7 @@ func (h *Handler) createTx(ctx context.Context, tenant, key, owner string, no or
 		if created {
 			resp.status = http.StatusCreated
 		}
-		return h.idem.finishTx(ctx, tx, tenant, key, owner, resp)
+		return h.idem.finishTx(ctx, tx, claim, resp)
 	})
 	return resp, err
 }
@@ -711,7 +718,7 @@ func (h *Handler) dbFailure(w http.ResponseWriter, r *http.Request, what string,
 
 // Prune deletes the Handler's expired idempotency records; see Prune.
 func (h *Handler) Prune(ctx context.Context) (int64, error) {
-	return Prune(ctx, h.db, nil)
+	return prune(ctx, h.idem.fx, nil)
 }
 
 func randomHex(n int) string {

@@ -89,7 +89,7 @@ func scrapeAfterRun(t *testing.T) map[string]bool {
 
 	tx, err := w.Pool.Begin(ctx)
 	require.NoError(t, err)
-	_, _, err = outbox.CreateOrderTx(ctx, tx, w.Orders, orders.NewOrder{TenantID: "acme", ID: "metrics-1", AmountMinor: 1999,
+	_, _, err = w.Orders.CreateAndEnqueueTx(ctx, tx, orders.NewOrder{TenantID: "acme", ID: "metrics-1", AmountMinor: 1999,
 		Currency: "usd", CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
 	if err != nil {
 		_ = tx.Rollback(ctx)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/workflows"
@@ -33,7 +32,7 @@ var (
 
 // BenchmarkRelayCommitToStart offers orders at a fixed rate, each committed
 // with its outbox row in its own transaction (as the API does), to a relay
-// woken by Listen that starts them with the production TemporalStarter on
+// woken by Listen that starts them with the production starter (orderStarter) on
 // the shared dev server, and reports the latency from each commit's return
 // to its start's return: p50, p99 and max in milliseconds. Beside it,
 // "direct" makes the same starts at the same rate with workflows.Start and
@@ -64,8 +63,7 @@ func relayLoad(b *testing.B, rate int) []time.Duration {
 	require.NoError(b, err)
 	c := dialBench(b)
 	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
-	starter := &timedStarter{next: fxapp.TemporalStarter(c, nil, &workflows.StartOpts{TaskQueue: queue}).(outbox.RequestStarter),
-		at: map[string]time.Time{}}
+	starter := &timedStarter{next: orderStarter(c, queue), at: map[string]time.Time{}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -82,7 +80,7 @@ func relayLoad(b *testing.B, rate int) []time.Duration {
 		o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
 			CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
 		err := pgx.BeginFunc(ctx, apiPool, func(tx pgx.Tx) error {
-			_, _, err := outbox.CreateOrderTx(ctx, tx, store, o)
+			_, _, err := store.CreateAndEnqueueTx(ctx, tx, o)
 			return err
 		})
 		return orders.WorkflowID(tenant, o.ID), err
@@ -179,19 +177,15 @@ func percentile(sorted []time.Duration, p float64) float64 {
 // timedStarter records when each start returned, and how long the call
 // took.
 type timedStarter struct {
-	next  outbox.RequestStarter
+	next  outbox.Starter
 	mu    sync.Mutex
 	at    map[string]time.Time
 	calls []time.Duration
 }
 
-func (s *timedStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-	return s.StartRequest(ctx, outbox.Request{Input: in})
-}
-
-func (s *timedStarter) StartRequest(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+func (s *timedStarter) Start(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
 	began := time.Now()
-	st, err := s.next.StartRequest(ctx, req)
+	st, err := s.next.Start(ctx, req)
 	if err == nil {
 		s.mu.Lock()
 		if _, ok := s.at[st.WorkflowID]; !ok {

@@ -32,7 +32,7 @@ func TestListenWakesTheRelayOnCommit(t *testing.T) {
 	}
 
 	rollback := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("rolled-back"))
+		_, _, err := b.store.CreateAndEnqueueTx(b.ctx, tx, b.newOrder("rolled-back"))
 		require.NoError(t, err)
 		return context.Canceled
 	})

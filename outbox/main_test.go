@@ -21,9 +21,9 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/outbox/temporalstart"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -66,8 +66,24 @@ func setup(t *testing.T) *bundle {
 	// The worker relay's own starter, on a task queue no worker polls: the
 	// run exists in Temporal, which is what these tests count, and nothing
 	// executes it.
-	b.starter = &countingStarter{next: fxapp.TemporalStarter(c, nil, &workflows.StartOpts{TaskQueue: b.taskQueue}), calls: map[string]int{}, created: map[string]int{}}
+	b.starter = &countingStarter{next: orderStarter(c, b.taskQueue), calls: map[string]int{}, created: map[string]int{}}
 	return b
+}
+
+// orderStarter is the production starter of order runs, as internal/fxapp
+// wires it, on queue and without a store.
+func orderStarter(c client.Client, queue string) *temporalstart.Starter {
+	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: workflows.ConfigureOutboxStart(nil)})
+}
+
+// orderOf returns the order ID of an order run's request, and "" for any
+// other request.
+func orderOf(req outbox.Request) string {
+	in, _, err := orders.FromStartRequest(req)
+	if err != nil {
+		return ""
+	}
+	return in.OrderID
 }
 
 // countingStarter counts every start call and every new run per workflow
@@ -78,29 +94,29 @@ type countingStarter struct {
 	mu      sync.Mutex
 	calls   map[string]int
 	created map[string]int
-	fail    func(in orders.CheckoutInput) error
+	fail    func(req outbox.Request) error
 }
 
-func (s *countingStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+func (s *countingStarter) Start(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
 	s.mu.Lock()
-	s.calls[in.WorkflowID()]++
+	s.calls[req.WorkflowID]++
 	fail := s.fail
 	s.mu.Unlock()
 	if fail != nil {
-		if err := fail(in); err != nil {
+		if err := fail(req); err != nil {
 			return nil, err
 		}
 	}
-	st, err := s.next.Start(ctx, in)
+	st, err := s.next.Start(ctx, req)
 	if err == nil && st.Created {
 		s.mu.Lock()
-		s.created[in.WorkflowID()]++
+		s.created[req.WorkflowID]++
 		s.mu.Unlock()
 	}
 	return st, err
 }
 
-func (s *countingStarter) setFail(f func(in orders.CheckoutInput) error) {
+func (s *countingStarter) setFail(f func(req outbox.Request) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fail = f
@@ -137,7 +153,7 @@ func (b *bundle) createOrdersWithPrefix(t *testing.T, prefix string, n int) []st
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		for i := range ids {
 			ids[i] = fmt.Sprintf("%s_%04d", prefix, i)
-			if _, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder(ids[i])); err != nil {
+			if _, _, err := b.store.CreateAndEnqueueTx(b.ctx, tx, b.newOrder(ids[i])); err != nil {
 				return err
 			}
 		}

@@ -1,18 +1,36 @@
-// Package outbox starts keyed workflows from a caller's own transaction.
+// Package outbox starts workflows from a caller's own transaction.
 //
-// A handler that writes an order and then starts its workflow is two
+// A handler that writes a business row and then starts its workflow is two
 // systems without a shared transaction. Commit first and die before the
-// start, and the order sits unprocessed with nothing to alert on; start
-// first and roll back, and the workflow runs for an order nobody can find.
-// The outbox makes it one system: EnqueueTx writes the start request as a
-// row in the caller's transaction, so the business write and the request
-// commit or roll back together, and a Relay moves committed rows to
-// Temporal afterwards.
+// start, and the row sits unprocessed with nothing to alert on; start first
+// and roll back, and the workflow runs for a row nobody can find. The
+// outbox makes it one system: EnqueueTx writes the start request (workflow
+// type, workflow ID, JSON payload) as a row in the caller's transaction, so
+// the business write and the request commit or roll back together, and a
+// Relay hands committed rows to a Starter afterwards.
 //
-// From a plain net/http handler:
+// The package knows nothing of any workflow: a Request is a workflow type,
+// a business-derived workflow ID, the input as JSON, and optionally a task
+// queue, a tenant and small metadata for the Starter. Package
+// outbox/temporalstart is the Starter for Temporal. The order pipeline's
+// own enqueue is orders.EnqueueTx, and orders.Store.CreateAndEnqueueTx writes
+// an order and the start of its run together. From a plain net/http
+// handler:
 //
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//		_, _, err := outbox.CreateOrderTx(ctx, tx, store, newOrder)
+//		if err := createInvoice(ctx, tx, inv); err != nil {
+//			return err
+//		}
+//		payload, err := json.Marshal(InvoiceInput{TenantID: inv.TenantID, InvoiceID: inv.ID})
+//		if err != nil {
+//			return err
+//		}
+//		_, err = outbox.EnqueueTx(ctx, tx, outbox.Request{
+//			WorkflowType: "InvoiceWorkflow",
+//			WorkflowID:   "invoice:" + inv.TenantID + ":" + inv.ID,
+//			Payload:      payload,
+//			TenantID:     inv.TenantID,
+//		})
 //		return err
 //	})
 //
@@ -22,11 +40,11 @@
 // LOCKED, so several relays split the work and never claim the same row.
 // A claim is a lease: it moves the row's available_at past the lease, and a
 // relay that dies holding rows gives them back when the lease runs out. For
-// each row the relay starts the workflow under its business-derived ID
-// (orders.WorkflowID), then marks the row sent. A relay that dies after the
-// start and before the mark starts it again later, which is harmless: a
-// second start of the same ID collapses into the first run, and that
-// relay marks the row.
+// each row the relay has its Starter start the workflow under the row's
+// workflow ID, then marks the row sent. A relay that dies after the start
+// and before the mark starts it again later, which is harmless: a Starter
+// must make a second start of the same ID collapse into the first run, and
+// that relay marks the row.
 //
 // The relay keeps up under load:
 //
@@ -40,10 +58,9 @@
 //   - A row whose start succeeded but whose mark failed is remembered and
 //     marked by the relay's next pass, before it claims more, instead of
 //     waiting out its lease to be started again.
-//   - A row carries what the start needs: EnqueueTx copies the order's
-//     amount into it in the enqueueing transaction, and a RequestStarter
-//     (fxapp.TemporalStarter) puts it in the run's static summary, so no
-//     order is loaded per start.
+//   - A row carries what the start needs: Request.Meta holds what the
+//     enqueuer knew (the order pipeline puts the order's amount there for
+//     the run's static summary), so no business row is loaded per start.
 //   - A row carries the trace context of the request that enqueued it (when
 //     tracing is on), and the relay starts its run within that trace.
 //   - EnqueueTx notifies Channel(schema) on commit, and a relay fed by
@@ -83,51 +100,89 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/pgbatch"
 	"github.com/keyedhq/keyed/internal/tracing"
-	"github.com/keyedhq/keyed/orders"
 )
 
 // DefaultRetention is how long Prune keeps sent rows: a week, long enough
-// to answer "when was this order's workflow started, and which run" during
-// an incident review.
+// to answer "when was this workflow started, and which run" during an
+// incident review.
 const DefaultRetention = 7 * 24 * time.Hour
 
 // ErrInvalid is wrapped by errors for an outbox request that can never be
-// started, such as an invalid checkout input.
+// started, such as one without a workflow type or with a payload that is
+// not JSON.
 var ErrInvalid = errors.New("invalid outbox request")
 
-// EnqueueTx records, inside the caller's transaction, a request to start the
-// checkout workflow for in. The request commits or rolls back with tx: if tx
-// rolls back, no workflow is ever started. The row also records the order's
-// amount and currency if the order is visible in tx (CreateOrderTx writes it
-// first), so that the relay need not load the order to start its run, and
-// the trace context of ctx when it carries a span (see internal/tracing),
-// so that the relay's start joins the enqueueing request's trace.
-// Enqueueing the same workflow ID again is a no-op and returns
-// enqueued=false. A new request also notifies the schema's outbox channel
-// (see Channel and Listen), which Postgres delivers on commit, so that
-// listening relays start it at once. It returns an error wrapping ErrInvalid
-// when in does not validate, and the database error otherwise.
-func EnqueueTx(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) (enqueued bool, err error) {
+// Request is one workflow start: what EnqueueTx records and what a Relay
+// hands to its Starter.
+type Request struct {
+	// WorkflowType is the registered name of the workflow to start.
+	// Required.
+	WorkflowType string
+	// WorkflowID is the run's ID, derived from the business event (such as
+	// "order:acme:9f3a:fulfil") so that repeated starts collapse into one
+	// run. The outbox holds one row per ID. Required.
+	WorkflowID string
+	// TaskQueue is where the run's tasks go. Empty means the Starter's
+	// default, which is usually the right choice: the enqueuer rarely knows
+	// the workers' queue.
+	TaskQueue string
+	// Payload is the workflow's input as JSON. Required; it should hold
+	// identifiers and a version, not a serialized business row.
+	Payload json.RawMessage
+	// TenantID, if set, is the tenant the start belongs to, shown to
+	// operators (see Get).
+	TenantID string
+	// Meta is small data for the Starter rather than the workflow, such as
+	// what a run's summary or search attributes need, so that the Starter
+	// need not load it per start. Nil means none.
+	Meta map[string]string
+}
+
+// validate returns an error wrapping ErrInvalid when req cannot be
+// started.
+func (req Request) validate() error {
+	switch {
+	case req.WorkflowType == "":
+		return fmt.Errorf("%w: workflow type is empty", ErrInvalid)
+	case req.WorkflowID == "":
+		return fmt.Errorf("%w: workflow ID is empty", ErrInvalid)
+	case len(req.Payload) == 0 || !json.Valid(req.Payload):
+		return fmt.Errorf("%w: payload of %s is not JSON", ErrInvalid, req.WorkflowID)
+	}
+	return nil
+}
+
+// EnqueueTx records req inside the caller's transaction. The request commits
+// or rolls back with tx: if tx rolls back, no workflow is ever started. The
+// row also records the trace context of ctx when it carries a span (see
+// internal/tracing), so that the relay's start joins the enqueueing
+// request's trace. Enqueueing the same workflow ID again is a no-op and
+// returns enqueued=false, whatever the rest of req. A new request also
+// notifies the schema's outbox channel (see Channel and Listen), which
+// Postgres delivers on commit, so that listening relays start it at once.
+// It returns an error wrapping ErrInvalid when req has no workflow type, no
+// workflow ID or a payload that is not JSON, and the database error
+// otherwise; on an error the caller must roll tx back.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, req Request) (enqueued bool, err error) {
 	if tx == nil {
-		return false, errors.New("enqueue checkout: tx is nil")
+		return false, errors.New("enqueue workflow start: tx is nil")
 	}
-	if err := in.Validate(); err != nil {
-		return false, fmt.Errorf("enqueue checkout: %w: %w", ErrInvalid, err)
+	if err := req.validate(); err != nil {
+		return false, fmt.Errorf("enqueue workflow start: %w", err)
 	}
-	payload, err := json.Marshal(in)
-	if err != nil {
-		return false, fmt.Errorf("enqueue checkout %s: encode input: %w", in.WorkflowID(), err)
+	var meta []byte
+	if len(req.Meta) > 0 {
+		if meta, err = json.Marshal(req.Meta); err != nil {
+			return false, fmt.Errorf("enqueue %s: encode meta: %w", req.WorkflowID, err)
+		}
 	}
-	// The row copies the order's amount, when the order is there, so that
-	// the relay can show it in the run's summary without loading the order.
 	tag, err := tx.Exec(ctx, `
-INSERT INTO keyed_outbox (tenant_id, workflow_type, workflow_id, payload, amount_minor, currency, trace_context)
-SELECT $1, $2, $3, $4, o.amount_minor, o.currency, $6
-FROM (VALUES (1)) AS one
-LEFT JOIN orders o ON o.tenant_id = $1 AND o.id = $5
-ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.WorkflowID(), payload, in.OrderID, tracing.Inject(ctx))
+INSERT INTO keyed_outbox (workflow_type, workflow_id, task_queue, payload, tenant_id, meta, trace_context)
+VALUES ($1, $2, nullif($3, ''), $4, nullif($5, ''), $6, $7)
+ON CONFLICT (workflow_id) DO NOTHING`,
+		req.WorkflowType, req.WorkflowID, req.TaskQueue, []byte(req.Payload), req.TenantID, meta, tracing.Inject(ctx))
 	if err != nil {
-		return false, fmt.Errorf("enqueue checkout %s: %w", in.WorkflowID(), err)
+		return false, fmt.Errorf("enqueue %s: %w", req.WorkflowID, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return false, nil
@@ -135,31 +190,9 @@ ON CONFLICT (workflow_id) DO NOTHING`, in.TenantID, orders.WorkflowName, in.Work
 	// Delivered on commit, and never if tx rolls back: listening relays
 	// wake at once instead of at their next poll.
 	if _, err := tx.Exec(ctx, `SELECT pg_notify(`+channelSQL+`, '')`); err != nil {
-		return false, fmt.Errorf("enqueue checkout %s: notify relays: %w", in.WorkflowID(), err)
+		return false, fmt.Errorf("enqueue %s: notify relays: %w", req.WorkflowID, err)
 	}
 	return true, nil
-}
-
-// CreateOrderTx creates the order with store and records the start of its
-// checkout workflow, both inside the caller's transaction: they commit or
-// roll back together. Like orders.Store.Create, an identical existing order
-// is returned with created=false, and the start request is recorded only if
-// it is not there yet. It returns a *orders.ValidationError for bad input,
-// an error wrapping orders.ErrConflict when the order exists with other
-// details, and the database error otherwise; on any error the caller must
-// roll tx back.
-func CreateOrderTx(ctx context.Context, tx pgx.Tx, store *orders.Store, o orders.NewOrder) (order *orders.Order, created bool, err error) {
-	if store == nil {
-		return nil, false, errors.New("create order: store is nil")
-	}
-	order, created, err = store.CreateTx(ctx, tx, o)
-	if err != nil {
-		return nil, false, err
-	}
-	if _, err := EnqueueTx(ctx, tx, orders.NewCheckoutInput(order.TenantID, order.ID)); err != nil {
-		return nil, false, fmt.Errorf("create order %s/%s: %w", order.TenantID, order.ID, err)
-	}
-	return order, created, nil
 }
 
 // ErrNotFound means the outbox holds no row for the workflow ID: it was
@@ -168,9 +201,11 @@ var ErrNotFound = errors.New("outbox row not found")
 
 // Entry is an outbox row as stored.
 type Entry struct {
-	WorkflowID string
-	TenantID   string
-	CreatedAt  time.Time
+	WorkflowID   string
+	WorkflowType string
+	// TenantID is empty when the request named none.
+	TenantID  string
+	CreatedAt time.Time
 	// Attempts counts the relay's claims of the row.
 	Attempts int
 	// LastError is the error of the last failed start, if any.
@@ -186,9 +221,9 @@ type Entry struct {
 func Get(ctx context.Context, db effects.DB, workflowID string) (*Entry, error) {
 	var e Entry
 	err := db.QueryRow(ctx, `
-SELECT workflow_id, tenant_id, created_at, attempts, coalesce(last_error, ''), sent_at, coalesce(run_id, '')
+SELECT workflow_id, workflow_type, coalesce(tenant_id, ''), created_at, attempts, coalesce(last_error, ''), sent_at, coalesce(run_id, '')
 FROM keyed_outbox WHERE workflow_id = $1`, workflowID).
-		Scan(&e.WorkflowID, &e.TenantID, &e.CreatedAt, &e.Attempts, &e.LastError, &e.SentAt, &e.RunID)
+		Scan(&e.WorkflowID, &e.WorkflowType, &e.TenantID, &e.CreatedAt, &e.Attempts, &e.LastError, &e.SentAt, &e.RunID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("outbox %s: %w", workflowID, ErrNotFound)
 	}

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -11,19 +12,17 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/workflows"
 )
 
-func TestCreateOrderTxCommitsOrderAndStartRequestTogether(t *testing.T) {
+func TestCreateAndEnqueueTxCommitsOrderAndStartRequestTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var created bool
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		_, created, err = outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("ord_1"))
+		_, created, err = b.store.CreateAndEnqueueTx(b.ctx, tx, b.newOrder("ord_1"))
 		return err
 	})
 	require.NoError(t, err)
@@ -31,15 +30,24 @@ func TestCreateOrderTxCommitsOrderAndStartRequestTogether(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM orders`))
 	require.Equal(t, 1, b.unsent(t))
 
-	var workflowID, payload string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT workflow_id, payload::text FROM keyed_outbox`).Scan(&workflowID, &payload))
+	var workflowType, workflowID, payload, meta string
+	var taskQueue *string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT workflow_type, workflow_id, task_queue, payload::text, meta::text FROM keyed_outbox`).
+		Scan(&workflowType, &workflowID, &taskQueue, &payload, &meta))
+	require.Equal(t, orders.WorkflowName, workflowType)
 	require.Equal(t, orders.WorkflowID(b.tenant, "ord_1"), workflowID)
+	require.Nil(t, taskQueue, "the relay's starter picks the queue")
 	require.JSONEq(t, `{"v":1,"tenant_id":"`+b.tenant+`","order_id":"ord_1"}`, payload, "identifiers and a version, never the order")
+	require.JSONEq(t, `{"amount_minor":"1999","currency":"usd"}`, meta, "the amount, for the run's summary")
+	entry, err := outbox.Get(b.ctx, b.pool, workflowID)
+	require.NoError(t, err)
+	require.Equal(t, orders.WorkflowName, entry.WorkflowType)
+	require.Equal(t, b.tenant, entry.TenantID)
 
 	// A retried handler: same order, one order row, one start request.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		_, created, err = outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("ord_1"))
+		_, created, err = b.store.CreateAndEnqueueTx(b.ctx, tx, b.newOrder("ord_1"))
 		return err
 	})
 	require.NoError(t, err)
@@ -55,7 +63,7 @@ func TestRollbackLeavesNoOutboxRowAndStartsNothing(t *testing.T) {
 	b := setup(t)
 	boom := errors.New("payment provider said no after the order write")
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		if _, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, b.newOrder("ord_rb")); err != nil {
+		if _, _, err := b.store.CreateAndEnqueueTx(b.ctx, tx, b.newOrder("ord_rb")); err != nil {
 			return err
 		}
 		return boom
@@ -74,13 +82,13 @@ func TestRollbackLeavesNoOutboxRowAndStartsNothing(t *testing.T) {
 	require.ErrorAs(t, err, &notFound)
 }
 
-func TestCreateOrderTxRefusesBadInputAndConflicts(t *testing.T) {
+func TestCreateAndEnqueueTxRefusesBadInputAndConflicts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	bad := b.newOrder("ord_bad")
 	bad.AmountMinor = 0
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, bad)
+		_, _, err := b.store.CreateAndEnqueueTx(b.ctx, tx, bad)
 		return err
 	})
 	var verr *orders.ValidationError
@@ -91,31 +99,51 @@ func TestCreateOrderTxRefusesBadInputAndConflicts(t *testing.T) {
 	other := b.newOrder("ord_0000")
 	other.AmountMinor = 5
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, _, err := outbox.CreateOrderTx(b.ctx, tx, b.store, other)
+		_, _, err := b.store.CreateAndEnqueueTx(b.ctx, tx, other)
 		return err
 	})
 	require.ErrorIs(t, err, orders.ErrConflict)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox`))
 
-	_, _, err = outbox.CreateOrderTx(b.ctx, nil, nil, b.newOrder("x"))
+	var noStore *orders.Store
+	_, _, err = noStore.CreateAndEnqueueTx(b.ctx, nil, b.newOrder("x"))
 	require.Error(t, err)
 }
 
-func TestEnqueueTxValidatesInput(t *testing.T) {
+func TestEnqueueTxValidatesTheRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := outbox.EnqueueTx(b.ctx, tx, orders.CheckoutInput{V: 99, TenantID: b.tenant, OrderID: "o"})
+	valid := outbox.Request{WorkflowType: "W", WorkflowID: "w:" + b.tenant, Payload: json.RawMessage(`{}`)}
+	for name, mutate := range map[string]func(*outbox.Request){
+		"no type":          func(r *outbox.Request) { r.WorkflowType = "" },
+		"no ID":            func(r *outbox.Request) { r.WorkflowID = "" },
+		"no payload":       func(r *outbox.Request) { r.Payload = nil },
+		"payload not JSON": func(r *outbox.Request) { r.Payload = json.RawMessage(`{"v":`) },
+	} {
+		req := valid
+		mutate(&req)
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := outbox.EnqueueTx(b.ctx, tx, req)
+			return err
+		})
+		require.ErrorIs(t, err, outbox.ErrInvalid, name)
+	}
+	_, err := outbox.EnqueueTx(b.ctx, nil, valid)
+	require.Error(t, err)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM keyed_outbox`))
+
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := orders.EnqueueTx(b.ctx, tx, orders.CheckoutInput{V: 99, TenantID: b.tenant, OrderID: "o"}, nil)
 		return err
 	})
 	require.ErrorIs(t, err, outbox.ErrInvalid)
 	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
 
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		first, err := outbox.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"))
+		first, err := orders.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"), nil)
 		require.NoError(t, err)
 		require.True(t, first)
-		again, err := outbox.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"))
+		again, err := orders.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"), nil)
 		require.NoError(t, err)
 		require.False(t, again)
 		return nil
@@ -159,7 +187,7 @@ func TestStatsAndPrune(t *testing.T) {
 func TestNewRelayValidatesConfig(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	starter := outbox.StarterFunc(func(context.Context, orders.CheckoutInput) (*outbox.Started, error) { return nil, nil })
+	starter := outbox.StarterFunc(func(context.Context, outbox.Request) (*outbox.Started, error) { return nil, nil })
 	_, err := outbox.NewRelay(nil, starter, nil)
 	require.Error(t, err)
 	_, err = outbox.NewRelay(b.pool, nil, nil)
@@ -184,15 +212,14 @@ func TestNewRelayValidatesConfig(t *testing.T) {
 }
 
 // The row carries the order's amount from the enqueueing transaction, so
-// the production starter puts it in the run's summary without loading the
-// order (it has no store here to load it from).
+// the production starter puts it in the run's summary, beside the search
+// attributes, without loading the order (it has no store here to load it
+// from).
 func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ids := b.createOrders(t, 1)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE amount_minor = 1999 AND currency = 'usd'`))
-	starter := fxapp.TemporalStarter(b.temporal, nil, &workflows.StartOpts{TaskQueue: b.taskQueue})
-	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Logger: b.logger})
+	r, err := outbox.NewRelay(b.pool, orderStarter(b.temporal, b.taskQueue), &outbox.RelayOpts{Logger: b.logger})
 	require.NoError(t, err)
 	n, err := r.Poll(b.ctx)
 	require.NoError(t, err)
@@ -203,12 +230,13 @@ func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
 	var summary string
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(desc.GetExecutionConfig().GetUserMetadata().GetSummary(), &summary))
 	require.Equal(t, "tenant "+b.tenant+" · order "+ids[0]+" · 19.99 USD", summary)
+	requireOrderSearchAttributes(t, desc, b.tenant, ids[0])
 
-	// EnqueueTx alone, before the order exists, leaves the amount out.
+	// EnqueueTx without the order leaves the amount out.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := outbox.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "no-order-yet"))
+		_, err := orders.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "no-order-yet"), nil)
 		return err
 	})
 	require.NoError(t, err)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE amount_minor IS NULL AND currency IS NULL`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE meta IS NULL`))
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/tracing"
-	"github.com/keyedhq/keyed/orders"
 )
 
 // Relay defaults. See RelayOpts.
@@ -46,42 +44,24 @@ type Started struct {
 	Created bool
 }
 
-// Starter starts the checkout workflow for one outbox row. It must start
-// under in.WorkflowID() so that a repeated start collapses into the first
-// run and returns Created=false rather than an error. It must be safe for
+// Starter starts the workflow of one outbox row. It must start under
+// req.WorkflowID so that a repeated start collapses into the first run and
+// returns Created=false rather than an error, and it must be safe for
 // concurrent use: a relay runs up to RelayOpts.Concurrency starts at once.
-// fxapp.TemporalStarter is the production implementation; tests wrap it to
-// count or fail starts.
+// The context carries the enqueueing request's trace context, when the row
+// has one, and is bounded by RelayOpts.StartTimeout. An error makes the
+// relay retry the row with backoff. Package outbox/temporalstart is the
+// implementation for Temporal; tests wrap it to count or fail starts.
 type Starter interface {
-	Start(ctx context.Context, in orders.CheckoutInput) (*Started, error)
+	Start(ctx context.Context, req Request) (*Started, error)
 }
 
 // StarterFunc adapts a function to the Starter interface.
-type StarterFunc func(ctx context.Context, in orders.CheckoutInput) (*Started, error)
+type StarterFunc func(ctx context.Context, req Request) (*Started, error)
 
 // Start calls f.
-func (f StarterFunc) Start(ctx context.Context, in orders.CheckoutInput) (*Started, error) {
-	return f(ctx, in)
-}
-
-// Request is one outbox row's start request: the workflow input, and what
-// the row carries about its order.
-type Request struct {
-	Input orders.CheckoutInput
-	// AmountMinor and Currency are the order's amount as EnqueueTx found it
-	// in the enqueueing transaction. Currency is empty when the order was
-	// not there, or the row was enqueued before the columns existed.
-	AmountMinor int64
-	Currency    string
-}
-
-// RequestStarter is a Starter that also takes what the row carries about its
-// order, such as the amount for the run's static summary, so that it need
-// not load the order before each start. A Relay calls StartRequest instead
-// of Start when its Starter implements it; fxapp.TemporalStarter does.
-type RequestStarter interface {
-	Starter
-	StartRequest(ctx context.Context, req Request) (*Started, error)
+func (f StarterFunc) Start(ctx context.Context, req Request) (*Started, error) {
+	return f(ctx, req)
 }
 
 // RelayOpts configures a Relay. A nil *RelayOpts means all defaults.
@@ -137,7 +117,7 @@ type RelayOpts struct {
 	Wake <-chan struct{}
 }
 
-// Relay moves committed outbox rows to Temporal. It is safe to run several
+// Relay moves committed outbox rows to their Starter. It is safe to run several
 // relays, in one process or many, over the same database: each row is
 // claimed by one relay at a time. Run it with Run, or with Start and Stop
 // from an fx lifecycle.
@@ -506,12 +486,10 @@ func (r *Relay) Stop(ctx context.Context) error {
 
 // claimed is one outbox row claimed by a poll.
 type claimed struct {
-	id          int64
-	workflowID  string
-	payload     []byte
-	attempts    int
-	amountMinor *int64
-	currency    *string
+	id         int64
+	workflowID string
+	req        Request
+	attempts   int
 	// traceContext is the enqueueing request's trace context, nil when
 	// it had none (see internal/tracing).
 	traceContext []byte
@@ -533,7 +511,8 @@ FROM (
 	FOR UPDATE SKIP LOCKED
 ) due
 WHERE o.id = due.id
-RETURNING o.id, o.workflow_id, o.payload, o.attempts, o.amount_minor, o.currency, o.trace_context,
+RETURNING o.id, o.workflow_type, o.workflow_id, coalesce(o.task_queue, ''), o.payload, coalesce(o.tenant_id, ''), o.meta,
+	o.attempts, o.trace_context,
 	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint`
 
 // claim leases up to limit due rows to this relay, in id order, within the
@@ -554,9 +533,12 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	for rows.Next() {
 		c := claimed{claimedAt: claimedAt, token: token}
 		var ageMicros int64
-		if err := rows.Scan(&c.id, &c.workflowID, &c.payload, &c.attempts, &c.amountMinor, &c.currency, &c.traceContext, &ageMicros); err != nil {
+		q := &c.req
+		if err := rows.Scan(&c.id, &q.WorkflowType, &q.WorkflowID, &q.TaskQueue, &q.Payload, &q.TenantID, &q.Meta,
+			&c.attempts, &c.traceContext, &ageMicros); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: %w", err)
 		}
+		c.workflowID = q.WorkflowID
 		c.age = time.Duration(ageMicros) * time.Microsecond
 		batch = append(batch, c)
 	}
@@ -677,29 +659,14 @@ func (e *unmarkedError) Error() string {
 
 func (e *unmarkedError) Unwrap() error { return e.err }
 
+// startOne hands c's request to the Starter within the start timeout and
+// the enqueueing request's trace.
 func (r *Relay) startOne(ctx context.Context, c claimed) (*Started, error) {
-	var in orders.CheckoutInput
-	if err := json.Unmarshal(c.payload, &in); err != nil {
-		return nil, fmt.Errorf("%w: decode payload: %w", ErrInvalid, err)
-	}
-	if err := in.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	// The start joins the trace of the request that enqueued the row.
 	ctx = tracing.Extract(ctx, c.traceContext)
-	var st *Started
-	var err error
-	if rs, ok := r.starter.(RequestStarter); ok {
-		req := Request{Input: in}
-		if c.amountMinor != nil && c.currency != nil {
-			req.AmountMinor, req.Currency = *c.amountMinor, *c.currency
-		}
-		st, err = rs.StartRequest(ctx, req)
-	} else {
-		st, err = r.starter.Start(ctx, in)
-	}
+	st, err := r.starter.Start(ctx, c.req)
 	if err != nil {
 		return nil, err
 	}
@@ -759,7 +726,7 @@ func (r *Relay) reschedule(ctx context.Context, c claimed, cause error) {
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
-	r.logger.WarnContext(ctx, "workflow start failed; will retry", "workflow_id", c.workflowID,
+	r.logger.WarnContext(ctx, "workflow start failed; will retry", "workflow_id", c.workflowID, "workflow_type", c.req.WorkflowType,
 		"attempt", c.attempts, "retry_in", wait, "error", cause)
 	if _, err := r.db.Exec(ctx, `
 UPDATE keyed_outbox SET available_at = now() + $3 * interval '1 microsecond', last_error = $4, claimed_by = NULL

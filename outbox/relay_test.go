@@ -49,7 +49,7 @@ func TestRelayBacksOffWhenStartsFail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createOrders(t, 3)
-	b.starter.setFail(func(orders.CheckoutInput) error { return errors.New("temporal: unavailable") })
+	b.starter.setFail(func(outbox.Request) error { return errors.New("temporal: unavailable") })
 	reg := prometheus.NewRegistry()
 	metrics, err := outbox.NewMetrics(reg)
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestCrashBetweenCommitAndStartStillStartsOnce(t *testing.T) {
 
 	// The live relay's first start reaches Temporal, then the reply is lost.
 	var once sync.Once
-	lossy := wrapAfter(b.starter, func(in orders.CheckoutInput) error {
+	lossy := wrapAfter(b.starter, func(outbox.Request) error {
 		var err error
 		once.Do(func() { err = errors.New("connection reset after the start was sent") })
 		return err
@@ -120,13 +120,13 @@ func TestCrashBetweenCommitAndStartStillStartsOnce(t *testing.T) {
 
 // wrapAfter calls next and then after, returning after's error if any: the
 // start happened, the caller is told it failed.
-func wrapAfter(next outbox.Starter, after func(orders.CheckoutInput) error) outbox.Starter {
-	return outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-		st, err := next.Start(ctx, in)
+func wrapAfter(next outbox.Starter, after func(outbox.Request) error) outbox.Starter {
+	return outbox.StarterFunc(func(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+		st, err := next.Start(ctx, req)
 		if err != nil {
 			return nil, err
 		}
-		if err := after(in); err != nil {
+		if err := after(req); err != nil {
 			return nil, err
 		}
 		return st, nil
@@ -147,9 +147,9 @@ func TestTwoRelaysRacingStartEachWorkflowOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var perRelay [2]atomic.Int64
 	for i, name := range []string{"relay-a", "relay-b"} {
-		counted := outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+		counted := outbox.StarterFunc(func(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
 			perRelay[i].Add(1)
-			return b.starter.Start(ctx, in)
+			return b.starter.Start(ctx, req)
 		})
 		r, err := outbox.NewRelay(b.pool, counted, &outbox.RelayOpts{Name: name, BatchSize: 25,
 			PollInterval: 10 * time.Millisecond, StatsInterval: 50 * time.Millisecond, Metrics: metrics, Logger: b.logger})
@@ -221,8 +221,8 @@ func TestRelayStopGivesBackUnstartedRows(t *testing.T) {
 	b.createOrders(t, 10)
 	started := make(chan struct{})
 	var once sync.Once
-	b.starter.setFail(func(in orders.CheckoutInput) error {
-		if strings.HasSuffix(in.OrderID, "0003") {
+	b.starter.setFail(func(req outbox.Request) error {
+		if strings.HasSuffix(orderOf(req), "0003") {
 			once.Do(func() { close(started) })
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -269,8 +269,8 @@ func TestRelayRecordsEachRowWithItsOwnBudget(t *testing.T) {
 	const budget = time.Second
 	var sentWhileSlow []int
 	var mu sync.Mutex
-	b.starter.setFail(func(in orders.CheckoutInput) error {
-		if strings.HasSuffix(in.OrderID, "0001") || strings.HasSuffix(in.OrderID, "0005") {
+	b.starter.setFail(func(req outbox.Request) error {
+		if strings.HasSuffix(orderOf(req), "0001") || strings.HasSuffix(orderOf(req), "0005") {
 			time.Sleep(2 * budget)
 			mu.Lock()
 			sentWhileSlow = append(sentWhileSlow, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NOT NULL`))
@@ -344,7 +344,7 @@ func TestRelayRespectsItsConcurrencyBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var inflight, peak atomic.Int32
-	b.starter.setFail(func(orders.CheckoutInput) error {
+	b.starter.setFail(func(outbox.Request) error {
 		now := inflight.Add(1)
 		defer inflight.Add(-1)
 		for {
@@ -381,7 +381,7 @@ func TestRunBacksOffAfterAFailedStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var failed atomic.Bool
-	b.starter.setFail(func(in orders.CheckoutInput) error {
+	b.starter.setFail(func(outbox.Request) error {
 		if failed.CompareAndSwap(false, true) {
 			return errors.New("temporal: unavailable")
 		}

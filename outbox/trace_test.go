@@ -26,7 +26,7 @@ func TestRelayStartsARowWithinItsEnqueuingTrace(t *testing.T) {
 	defer span.End()
 	for ctx, id := range map[context.Context]string{traced: "ord_traced", b.ctx: "ord_plain"} {
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, _, err := outbox.CreateOrderTx(ctx, tx, b.store, b.newOrder(id))
+			_, _, err := b.store.CreateAndEnqueueTx(ctx, tx, b.newOrder(id))
 			return err
 		}))
 	}
@@ -35,11 +35,15 @@ func TestRelayStartsARowWithinItsEnqueuingTrace(t *testing.T) {
 
 	var mu sync.Mutex
 	seen := map[string]trace.SpanContext{}
-	starter := outbox.StarterFunc(func(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+	starter := outbox.StarterFunc(func(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+		in, _, err := orders.FromStartRequest(req)
+		if err != nil {
+			return nil, err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		seen[in.OrderID] = trace.SpanContextFromContext(ctx)
-		return &outbox.Started{WorkflowID: in.WorkflowID(), RunID: "run-" + in.OrderID, Created: true}, nil
+		return &outbox.Started{WorkflowID: req.WorkflowID, RunID: "run-" + in.OrderID, Created: true}, nil
 	})
 	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Logger: b.logger})
 	require.NoError(t, err)

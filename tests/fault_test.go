@@ -74,7 +74,7 @@ func TestFaults(t *testing.T) {
 type faultOrder struct {
 	id       string
 	declined bool // paid with faultDeclinePM
-	outbox   bool // created through outbox.CreateOrderTx
+	outbox   bool // created through orders.Store.CreateAndEnqueueTx
 	created  atomic.Int32
 	first    time.Time // when its first start was sent
 
@@ -165,7 +165,7 @@ func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
 			return err
 		}
 		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			_, _, err := outbox.CreateOrderTx(ctx, tx, w.orders, no)
+			_, _, err := w.orders.CreateAndEnqueueTx(ctx, tx, no)
 			return err
 		})
 	})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -96,7 +95,7 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 		var created bool
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			o, created, err = outbox.CreateOrderTx(ctx, tx, store, no)
+			o, created, err = store.CreateAndEnqueueTx(ctx, tx, no)
 			return err
 		})
 		switch {

@@ -12,14 +12,14 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/outbox/temporalstart"
 	"github.com/keyedhq/keyed/workflows"
 )
 
 // RelayModule runs the outbox relay: it moves committed outbox rows to
-// Temporal, starting each order run with workflows.Start on the configured
-// task queue. OnStart launches it and returns at once; OnStop stops it
-// after its current batch and gives back the rows it claimed but did not
-// start. When the app has a prometheus.Registerer, the outbox depth, the
+// Temporal with TemporalStarter, on the configured task queue. OnStart
+// launches it and returns at once; OnStop stops it after its current batch
+// and gives back the rows it claimed but did not start. When the app has a prometheus.Registerer, the outbox depth, the
 // age of the oldest unsent row and the start counters are registered on it.
 // Any number of relays may run against one database; each row is started
 // by one of them. An optional *outbox.RelayOpts in the graph tunes it.
@@ -89,50 +89,15 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 	return r, nil
 }
 
-// TemporalStarter returns the outbox.Starter that starts order runs with
-// workflows.Start, so that a repeated start collapses into the first run. It
-// also implements outbox.RequestStarter: the relay hands it the amount the
-// outbox row carries, which goes into the run's static summary in the Web UI
-// without a lookup. Only for a row that carries no amount (enqueued before
-// migration 0007, or before its order existed), and for plain Start calls,
-// does it load the order from store, when store is not nil; an order that
-// cannot be loaded is still started (the workflow reports it missing).
+// TemporalStarter returns the relay's outbox.Starter: a temporalstart.Starter
+// on opts.TaskQueue (orders.TaskQueue when empty) configured with
+// workflows.ConfigureOutboxStart(store), so that an order run started from
+// the outbox gets the search attributes and summary workflows.Start gives
+// it. store may be nil; it is only read for a row that carries no amount.
 func TemporalStarter(c client.Client, store *orders.Store, opts *workflows.StartOpts) outbox.Starter {
-	s := &temporalStarter{client: c, store: store}
-	if opts != nil {
-		s.opts = *opts
+	queue := orders.TaskQueue
+	if opts != nil && opts.TaskQueue != "" {
+		queue = opts.TaskQueue
 	}
-	return s
-}
-
-type temporalStarter struct {
-	client client.Client
-	store  *orders.Store
-	opts   workflows.StartOpts
-}
-
-// Start starts in's run, loading the order for the summary when it has a
-// store.
-func (s *temporalStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
-	return s.StartRequest(ctx, outbox.Request{Input: in})
-}
-
-// StartRequest starts req's run with the amount the row carries in its
-// summary.
-func (s *temporalStarter) StartRequest(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
-	o := s.opts
-	in := req.Input
-	switch {
-	case req.Currency != "":
-		o.Order = &orders.Order{TenantID: in.TenantID, ID: in.OrderID, AmountMinor: req.AmountMinor, Currency: req.Currency}
-	case s.store != nil:
-		if order, err := s.store.Get(ctx, in.TenantID, in.OrderID); err == nil {
-			o.Order = order
-		}
-	}
-	st, err := workflows.Start(ctx, s.client, in, &o)
-	if err != nil {
-		return nil, err
-	}
-	return &outbox.Started{WorkflowID: st.WorkflowID, RunID: st.RunID, Created: st.Created}, nil
+	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: workflows.ConfigureOutboxStart(store)})
 }

@@ -1,0 +1,100 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// Keys of the outbox.Request.Meta that EnqueueTx writes: the order's amount,
+// which starters put in the run's summary without loading the order.
+const (
+	MetaAmountMinor = "amount_minor"
+	MetaCurrency    = "currency"
+)
+
+// CreateAndEnqueueTx creates the order and records the start of its order
+// run in the outbox (see EnqueueTx), both inside the caller's transaction:
+// they commit or roll back together. Like Create, an identical existing
+// order is returned with created=false, and the start request is recorded
+// only if it is not there yet. It returns a *ValidationError for bad input,
+// an error wrapping ErrConflict when the order exists with other details,
+// and the database error otherwise; on any error the caller must roll tx
+// back.
+func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (order *Order, created bool, err error) {
+	if s == nil {
+		return nil, false, errors.New("create order: store is nil")
+	}
+	order, created, err = s.CreateTx(ctx, tx, o)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, err := EnqueueTx(ctx, tx, NewCheckoutInput(order.TenantID, order.ID), order); err != nil {
+		return nil, false, fmt.Errorf("create order %s/%s: %w", order.TenantID, order.ID, err)
+	}
+	return order, created, nil
+}
+
+// EnqueueTx records, inside the caller's transaction, the request to start
+// in's order run: workflow type WorkflowName, workflow ID in.WorkflowID(),
+// in as the payload, and the starter's default task queue. When order is
+// in's order, its amount goes into the request's Meta (MetaAmountMinor,
+// MetaCurrency) for the run's summary; nil leaves it out. Enqueueing the
+// same order again is a no-op and returns enqueued=false. It returns an
+// error wrapping outbox.ErrInvalid when in does not validate, and the
+// database error otherwise.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, in CheckoutInput, order *Order) (enqueued bool, err error) {
+	req, err := StartRequest(in, order)
+	if err != nil {
+		return false, fmt.Errorf("enqueue order run: %w", err)
+	}
+	return outbox.EnqueueTx(ctx, tx, req)
+}
+
+// StartRequest returns the outbox request EnqueueTx records for in and
+// order (which may be nil). It returns an error wrapping outbox.ErrInvalid
+// when in does not validate.
+func StartRequest(in CheckoutInput, order *Order) (outbox.Request, error) {
+	if err := in.Validate(); err != nil {
+		return outbox.Request{}, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	payload, err := json.Marshal(in)
+	if err != nil {
+		return outbox.Request{}, fmt.Errorf("encode input of %s: %w", in.WorkflowID(), err)
+	}
+	req := outbox.Request{WorkflowType: WorkflowName, WorkflowID: in.WorkflowID(), Payload: payload, TenantID: in.TenantID}
+	if order != nil && order.TenantID == in.TenantID && order.ID == in.OrderID {
+		req.Meta = map[string]string{MetaAmountMinor: strconv.FormatInt(order.AmountMinor, 10), MetaCurrency: order.Currency}
+	}
+	return req, nil
+}
+
+// FromStartRequest reads back what StartRequest wrote: the run's input, and
+// the order with its amount when req's Meta carries one (nil otherwise; only
+// TenantID, ID, AmountMinor and Currency are set). It returns an error
+// wrapping outbox.ErrInvalid when req is not an order run's or its payload
+// does not decode to a valid input.
+func FromStartRequest(req outbox.Request) (CheckoutInput, *Order, error) {
+	if req.WorkflowType != WorkflowName {
+		return CheckoutInput{}, nil, fmt.Errorf("%w: %s is a %s run, not an order run", outbox.ErrInvalid, req.WorkflowID, req.WorkflowType)
+	}
+	var in CheckoutInput
+	if err := json.Unmarshal(req.Payload, &in); err != nil {
+		return CheckoutInput{}, nil, fmt.Errorf("%w: decode input of %s: %w", outbox.ErrInvalid, req.WorkflowID, err)
+	}
+	if err := in.Validate(); err != nil {
+		return CheckoutInput{}, nil, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	amount, err := strconv.ParseInt(req.Meta[MetaAmountMinor], 10, 64)
+	currency := req.Meta[MetaCurrency]
+	if err != nil || currency == "" {
+		return in, nil, nil
+	}
+	return in, &Order{TenantID: in.TenantID, ID: in.OrderID, AmountMinor: amount, Currency: currency}, nil
+}
