@@ -7,6 +7,7 @@
 //	starter show --tenant acme --order 9f3a
 //	starter resolve --key acme:order:9f3a:receipt --as retry --reason "…"
 //	starter reconcile --since 25h
+//	starter doctor --rules deploy/prometheus/keyed.rules.yml
 //	starter serve
 //
 // It needs DATABASE_URL and the TEMPORAL_* settings; only reconcile also
@@ -71,6 +72,7 @@ func commands() []command {
 		{"reconcile", "compare keyed's charge records with Stripe's payment intents", runReconcile},
 		{"attention", "list the order runs that wait for an operator's decision", runAttention},
 		{"resolve", "settle an effect whose outcome keyed cannot know (operators)", runResolve},
+		{"doctor", "check the deployment against keyed's hardening checklist", runDoctor},
 		{"serve", "serve keyed's HTTP API and outbox relay", runServe},
 	}
 }
@@ -98,8 +100,9 @@ Environment (flags override the non-secret ones):
 
 'make demo KEEP=1' writes these for its servers to .demo/env: run 'source .demo/env' first.
 
-Exit status: 0 on success, 1 when the command failed, 2 for bad input, and 3 when
-reconcile found disagreements with Stripe.
+Exit status: 0 on success, 1 when the command failed, 2 for bad input, 3 when
+reconcile found disagreements with Stripe, and for doctor 3 when a check warned
+and 4 when one failed.
 `
 
 func printTopUsage(w io.Writer) {
@@ -131,11 +134,14 @@ func run(ctx context.Context, args []string, e *env) int {
 		}
 		err := c.run(ctx, e, rest)
 		var uerr *usageError
+		var ecerr *exitCodeError
 		switch {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.Is(err, errFindings):
 			return exitFindings
+		case errors.As(err, &ecerr):
+			return ecerr.code
 		case errors.As(err, &uerr):
 			fmt.Fprintf(e.stderr, "starter %s: %v\n", name, err)
 			return 2

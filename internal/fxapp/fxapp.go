@@ -26,7 +26,8 @@ const startTimeout = time.Minute
 // Worker returns the options of the worker app: Postgres with migrations,
 // effects, Temporal, the Stripe and SendGrid providers, the Temporal worker
 // running the order workflow and its activities, /metrics and /healthz, and
-// the outbox relay, and the scheduled prune. Extra options are appended, for tests.
+// the outbox relay, the scheduled prune, and doctor's start-up report. Extra
+// options are appended, for tests.
 func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Option {
 	return fx.Options(
 		base(cfg, logger),
@@ -38,6 +39,7 @@ func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Opti
 		WorkerModule,
 		RelayModule,
 		RetentionModule,
+		DoctorModule,
 		// The stop hooks must outlast the worker's drain of in-flight activities.
 		fx.StopTimeout(cfg.Worker.StopTimeout+15*time.Second),
 		fx.Options(extra...),

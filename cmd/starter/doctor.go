@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/doctor"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
+)
+
+// exitCodeError ends a command with its own exit code, after the command
+// printed what it had to say.
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func runDoctor(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "doctor", "[--rules FILE] [--metrics-url URL] [--days 7] [--json] [flags]",
+		"Checks the deployment that DATABASE_URL and TEMPORAL_* point at against keyed's hardening\n"+
+			"checklist, and prints each check as PASS, WARN or FAIL with its evidence and its fix:\n"+
+			"  classified         every activity declares an effect class and key step; sampled claims have keys of that shape\n"+
+			"  timeouts           each start-to-close timeout against the p99 of measured claim-to-finish times (warn < 3x, fail < 1x)\n"+
+			"  lease              the claim lease against the interval at which it is renewed\n"+
+			"  retention          EFFECTS_RETENTION against the namespace's retention and the longest run; Idempotency-Key\n"+
+			"                     and outbox retention\n"+
+			"  search_attributes  TenantID, OrderID and KeyedAttention registered as Keyword\n"+
+			"  pool               the worker's pool (DATABASE_URL pool_max_conns) against what its slots, relay, listener and prune need\n"+
+			"  dead_letters       runs waiting for a decision or failed (order not final) in the last --days, and their alerts in --rules\n"+
+			"  suppression        Temporal's activity retries (recent histories) against the retries and duplicates the guard saw\n"+
+			"  reconcile          the last successful 'starter reconcile' within --reconcile-every\n"+
+			"\n"+
+			"It reads the workers' settings from the same environment: EFFECTS_RETENTION, DECISION_TIMEOUT and\n"+
+			"WORKER_MAX_ACTIVITIES (or the flags). It only reads.\n"+
+			"\n"+
+			"Exit status: 0 when every check passed, 3 when some warned, 4 when one failed, 1 when one could\n"+
+			"not be made (and none failed), 2 for bad input.",
+		config.MigrateFlag)
+	asJSON := f.Bool("json", false, "print the report as JSON")
+	rules := f.String("rules", "", "the deployed Prometheus rules `file` (such as deploy/prometheus/keyed.rules.yml), checked for dead-letter alerts")
+	metricsURL := f.String("metrics-url", "", "a worker's /metrics `URL`, read for keyed_effect_duplicates_suppressed_total")
+	days := f.Int("days", 7, "how many `days` back to read effect records and runs")
+	checks := f.String("checks", "", "comma-separated `checks` to run (default all): "+strings.Join(doctor.AllChecks, ","))
+	tuning := workerTuning(f)
+	reconcileEvery := f.Duration("reconcile-every", 25*time.Hour, "how often reconciliation must succeed")
+	f.check(func() {
+		if *days < 1 {
+			f.loader.Problem("--days", "%d must be at least 1", *days)
+		}
+		for _, c := range splitChecks(*checks) {
+			if !contains(doctor.AllChecks, c) {
+				f.loader.Problem("--checks", "%q is not one of %s", c, strings.Join(doctor.AllChecks, ", "))
+			}
+		}
+	})
+	cfg, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	wcfg := *cfg
+	wcfg.Role, wcfg.Worker = config.Worker, *tuning
+	opts := fxapp.DoctorOpts(&wcfg, nil)
+	opts.Checks, opts.RulesFile, opts.MetricsURL = splitChecks(*checks), *rules, *metricsURL
+	opts.Window, opts.ReconcileEvery = time.Duration(*days)*24*time.Hour, *reconcileEvery
+
+	var (
+		pool *pgxpool.Pool
+		tc   client.Client
+	)
+	return f.runApp(ctx, cfg, func(ctx context.Context) error {
+		rep, err := doctor.Run(ctx, doctor.Deps{Pool: pool, Temporal: tc}, &opts)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			err = writeJSON(e.stdout, rep)
+		} else {
+			err = rep.WriteText(e.stdout)
+		}
+		if err != nil {
+			return err
+		}
+		if code := rep.ExitCode(); code != doctor.ExitPass {
+			return &exitCodeError{code: code}
+		}
+		return nil
+	}, &pool, &tc)
+}
+
+// workerTuning adds the flags of the worker settings doctor judges, with
+// their defaults from the environment the worker reads.
+func workerTuning(f *flags) *config.WorkerTuning {
+	t := &config.WorkerTuning{}
+	envDur := func(name string, def time.Duration) time.Duration {
+		v, ok := f.e.lookup(name)
+		if !ok || strings.TrimSpace(v) == "" {
+			return def
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			f.loader.Problem(name, "%q is not a duration such as 720h", v)
+			return def
+		}
+		return d
+	}
+	slots := config.DefaultMaxActivities
+	if v, ok := f.e.lookup("WORKER_MAX_ACTIVITIES"); ok && strings.TrimSpace(v) != "" {
+		if _, err := fmt.Sscan(strings.TrimSpace(v), &slots); err != nil {
+			f.loader.Problem("WORKER_MAX_ACTIVITIES", "%q is not a whole number", v)
+		}
+	}
+	f.DurationVar(&t.EffectsRetention, "effects-retention", envDur("EFFECTS_RETENTION", config.DefaultEffectsRetention),
+		"the workers' effect record retention (env EFFECTS_RETENTION)")
+	f.DurationVar(&t.DecisionTimeout, "decision-timeout", envDur("DECISION_TIMEOUT", config.DefaultDecisionTimeout),
+		"the workers' wait for an operator's decision (env DECISION_TIMEOUT)")
+	f.IntVar(&t.MaxConcurrentActivities, "max-activities", slots, "the workers' activity slots (env WORKER_MAX_ACTIVITIES)")
+	return t
+}
+
+// splitChecks splits a --checks value; empty means nil (every check).
+func splitChecks(s string) []string {
+	var out []string
+	for _, c := range strings.Split(s, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

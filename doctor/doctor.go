@@ -1,0 +1,331 @@
+// Package doctor checks a live keyed deployment against the hardening
+// checklist every job that touches money or an inbox should meet, and
+// reports each check as pass, warn or fail with its evidence and its fix.
+//
+// Run connects to the deployment's Postgres and Temporal (Deps) and runs
+// the checks named in Opts.Checks, all of them by default:
+//
+//   - CheckClassified: every declared activity has an effect class and a
+//     key step, and a sample of its recent claims in keyed_effects carries
+//     keys of the declared shape.
+//   - CheckTimeouts: each activity's start-to-close timeout against the p99
+//     of its measured claim-to-finish time (single-attempt records): a
+//     warning below 3×, a failure below 1×.
+//   - CheckLease: the claim lease against the heartbeat interval at which
+//     effects.Do renews it (or, with no heartbeat, the start-to-close
+//     timeout).
+//   - CheckRetention: EFFECTS_RETENTION against the namespace's retention
+//     and the longest run (Opts.CheckRetention, fxapp.CheckRetention in
+//     production), the Idempotency-Key retention against the published 24
+//     hours, and the outbox's retention against the relay's longest
+//     backoff.
+//   - CheckSearchAttributes: TenantID, OrderID and KeyedAttention are
+//     registered on the namespace with their types.
+//   - CheckPool: the worker's database pool against what its activity
+//     slots, relay, listener and prune need (Opts.Pool).
+//   - CheckDeadLetters: runs waiting for a decision and runs failed in the
+//     window whose order is not final, their age; and alert rules on them
+//     in the deployed rules file.
+//   - CheckSuppression: activity retries Temporal reports (read from the
+//     histories of recent runs) against the retries the effect guard saw
+//     (records claimed more than once) and the duplicates it suppressed
+//     (keyed_effect_duplicates_suppressed_total, when metrics are given).
+//   - CheckReconcile: the last successful reconciliation with Stripe,
+//     recorded by package reconcile, is within its period.
+//
+// A check that cannot be made (a query or call failed) has StatusError.
+// Report.ExitCode maps the worst status to the command's exit code. Package
+// doctor imports no fx: cmd/starter's doctor command and the worker's
+// start-up report (internal/fxapp) wire it.
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// Status is a check's verdict.
+type Status string
+
+// The verdicts, from best to worst for the exit code (see Report.ExitCode).
+const (
+	StatusPass Status = "pass"
+	StatusWarn Status = "warn"
+	// StatusError means the check could not be made.
+	StatusError Status = "error"
+	StatusFail  Status = "fail"
+)
+
+// Exit codes of a doctor run (Report.ExitCode).
+const (
+	ExitPass     = 0
+	ExitError    = 1
+	ExitWarnings = 3
+	ExitFailures = 4
+)
+
+// The checks' names.
+const (
+	CheckClassified       = "classified"
+	CheckTimeouts         = "timeouts"
+	CheckLease            = "lease"
+	CheckRetention        = "retention"
+	CheckSearchAttributes = "search_attributes"
+	CheckPool             = "pool"
+	CheckDeadLetters      = "dead_letters"
+	CheckSuppression      = "suppression"
+	CheckReconcile        = "reconcile"
+)
+
+// AllChecks lists every check in report order.
+var AllChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes,
+	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile}
+
+// CheapChecks are the checks a worker runs at start: a few small queries
+// and calls, no scans of history or visibility.
+var CheapChecks = []string{CheckClassified, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile}
+
+// Check is one verdict about one subject: an activity, a setting, a search
+// attribute, or the deployment.
+type Check struct {
+	Name     string `json:"check"`
+	Subject  string `json:"subject"`
+	Status   Status `json:"status"`
+	Evidence string `json:"evidence"`
+	Fix      string `json:"fix,omitempty"`
+}
+
+// Report is the result of Run.
+type Report struct {
+	Namespace string    `json:"namespace"`
+	At        time.Time `json:"at"`
+	Checks    []Check   `json:"checks"`
+	Exit      int       `json:"exit_code"`
+}
+
+// ExitCode returns 4 when a check failed, else 1 when one could not be
+// made, else 3 when one warned, else 0.
+func (r *Report) ExitCode() int {
+	has := func(s Status) bool {
+		return slices.ContainsFunc(r.Checks, func(c Check) bool { return c.Status == s })
+	}
+	switch {
+	case has(StatusFail):
+		return ExitFailures
+	case has(StatusError):
+		return ExitError
+	case has(StatusWarn):
+		return ExitWarnings
+	}
+	return ExitPass
+}
+
+// Find returns the checks named name about subject ("" for any subject).
+func (r *Report) Find(name, subject string) []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if c.Name == name && (subject == "" || c.Subject == subject) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Deps is what the checks read. Both are required.
+type Deps struct {
+	// Pool is the deployment's Postgres, with search_path at keyed's schema.
+	Pool *pgxpool.Pool
+	// Temporal is a client of the deployment's namespace.
+	Temporal client.Client
+}
+
+// RetentionCheck is fxapp.CheckRetention's signature: it returns an error
+// saying why retention is too short, or the error of DescribeNamespace.
+type RetentionCheck func(ctx context.Context, c client.Client, namespace string, retention, decisionTimeout time.Duration) error
+
+// PoolSizing is the worker's database pool as configured, next to what it
+// needs (fxapp.PoolNeeds).
+type PoolSizing struct {
+	// MaxConns is the pool size the worker runs with: pool_max_conns from
+	// its DATABASE_URL, or Default.
+	MaxConns int32 `json:"max_conns"`
+	// Least is the fewest connections the worker can work with; Default is
+	// the size it picks for its activity slots when none is set.
+	Least, Default int32
+	// Slots is WORKER_MAX_ACTIVITIES.
+	Slots int
+}
+
+// Opts configures Run. Zero fields take the defaults named.
+type Opts struct {
+	// Checks names the checks to run. Nil means AllChecks.
+	Checks []string
+	// Namespace is the Temporal namespace the order runs live in. Required.
+	Namespace string
+	// Activities are the declared activities. Nil means Declared().
+	Activities []Activity
+	// Window is how far back records and runs are read. Zero means 7 days.
+	Window time.Duration
+	// Sample is how many recent claims per activity are checked for their
+	// key shape, and how many recent runs' histories are read for retries.
+	// Zero means 200 and 100.
+	Sample, HistorySample int
+
+	// EffectsRetention is the workers' EFFECTS_RETENTION and
+	// DecisionTimeout their DECISION_TIMEOUT. Zero means the defaults,
+	// effects.DefaultRetention and 7 days.
+	EffectsRetention, DecisionTimeout time.Duration
+	// CheckRetention judges EffectsRetention; fxapp.CheckRetention in
+	// production. Nil leaves the EFFECTS_RETENTION check as StatusError.
+	CheckRetention RetentionCheck
+	// IdempotencyRetention is how long the API keeps Idempotency-Keys. Zero
+	// means api.Retention.
+	IdempotencyRetention time.Duration
+	// OutboxRetention is how long sent outbox rows are kept and
+	// RelayMaxBackoff the relay's longest backoff. Zero means
+	// outbox.DefaultRetention and outbox.DefaultMaxBackoff.
+	OutboxRetention, RelayMaxBackoff time.Duration
+	// ClaimLease is the effects client's lease. Zero means
+	// effects.DefaultLease.
+	ClaimLease time.Duration
+
+	// SearchAttributes lists "Name=Type" pairs that must be registered.
+	// Nil means devserver.SearchAttributes, the list make demo and the
+	// tests register.
+	SearchAttributes []string
+	// Pool is the worker's pool sizing. A zero MaxConns leaves the pool
+	// check as StatusError.
+	Pool PoolSizing
+	// RulesFile is the deployed Prometheus rules file (a rule file or a
+	// PrometheusRule manifest). Empty warns that it was not checked.
+	RulesFile string
+	// MetricsURL is a worker's /metrics, read for the suppression counter;
+	// Gatherer is the same read in process (the worker's start-up report).
+	// Neither means suppressions are not read, only the records.
+	MetricsURL string
+	Gatherer   prometheus.Gatherer
+	// ReconcileEvery is how often reconciliation must succeed. Zero means
+	// 25 hours (a daily job, an hour's slack).
+	ReconcileEvery time.Duration
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+func (o *Opts) withDefaults() Opts {
+	c := *o
+	if c.Checks == nil {
+		c.Checks = AllChecks
+	}
+	if c.Activities == nil {
+		c.Activities = Declared()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Window, 7*24*time.Hour)
+	def(&c.EffectsRetention, effects.DefaultRetention)
+	def(&c.DecisionTimeout, 7*24*time.Hour)
+	def(&c.IdempotencyRetention, api.Retention)
+	def(&c.OutboxRetention, outbox.DefaultRetention)
+	def(&c.RelayMaxBackoff, outbox.DefaultMaxBackoff)
+	def(&c.ClaimLease, effects.DefaultLease)
+	def(&c.ReconcileEvery, 25*time.Hour)
+	if c.Sample == 0 {
+		c.Sample = 200
+	}
+	if c.HistorySample == 0 {
+		c.HistorySample = 100
+	}
+	if c.SearchAttributes == nil {
+		c.SearchAttributes = devserver.SearchAttributes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// run is one Run's state.
+type run struct {
+	deps Deps
+	o    Opts
+	now  time.Time
+}
+
+// Run runs the checks of opts against deps and returns the report; a check
+// that cannot be made is reported with StatusError, so Run always returns a
+// full report. It returns an error only for a nil Pool or Temporal client
+// or an empty Namespace.
+func Run(ctx context.Context, deps Deps, opts *Opts) (*Report, error) {
+	if opts == nil {
+		opts = &Opts{}
+	}
+	switch {
+	case deps.Pool == nil:
+		return nil, fmt.Errorf("doctor: Run: Pool is nil")
+	case deps.Temporal == nil:
+		return nil, fmt.Errorf("doctor: Run: Temporal client is nil")
+	case opts.Namespace == "":
+		return nil, fmt.Errorf("doctor: Run: Namespace is empty")
+	}
+	r := &run{deps: deps, o: opts.withDefaults()}
+	r.now = r.o.Now()
+	rep := &Report{Namespace: r.o.Namespace, At: r.now.UTC()}
+	checks := map[string]func(context.Context) []Check{
+		CheckClassified: r.classified, CheckTimeouts: r.timeouts, CheckLease: r.lease, CheckRetention: r.retention,
+		CheckSearchAttributes: r.searchAttributes, CheckPool: r.pool, CheckDeadLetters: r.deadLetters,
+		CheckSuppression: r.suppression, CheckReconcile: r.reconcile,
+	}
+	for _, name := range AllChecks {
+		if slices.Contains(r.o.Checks, name) {
+			rep.Checks = append(rep.Checks, checks[name](ctx)...)
+		}
+	}
+	rep.Exit = rep.ExitCode()
+	return rep, nil
+}
+
+// errorCheck is a check that could not be made.
+func errorCheck(name, subject string, err error, fix string) Check {
+	return Check{Name: name, Subject: subject, Status: StatusError, Evidence: "could not check: " + err.Error(), Fix: fix}
+}
+
+// since is the start of the window.
+func (r *run) since() time.Time { return r.now.Add(-r.o.Window) }
+
+// ratio grades have against need: fail below 1×, warn below 3×.
+func ratio(have, need time.Duration) Status {
+	switch {
+	case have < need:
+		return StatusFail
+	case have < 3*need:
+		return StatusWarn
+	}
+	return StatusPass
+}
+
+// days renders d for people: "7d", "36h", "90s".
+func days(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	case d >= time.Hour:
+		return d.Round(time.Minute).String()
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}

@@ -1,0 +1,288 @@
+package doctor_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/keyedhq/keyed/doctor"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
+)
+
+// healthy fills d's schema with what a healthy deployment has: recent
+// claims of every step with the declared key shapes, finished in a second,
+// and a reconciliation an hour ago.
+func (d *deployment) healthy(t *testing.T) {
+	t.Helper()
+	at := time.Now().Add(-time.Hour)
+	for i, step := range []string{"charge", "mark_paid", "receipt", "mark_failed"} {
+		d.record(t, "acme:order:h"+string(rune('0'+i))+":"+step, at, time.Second, 1)
+	}
+	d.reconciled(t, time.Now().Add(-time.Hour), 0)
+}
+
+// reconciled records a successful reconciliation finished at with findings.
+func (d *deployment) reconciled(t *testing.T, at time.Time, findings int) {
+	t.Helper()
+	_, err := d.pool.Exec(d.ctx, `INSERT INTO keyed_reconcile_runs
+(window_from, window_to, records, payment_intents, in_flight, findings, finished_at) VALUES ($1, $2, 3, 3, 0, $3, $2)`,
+		at.Add(-25*time.Hour), at, findings)
+	require.NoError(t, err)
+}
+
+func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, allAttributes)
+	d.healthy(t)
+	rep := d.run(t, nil)
+	var text strings.Builder
+	require.NoError(t, rep.WriteText(&text))
+	for _, c := range rep.Checks {
+		require.Equal(t, doctor.StatusPass, c.Status, "%s %s: %s\n%s", c.Name, c.Subject, c.Evidence, text.String())
+	}
+	for _, name := range doctor.AllChecks {
+		require.NotEmpty(t, rep.Find(name, ""), "check %s ran", name)
+	}
+	require.Equal(t, doctor.ExitPass, rep.ExitCode())
+	require.Contains(t, text.String(), "exit 0")
+	require.Contains(t, one(t, rep, doctor.CheckClassified, "Charge").Evidence,
+		"class external_create, step charge; 1 sampled claims (last 7d) all of the shape {tenant}:order:{order}:charge")
+	require.Contains(t, one(t, rep, doctor.CheckDeadLetters, "runs").Evidence, "replay path: list them with `starter attention`")
+}
+
+func TestClassifiedFailsForAnUndeclaredClassOrStepAndForAMisshapedKey(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	d.healthy(t)
+	extra := func(o *doctor.Opts) {
+		o.Activities = append(doctor.Declared(),
+			doctor.Activity{Name: "Refund", Step: "refund", KeyShape: "{tenant}:order:{order}:refund"},
+			doctor.Activity{Name: "Ship", Class: effects.ClassExternalCreate, KeyShape: "{tenant}:order:{order}:ship"})
+	}
+	rep := d.run(t, extra, doctor.CheckClassified)
+	c := one(t, rep, doctor.CheckClassified, "Refund")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Equal(t, `declares effect class "", which is not one of keyed's classes`, c.Evidence)
+	require.Contains(t, c.Fix, "declare its Class")
+	c = one(t, rep, doctor.CheckClassified, "Ship")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Equal(t, "declares no effect key step", c.Evidence)
+	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckClassified, "Charge").Status)
+	require.Equal(t, doctor.ExitFailures, rep.ExitCode())
+
+	// A charge claimed under a key built from something else.
+	d.recordKind(t, "acme:charge:attempt-2", "charge", time.Now().Add(-time.Minute), time.Second, 1)
+	rep = d.run(t, nil, doctor.CheckClassified)
+	c = one(t, rep, doctor.CheckClassified, "Charge")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "1 of 2 sampled claims (last 7d) have keys not of the shape {tenant}:order:{order}:charge, such as acme:charge:attempt-2")
+	require.Contains(t, c.Fix, "derive the key from the business event")
+	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckClassified, "SendReceipt").Status)
+	require.Equal(t, "class absolute_write, step decision; claims no key of its own", one(t, rep, doctor.CheckClassified, "ApplyDecision").Evidence)
+}
+
+func TestTimeoutBelowTheMeasuredP99Fails(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	at := time.Now().Add(-time.Hour)
+	for i := range 50 {
+		id := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		d.record(t, "acme:order:"+id+":charge", at, 90*time.Second, 1)     // Charge: 60s start-to-close
+		d.record(t, "acme:order:"+id+":mark_paid", at, 20*time.Second, 1)  // MarkPaid: 30s
+		d.record(t, "acme:order:"+id+":receipt", at, time.Second, 1)       // SendReceipt: 60s
+		d.record(t, "acme:order:"+id+":mark_failed", at, 10*time.Hour, 3) // retried: not one attempt's time
+	}
+	rep := d.run(t, nil, doctor.CheckTimeouts)
+	c := one(t, rep, doctor.CheckTimeouts, "Charge")
+	require.Equal(t, doctor.StatusFail, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "start-to-close 1m0s is 0.7× the p99 claim-to-finish time 1m30s of 50 single-attempt charge claims (last 7d)")
+	require.Contains(t, c.Fix, "raise Charge's StartToCloseTimeout (workflows.ActivityOptions) to at least 3× the p99, 4m30s")
+	c = one(t, rep, doctor.CheckTimeouts, "MarkPaid")
+	require.Equal(t, doctor.StatusWarn, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "start-to-close 30s is 1.5× the p99")
+	c = one(t, rep, doctor.CheckTimeouts, "SendReceipt")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "is 60.0× the p99 claim-to-finish time 1s")
+	c = one(t, rep, doctor.CheckTimeouts, "MarkFailed")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "no finished single-attempt mark_failed claims")
+	require.Empty(t, rep.Find(doctor.CheckTimeouts, "ApplyDecision"), "no records of its own")
+	require.Equal(t, doctor.ExitFailures, rep.ExitCode())
+}
+
+func TestLeaseAgainstItsRenewal(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	rep := d.run(t, nil, doctor.CheckLease)
+	c := one(t, rep, doctor.CheckLease, "Charge")
+	require.Equal(t, doctor.StatusPass, c.Status)
+	require.Equal(t, "claim lease 5m0s is 60× the 5s interval at which it is renewed (heartbeat timeout 15s)", c.Evidence)
+	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckLease, "MarkPaid").Status)
+
+	rep = d.run(t, func(o *doctor.Opts) { o.ClaimLease = 10 * time.Second }, doctor.CheckLease)
+	require.Equal(t, doctor.StatusWarn, one(t, rep, doctor.CheckLease, "Charge").Status)
+	c = one(t, rep, doctor.CheckLease, "MarkPaid")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "claim lease 10s is shorter than the start-to-close timeout 30s")
+	rep = d.run(t, func(o *doctor.Opts) { o.ClaimLease = 3 * time.Second }, doctor.CheckLease)
+	c = one(t, rep, doctor.CheckLease, "SendReceipt")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Fix, "effects.ClientOpts.Lease")
+}
+
+func TestShortRetentionFails(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 30*24*time.Hour, nil)
+	// The default EFFECTS_RETENTION, 30 days, does not outlive a 30-day namespace retention.
+	rep := d.run(t, nil, doctor.CheckRetention)
+	c := one(t, rep, doctor.CheckRetention, "EFFECTS_RETENTION")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "EFFECTS_RETENTION 720h0m0s is shorter than namespace \""+d.ns+"\"'s retention 720h0m0s")
+	require.Contains(t, c.Evidence, "set it to at least 891h0m0s")
+	require.Contains(t, c.Fix, "set EFFECTS_RETENTION on every worker")
+	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckRetention, "Idempotency-Key").Status)
+	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckRetention, "outbox").Status)
+
+	rep = d.run(t, func(o *doctor.Opts) {
+		o.EffectsRetention = 891 * time.Hour
+		o.IdempotencyRetention = 12 * time.Hour
+		o.OutboxRetention = 30 * time.Second
+	}, doctor.CheckRetention)
+	c = one(t, rep, doctor.CheckRetention, "EFFECTS_RETENTION")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "891h0m0s covers namespace \""+d.ns+"\"'s retention 30d + the longest run 2h0m0s (retry windows: Charge 30m0s,")
+	c = one(t, rep, doctor.CheckRetention, "Idempotency-Key")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "stored responses kept 12h0m0s, less than the published 24h0m0s")
+	c = one(t, rep, doctor.CheckRetention, "outbox")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "sent rows kept 30s, less than the relay's longest backoff 1m0s")
+
+	rep = d.run(t, func(o *doctor.Opts) { o.CheckRetention = nil }, doctor.CheckRetention)
+	require.Equal(t, doctor.StatusError, one(t, rep, doctor.CheckRetention, "EFFECTS_RETENTION").Status)
+	require.Equal(t, doctor.ExitError, rep.ExitCode())
+}
+
+func TestMissingOrMistypedSearchAttributeFails(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, map[string]enumspb.IndexedValueType{
+		"TenantID": enumspb.INDEXED_VALUE_TYPE_KEYWORD, "OrderID": enumspb.INDEXED_VALUE_TYPE_TEXT})
+	rep := d.run(t, nil, doctor.CheckSearchAttributes, doctor.CheckDeadLetters)
+	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckSearchAttributes, "TenantID").Status)
+	c := one(t, rep, doctor.CheckSearchAttributes, "OrderID")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Equal(t, "registered on namespace \""+d.ns+"\" as Text, not Keyword", c.Evidence)
+	c = one(t, rep, doctor.CheckSearchAttributes, "KeyedAttention")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "not registered on namespace \""+d.ns+"\": runs that need a decision cannot mark themselves")
+	require.Equal(t, "temporal operator search-attribute create --namespace "+d.ns+" --name KeyedAttention --type Keyword", c.Fix)
+	// Without the attribute the dead letters cannot be listed.
+	c = one(t, rep, doctor.CheckDeadLetters, "runs")
+	require.Equal(t, doctor.StatusError, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "could not check: list attention")
+	require.Equal(t, doctor.ExitFailures, rep.ExitCode(), "a failure outranks a check that could not be made")
+}
+
+func TestTinyPoolFailsAndASmallOneWarns(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	worker := func(url string) func(*doctor.Opts) {
+		cfg := &config.Config{Role: config.Worker, Database: config.Database{URL: url},
+			Worker: config.WorkerTuning{MaxConcurrentActivities: config.DefaultMaxActivities}}
+		return func(o *doctor.Opts) { o.Pool = fxapp.DoctorOpts(cfg, nil).Pool }
+	}
+	base := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	rep := d.run(t, worker(base+"&pool_max_conns=2"), doctor.CheckPool)
+	c := one(t, rep, doctor.CheckPool, "worker")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "pool_max_conns=2: the worker needs at least 4 (the outbox listener, the relay and the prune hold or use one each, "+
+		"the activities at least one) and by default takes 19 for 64 activity slots; Postgres allows")
+	require.Equal(t, "raise pool_max_conns in DATABASE_URL to at least 4, or drop it to get 19", c.Fix)
+
+	rep = d.run(t, worker(base+"&pool_max_conns=8"), doctor.CheckPool)
+	c = one(t, rep, doctor.CheckPool, "worker")
+	require.Equal(t, doctor.StatusWarn, c.Status)
+	require.Contains(t, c.Evidence, "activities queue for connections under load")
+
+	rep = d.run(t, worker(base), doctor.CheckPool)
+	c = one(t, rep, doctor.CheckPool, "worker")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.True(t, strings.HasPrefix(c.Evidence, "19 connections"), c.Evidence)
+}
+
+func TestReconcileMustHaveRunWithinItsPeriod(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	rep := d.run(t, nil, doctor.CheckReconcile)
+	c := one(t, rep, doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Equal(t, "no successful reconciliation with Stripe was ever recorded in keyed_reconcile_runs", c.Evidence)
+	require.Contains(t, c.Fix, "starter reconcile --since 25h")
+
+	d.reconciled(t, time.Now().Add(-49*time.Hour), 0)
+	c = one(t, d.run(t, nil, doctor.CheckReconcile), doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Contains(t, c.Evidence, "last successful run 49h0m0s ago (period 25h0m0s)")
+
+	d.reconciled(t, time.Now().Add(-2*time.Hour), 0)
+	c = one(t, d.run(t, nil, doctor.CheckReconcile), doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "3 charge records, 3 payment intents, 0 findings")
+
+	d.reconciled(t, time.Now().Add(-time.Hour), 2)
+	c = one(t, d.run(t, nil, doctor.CheckReconcile), doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusWarn, c.Status, c.Evidence)
+}
+
+func TestDeadLetterAlertsInTheRulesFile(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, allAttributes)
+	c := one(t, d.run(t, nil, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "alerts")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Equal(t, "../deploy/prometheus/keyed.rules.yml alerts on dead letters: KeyedRunsAwaitingDecision (keyed_attention_waits_total), "+
+		"KeyedDecisionTimeouts (keyed_decision_timeouts_total)", c.Evidence)
+
+	manifest := func(o *doctor.Opts) { o.RulesFile = "../deploy/k8s/base/prometheusrule.yaml" }
+	require.Equal(t, doctor.StatusPass, one(t, d.run(t, manifest, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "alerts").Status)
+
+	partial := filepath.Join(t.TempDir(), "rules.yml")
+	require.NoError(t, os.WriteFile(partial, []byte(`groups:
+  - name: keyed
+    rules:
+      - alert: KeyedRunsAwaitingDecision
+        expr: sum(increase(keyed_attention_waits_total[1h])) > 0
+`), 0o600))
+	c = one(t, d.run(t, func(o *doctor.Opts) { o.RulesFile = partial }, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "alerts")
+	require.Equal(t, doctor.StatusFail, c.Status)
+	require.Equal(t, partial+" has no alert on keyed_decision_timeouts_total: dead letters would wait unseen", c.Evidence)
+	require.Contains(t, c.Fix, "KeyedDecisionTimeouts")
+
+	c = one(t, d.run(t, func(o *doctor.Opts) { o.RulesFile = "" }, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "alerts")
+	require.Equal(t, doctor.StatusWarn, c.Status)
+	require.Contains(t, c.Fix, "pass --rules")
+}
+
+func TestExitCodeIsTheWorstStatusAndTheReportIsJSON(t *testing.T) {
+	t.Parallel()
+	rep := &doctor.Report{}
+	require.Equal(t, doctor.ExitPass, rep.ExitCode())
+	for _, c := range []struct {
+		add  doctor.Status
+		want int
+	}{{doctor.StatusPass, 0}, {doctor.StatusWarn, 3}, {doctor.StatusError, 1}, {doctor.StatusFail, 4}, {doctor.StatusWarn, 4}} {
+		rep.Checks = append(rep.Checks, doctor.Check{Name: "x", Subject: "y", Status: c.add})
+		require.Equal(t, c.want, rep.ExitCode(), "after adding %s", c.add)
+	}
+	out, err := json.Marshal(doctor.Check{Name: "pool", Subject: "worker", Status: doctor.StatusFail, Evidence: "e", Fix: "f"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"check":"pool","subject":"worker","status":"fail","evidence":"e","fix":"f"}`, string(out))
+	require.Equal(t, []float64{0, 1, 2, 3}, []float64{doctor.StatusPass.Value(), doctor.StatusWarn.Value(), doctor.StatusError.Value(), doctor.StatusFail.Value()})
+}

@@ -1,0 +1,210 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/keyedhq/keyed/orders"
+)
+
+// suppressedMetric counts claims that found their effect already done.
+const suppressedMetric = "keyed_effect_duplicates_suppressed_total"
+
+// suppression compares, per keyed activity, the retries Temporal made in
+// the recent runs' histories with the retries the effect guard saw (records
+// claimed more than once) and, when metrics are given, the duplicates it
+// suppressed. Retries with neither are a warning: the activity may act
+// without claiming its key.
+func (r *run) suppression(ctx context.Context) []Check {
+	retries, runs, err := r.temporalRetries(ctx)
+	if err != nil {
+		return []Check{errorCheck(CheckSuppression, "deployment", err, "")}
+	}
+	guarded, err := r.guardedRetries(ctx)
+	if err != nil {
+		return []Check{errorCheck(CheckSuppression, "deployment", err, "")}
+	}
+	suppressed, source, err := r.suppressed(ctx)
+	if err != nil {
+		source = "not read: " + err.Error()
+	}
+	var out []Check
+	for _, a := range r.o.Activities {
+		if a.KeyShape == "" {
+			continue
+		}
+		n, g, s := retries[a.Name], guarded[a.Step], suppressed[a.Step]
+		c := Check{Name: CheckSuppression, Subject: a.Name, Status: StatusPass}
+		seen := fmt.Sprintf("%d %s records claimed again (last %s); suppressed %s", g, a.Step, days(r.o.Window), suppressedText(s, source))
+		switch {
+		case n == 0:
+			c.Evidence = fmt.Sprintf("Temporal retried no %s attempt in %d recent runs; %s", a.Name, runs, seen)
+		case g+s == 0:
+			c.Status = StatusWarn
+			c.Evidence = fmt.Sprintf("Temporal retried %s %d times in %d recent runs, yet the guard saw none of it: %s; "+
+				"the activity may act without claiming its effect key", a.Name, n, runs, seen)
+			c.Fix = fmt.Sprintf("make %s claim %s through effects.Do or Claim before it acts, and export the effects metrics", a.Name, a.KeyShape)
+		default:
+			c.Evidence = fmt.Sprintf("Temporal retried %s %d times in %d recent runs; the guard saw them: %s", a.Name, n, runs, seen)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func suppressedText(n int, source string) string {
+	switch {
+	case source == "":
+		return "duplicates not read (no metrics given: pass --metrics-url)"
+	case strings.HasPrefix(source, "not read: "):
+		return "duplicates " + source
+	}
+	return fmt.Sprintf("%d duplicates (%s)", n, source)
+}
+
+// temporalRetries reads the histories of up to HistorySample order runs
+// started in the window and sums, per activity type, the attempts after
+// the first.
+func (r *run) temporalRetries(ctx context.Context) (map[string]int, int, error) {
+	q := fmt.Sprintf("WorkflowType = '%s' AND StartTime >= '%s'", orders.WorkflowName, r.since().UTC().Format(time.RFC3339))
+	retries := map[string]int{}
+	runs := 0
+	var token []byte
+	for runs < r.o.HistorySample {
+		resp, err := r.deps.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: q, NextPageToken: token, PageSize: int32(min(r.o.HistorySample, 100))})
+		if err != nil {
+			return nil, 0, fmt.Errorf("list recent runs (%s): %w", q, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			if runs >= r.o.HistorySample {
+				break
+			}
+			if err := r.countRetries(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), retries); err != nil {
+				return nil, 0, err
+			}
+			runs++
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	return retries, runs, nil
+}
+
+func (r *run) countRetries(ctx context.Context, id, runID string, retries map[string]int) error {
+	it := r.deps.Temporal.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	scheduled := map[int64]string{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("read the history of %s: %w", id, err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
+		}
+		if a := ev.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 {
+			retries[scheduled[a.GetScheduledEventId()]] += int(a.GetAttempt() - 1)
+		}
+	}
+	return nil
+}
+
+// guardedRetries counts, per kind, the records created in the window that
+// were claimed more than once: a retry that re-entered its claim or took
+// it over.
+func (r *run) guardedRetries(ctx context.Context) (map[string]int, error) {
+	rows, err := r.deps.Pool.Query(ctx, `SELECT kind, count(*) FROM keyed_effects
+WHERE created_at >= $1 AND attempts > 1 GROUP BY kind`, r.since())
+	if err != nil {
+		return nil, fmt.Errorf("count records claimed again: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var kind string
+		var n int
+		if err := rows.Scan(&kind, &n); err != nil {
+			return nil, fmt.Errorf("count records claimed again: %w", err)
+		}
+		out[kind] = n
+	}
+	return out, rows.Err()
+}
+
+// suppressed reads keyed_effect_duplicates_suppressed_total by kind from
+// Opts.Gatherer or Opts.MetricsURL, and says where from; "" when neither
+// is given. It returns the error of the read.
+func (r *run) suppressed(ctx context.Context) (map[string]int, string, error) {
+	var families []*dto.MetricFamily
+	var source string
+	switch {
+	case r.o.Gatherer != nil:
+		fams, err := r.o.Gatherer.Gather()
+		if err != nil {
+			return nil, "", fmt.Errorf("gather metrics: %w", err)
+		}
+		families, source = fams, "this worker's counter since it started"
+	case r.o.MetricsURL != "":
+		fams, err := scrape(ctx, r.o.MetricsURL)
+		if err != nil {
+			return nil, "", err
+		}
+		families, source = fams, r.o.MetricsURL+" since that worker started"
+	default:
+		return nil, "", nil
+	}
+	out := map[string]int{}
+	for _, f := range families {
+		if f.GetName() != suppressedMetric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" {
+					out[l.GetValue()] += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out, source, nil
+}
+
+// scrape reads a Prometheus text exposition from url.
+func scrape(ctx context.Context, url string) ([]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", url, err)
+	}
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for name, f := range fams {
+		if strings.HasPrefix(name, "keyed_") {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,159 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// searchAttributes checks that each of Opts.SearchAttributes is registered
+// on the namespace with its type.
+func (r *run) searchAttributes(ctx context.Context) []Check {
+	resp, err := r.deps.Temporal.OperatorService().ListSearchAttributes(ctx,
+		&operatorservice.ListSearchAttributesRequest{Namespace: r.o.Namespace})
+	if err != nil {
+		return []Check{errorCheck(CheckSearchAttributes, r.o.Namespace,
+			fmt.Errorf("list search attributes of namespace %q: %w", r.o.Namespace, err), "check TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE")}
+	}
+	have := resp.GetCustomAttributes()
+	var out []Check
+	for _, sa := range r.o.SearchAttributes {
+		name, typ, _ := strings.Cut(sa, "=")
+		c := Check{Name: CheckSearchAttributes, Subject: name}
+		fix := fmt.Sprintf("temporal operator search-attribute create --namespace %s --name %s --type %s", r.o.Namespace, name, typ)
+		got, ok := have[name]
+		switch {
+		case !ok:
+			c.Status = StatusFail
+			c.Evidence = fmt.Sprintf("not registered on namespace %q: %s", r.o.Namespace, saConsequence(name))
+			c.Fix = fix
+		case !strings.EqualFold(typeName(got), typ):
+			c.Status = StatusFail
+			c.Evidence = fmt.Sprintf("registered on namespace %q as %s, not %s", r.o.Namespace, typeName(got), typ)
+			c.Fix = "remove it (temporal operator search-attribute remove) and " + fix
+		default:
+			c.Status, c.Evidence = StatusPass, fmt.Sprintf("registered on namespace %q as %s", r.o.Namespace, typ)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// typeName turns INDEXED_VALUE_TYPE_KEYWORD into Keyword.
+func typeName(t enumspb.IndexedValueType) string {
+	s := strings.TrimPrefix(t.String(), "INDEXED_VALUE_TYPE_")
+	if len(s) < 2 {
+		return s
+	}
+	return s[:1] + strings.ToLower(s[1:])
+}
+
+func saConsequence(name string) string {
+	if name == workflows.SearchAttrAttentionName {
+		return "runs that need a decision cannot mark themselves, and `KeyedAttention IS NOT NULL` lists nothing"
+	}
+	return "every start of an order run is refused, since it sets this attribute"
+}
+
+// deadLetters reports the runs that wait for a decision or failed in the
+// window with their order not final, and the alert rules on them.
+func (r *run) deadLetters(ctx context.Context) []Check {
+	return []Check{r.deadRuns(ctx), r.deadAlerts()}
+}
+
+const replayPath = "list them with `starter attention`; decide a waiting run with `starter resolve --key … --as done|retry`; " +
+	"for a failed run settle the effect with `starter resolve` and re-run it with `starter start --tenant … --order …`"
+
+func (r *run) deadRuns(ctx context.Context) Check {
+	const subject = "runs"
+	waiting, err := workflows.ListAttention(ctx, r.deps.Temporal)
+	if err != nil {
+		return errorCheck(CheckDeadLetters, subject, err, "register the KeyedAttention search attribute (see search_attributes)")
+	}
+	failed, final, err := r.failedRuns(ctx)
+	if err != nil {
+		return errorCheck(CheckDeadLetters, subject, err, "")
+	}
+	var parts []string
+	if len(waiting) > 0 {
+		oldest := waiting[0]
+		for _, w := range waiting {
+			if w.StartTime.Before(oldest.StartTime) {
+				oldest = w
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%d runs wait for a decision, the oldest started %s ago (%s, %s)",
+			len(waiting), days(r.now.Sub(oldest.StartTime).Round(time.Minute)), oldest.WorkflowID, oldest.Attention))
+	}
+	if len(failed) > 0 {
+		parts = append(parts, fmt.Sprintf("%d runs failed in the last %s with their order not final, the oldest %s ago (%s)",
+			len(failed), days(r.o.Window), days(r.now.Sub(failed[0].closed).Round(time.Minute)), failed[0].id))
+	}
+	finalNote := fmt.Sprintf("%d failed runs in the last %s ended a declined order (final, not a dead letter)", final, days(r.o.Window))
+	if len(parts) == 0 {
+		return Check{Name: CheckDeadLetters, Subject: subject, Status: StatusPass,
+			Evidence: "no run waits for a decision; " + finalNote + "; replay path: " + replayPath}
+	}
+	return Check{Name: CheckDeadLetters, Subject: subject, Status: StatusWarn,
+		Evidence: strings.Join(parts, "; ") + "; " + finalNote, Fix: replayPath}
+}
+
+type failedRun struct {
+	id     string
+	closed time.Time
+}
+
+// failedRuns lists the order runs that failed in the window, oldest first,
+// leaving out those whose order is final (failed: a decline), which it
+// counts.
+func (r *run) failedRuns(ctx context.Context) (out []failedRun, final int, err error) {
+	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Failed' AND CloseTime >= '%s'",
+		orders.WorkflowName, r.since().UTC().Format(time.RFC3339))
+	store, err := orders.NewStore(r.deps.Pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	var token []byte
+	for {
+		resp, err := r.deps.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
+		if err != nil {
+			return nil, 0, fmt.Errorf("list failed runs (%s): %w", q, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			id := e.GetExecution().GetWorkflowId()
+			tenant, order, ok := parseWorkflowID(id)
+			if ok {
+				o, err := store.Get(ctx, tenant, order)
+				if err == nil && o.Status == orders.StatusFailed {
+					final++
+					continue
+				}
+			}
+			out = append(out, failedRun{id: id, closed: e.GetCloseTime().AsTime()})
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b failedRun) int { return a.closed.Compare(b.closed) })
+	return out, final, nil
+}
+
+// parseWorkflowID splits an order run's ID, "order:acme:9f3a:fulfil", into
+// its tenant and order (orders.WorkflowID's inverse).
+func parseWorkflowID(id string) (tenant, order string, ok bool) {
+	parts := strings.Split(id, ":")
+	if len(parts) != 4 || parts[0] != "order" || parts[3] != "fulfil" || orders.WorkflowID(parts[1], parts[2]) != id {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
