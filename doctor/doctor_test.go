@@ -95,9 +95,9 @@ func TestTimeoutBelowTheMeasuredP99Fails(t *testing.T) {
 	at := time.Now().Add(-time.Hour)
 	for i := range 50 {
 		id := string(rune('a'+i%26)) + string(rune('a'+i/26))
-		d.record(t, "acme:order:"+id+":charge", at, 90*time.Second, 1)     // Charge: 60s start-to-close
-		d.record(t, "acme:order:"+id+":mark_paid", at, 20*time.Second, 1)  // MarkPaid: 30s
-		d.record(t, "acme:order:"+id+":receipt", at, time.Second, 1)       // SendReceipt: 60s
+		d.record(t, "acme:order:"+id+":charge", at, 90*time.Second, 1)    // Charge: 60s start-to-close
+		d.record(t, "acme:order:"+id+":mark_paid", at, 20*time.Second, 1) // MarkPaid: 30s
+		d.record(t, "acme:order:"+id+":receipt", at, time.Second, 1)      // SendReceipt: 60s
 		d.record(t, "acme:order:"+id+":mark_failed", at, 10*time.Hour, 3) // retried: not one attempt's time
 	}
 	rep := d.run(t, nil, doctor.CheckTimeouts)
