@@ -113,8 +113,18 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	b.env = suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(b.env, b.acts.Definitions()...))
+	require.NoError(t, activities.Register(b.env, append(b.acts.Definitions(), activities.DemoDefinitions(b.acts)...)...))
 	return b
+}
+
+// secondRun runs the activity name twice on in through
+// effectstest.SecondRun: the second run must change no table.
+func (b *bundle) secondRun(t *testing.T, name string, in orders.CheckoutInput) {
+	t.Helper()
+	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
+		_, err := b.env.ExecuteActivity(name, in)
+		return err
+	})
 }
 
 // order creates an order and returns its checkout input.

@@ -12,6 +12,15 @@ import (
 // they can leave behind the claim of a crashed attempt.
 var Fingerprint = fingerprint
 
+// DemoDefinitions returns the activities of the example files (README,
+// "Adding a keyed activity") bound to a, for the tests to register beside
+// Definitions.
+func DemoDefinitions(a *Activities) []Definition {
+	return []Definition{
+		DeclSendSurvey.Bind(a.SendSurvey),
+	}
+}
+
 // chargeStep prepares the charge step of in and loads its order, as
 // Keyed.Run does before the claim.
 func chargeStep(ctx context.Context, a *Activities, in orders.CheckoutInput) (*Step, error) {

@@ -1,0 +1,24 @@
+package activities
+
+// This file is README's "Adding a keyed activity", compiled: a keyed
+// activity written exactly as the README says. It is a test file only so
+// that the order pipeline does not send surveys; DemoDefinitions registers
+// it in the tests as Definitions registers a real one.
+
+import (
+	"context"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// DeclSendSurvey declares SendSurvey: an irreversible send, at most once, keyed "…:survey".
+var DeclSendSurvey = Keyed[notify.Result]{Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce}}
+
+// SendSurvey emails the customer a survey about the order, once. Errors as SendReceipt's.
+func (a *Activities) SendSurvey(ctx context.Context, in orders.CheckoutInput) (notify.Result, error) {
+	return DeclSendSurvey.Run(ctx, a, in, Effect[notify.Result]{Do: func(ctx context.Context, s *Step) (notify.Result, error) {
+		return a.sender.Send(ctx, s.Message("survey", s.Order.CustomerEmail, "How was order "+s.In.OrderID+"?", "Reply to tell us."))
+	}})
+}

@@ -1,0 +1,19 @@
+package activities_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/activities"
+)
+
+// The second-run tests of the example activities (README, "Adding a keyed
+// activity").
+
+func TestSendSurveyTwiceSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.secondRun(t, activities.DeclSendSurvey.Name, b.order(t, "survey-1", "pm_card_visa"))
+	require.Equal(t, 1, b.sendgrid.Count())
+}
