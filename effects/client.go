@@ -118,6 +118,18 @@ type ClaimParams struct {
 	Fingerprint string
 	// Lease overrides the client's default lease for this claim.
 	Lease time.Duration
+	// MaxResultBytes overrides MaxResultBytes, the cap on the JSON outcome
+	// Complete stores for this claim, for an effect whose outcome is a
+	// bounded document, such as a stored HTTP response. Zero means
+	// MaxResultBytes.
+	MaxResultBytes int
+	// AsyncCommit lets Claim commit a new claim without waiting for the
+	// WAL flush (synchronous_commit off for that one statement), which
+	// saves an fsync per new key. Set it only when the effect itself is a
+	// write to the same database, stored with CompleteTx in a transaction
+	// that commits synchronously: that commit flushes the claim with it,
+	// and a claim lost in a crash had done nothing. ClaimTx refuses it.
+	AsyncCommit bool
 }
 
 // Claim is the result of claiming a key. Either the caller now owns the
@@ -133,6 +145,8 @@ type Claim struct {
 	LeaseUntil time.Time
 	Done       bool
 	Result     json.RawMessage
+
+	maxResult int // ClaimParams.MaxResultBytes, or zero
 }
 
 // Decode unmarshals the stored outcome of a Done claim into v.
@@ -162,8 +176,12 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) (*Claim, error) {
 
 // ClaimTx is Claim inside the caller's transaction: the claim commits or rolls
 // back with it, and racers for the same key wait on the transaction. The
-// transaction must run at READ COMMITTED, Postgres's default.
+// transaction must run at READ COMMITTED, Postgres's default. It refuses
+// p.AsyncCommit, which would apply to the caller's whole transaction.
 func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim, error) {
+	if p.AsyncCommit {
+		return nil, fmt.Errorf("claim %s: AsyncCommit is for Claim only, not ClaimTx", p.Key)
+	}
 	return c.claim(ctx, tx, p)
 }
 
@@ -171,10 +189,14 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 // record, in one round trip: the first column says which. The read sees the
 // statement's snapshot, so a record committed by a racer while the insert
 // waited on it reads as no row at all, and the caller tries again.
+//
+// When $7 is true the statement's transaction, the statement alone in
+// Claim, commits with synchronous_commit off (ClaimParams.AsyncCommit).
 const claimSQL = `
 WITH ins AS (
 	INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
-	VALUES ($1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
+	SELECT $1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond'
+	FROM (SELECT CASE WHEN $7::boolean THEN set_config('synchronous_commit', 'off', true) END) AS commit_mode
 	ON CONFLICT (key) DO NOTHING
 	RETURNING *)
 SELECT true, ` + recordColumns + ` FROM ins
@@ -201,6 +223,9 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	if p.Owner == "" {
 		return nil, fmt.Errorf("claim %s: owner is empty", p.Key)
 	}
+	if p.MaxResultBytes < 0 {
+		return nil, fmt.Errorf("claim %s: MaxResultBytes %d is negative", p.Key, p.MaxResultBytes)
+	}
 	if p.Kind == "" {
 		parts := p.Key.Parts()
 		p.Kind = parts[len(parts)-1]
@@ -209,7 +234,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	if lease <= 0 {
 		lease = c.lease
 	}
-	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner}
+	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner, maxResult: p.MaxResultBytes}
 
 	// A few rounds cover a record that changes between the failed insert and
 	// the read (a racer's commit or takeover, or a prune of a finished
@@ -217,7 +242,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	for round := 0; round < 5; round++ {
 		var inserted bool
 		rec, live, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
-			lease.Microseconds()), &inserted)
+			lease.Microseconds(), p.AsyncCommit), &inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
@@ -285,9 +310,10 @@ func (c *Client) log(ctx context.Context, level slog.Level, msg string, p ClaimP
 
 // Complete records that the claimed effect happened and stores result, its
 // outcome (an ID, a status, an amount: never card data, message bodies or
-// secrets), as JSON. It returns ErrLeaseLost if the claim was taken over,
-// ErrResultTooLarge if the JSON exceeds MaxResultBytes, and an error if the
-// claim was not acquired.
+// secrets), as JSON. It returns ErrLeaseLost if the claim was taken over or
+// released, ErrResultTooLarge if the JSON exceeds MaxResultBytes (or the
+// claim's ClaimParams.MaxResultBytes), and an error if the claim was not
+// acquired.
 func (c *Client) Complete(ctx context.Context, claim *Claim, result any) error {
 	return c.complete(ctx, c.db, claim, result)
 }
@@ -306,13 +332,17 @@ func (c *Client) complete(ctx context.Context, db DB, claim *Claim, result any) 
 	if err != nil {
 		return fmt.Errorf("complete %s: encode result: %w", claim.Key, err)
 	}
-	if len(body) > MaxResultBytes {
-		return fmt.Errorf("complete %s: %w: %d bytes, limit %d", claim.Key, ErrResultTooLarge, len(body), MaxResultBytes)
+	limit := MaxResultBytes
+	if claim.maxResult > 0 {
+		limit = claim.maxResult
+	}
+	if len(body) > limit {
+		return fmt.Errorf("complete %s: %w: %d bytes, limit %d", claim.Key, ErrResultTooLarge, len(body), limit)
 	}
 	tag, err := db.Exec(ctx, `
 UPDATE keyed_effects
-SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND state = 'claimed'`, claim.Key.String(), claim.Generation, body)
+SET state = 'succeeded', result = $4, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $3 AND state = 'claimed'`, claim.Key.String(), claim.Generation, claim.Owner, body)
 	if err != nil {
 		return fmt.Errorf("complete %s: %w", claim.Key, err)
 	}
@@ -329,7 +359,8 @@ WHERE key = $1 AND generation = $2 AND state = 'claimed'`, claim.Key.String(), c
 // Transient is stored as a transient failure, which the next claim takes
 // again; any other error is stored as terminal, and later claims return it
 // as a *TerminalError. The stored code comes from the first Coded error in
-// cause's chain. It returns ErrLeaseLost if the claim was taken over.
+// cause's chain. It returns ErrLeaseLost if the claim was taken over or
+// released.
 func (c *Client) Fail(ctx context.Context, claim *Claim, cause error) error {
 	return c.fail(ctx, c.db, claim, cause)
 }
@@ -357,8 +388,8 @@ func (c *Client) fail(ctx context.Context, db DB, claim *Claim, cause error) err
 	code := errorCode(cause)
 	tag, err := db.Exec(ctx, `
 UPDATE keyed_effects
-SET state = $3, error_code = $4, error_message = $5, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND state = 'claimed'`, claim.Key.String(), claim.Generation, state, code, msg)
+SET state = $4, error_code = $5, error_message = $6, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $3 AND state = 'claimed'`, claim.Key.String(), claim.Generation, claim.Owner, state, code, msg)
 	if err != nil {
 		return fmt.Errorf("fail %s: %w", claim.Key, err)
 	}
@@ -383,9 +414,9 @@ func (c *Client) Extend(ctx context.Context, claim *Claim, lease time.Duration) 
 		lease = c.lease
 	}
 	err := c.db.QueryRow(ctx, `
-UPDATE keyed_effects SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
-WHERE key = $1 AND generation = $2 AND state = 'claimed'
-RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds()).Scan(&claim.LeaseUntil)
+UPDATE keyed_effects SET lease_until = now() + $4 * interval '1 microsecond', updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $3 AND state = 'claimed'
+RETURNING lease_until`, claim.Key.String(), claim.Generation, claim.Owner, lease.Microseconds()).Scan(&claim.LeaseUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("extend %s: %w", claim.Key, ErrLeaseLost)
 	}

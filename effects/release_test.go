@@ -1,0 +1,137 @@
+package effects_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// A released claim leaves no record: the next claim is new whatever its
+// fingerprint, and the releaser's stale handle cannot touch it.
+func TestReleaseFreesTheKeyAndStaleHandlesStayOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	key := effects.MustKey("acme", "idempotency", "k1")
+	stale, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-a", Fingerprint: "x"})
+	require.NoError(t, err)
+	ok, err := b.client.Release(b.ctx, key, "req-a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = b.client.Get(b.ctx, key)
+	require.ErrorIs(t, err, effects.ErrNotFound)
+
+	fresh, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-b", Fingerprint: "y"})
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, fresh.Mode)
+	require.Equal(t, stale.Generation, fresh.Generation, "the generation starts again; the owner tells them apart")
+	require.ErrorIs(t, b.client.Complete(b.ctx, stale, outcome{ID: "stale"}), effects.ErrLeaseLost)
+	require.ErrorIs(t, b.client.Fail(b.ctx, stale, errors.New("stale")), effects.ErrLeaseLost)
+	require.ErrorIs(t, b.client.Extend(b.ctx, stale, time.Minute), effects.ErrLeaseLost)
+	ok, err = b.client.Release(b.ctx, key, "req-a")
+	require.NoError(t, err)
+	require.False(t, ok, "another owner's claim")
+
+	require.NoError(t, b.client.Complete(b.ctx, fresh, outcome{ID: "fresh"}))
+	ok, err = b.client.Release(b.ctx, key, "req-b")
+	require.NoError(t, err)
+	require.False(t, ok, "a finished record is never released")
+	require.Equal(t, effects.StateSucceeded, b.record(t, key).State)
+
+	_, err = b.client.Release(b.ctx, effects.Key{}, "o")
+	require.ErrorIs(t, err, effects.ErrInvalidKey)
+	_, err = b.client.Release(b.ctx, key, "")
+	require.Error(t, err)
+}
+
+// ClaimParams.MaxResultBytes raises the outcome cap for one claim only.
+func TestMaxResultBytesPerClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := map[string]string{"body": strings.Repeat("x", 10<<10)}
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: effects.MustKey("acme", "req", "1"), Owner: "o", MaxResultBytes: 16 << 10})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, big))
+
+	cl, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: effects.MustKey("acme", "req", "2"), Owner: "o", MaxResultBytes: 8 << 10})
+	require.NoError(t, err)
+	require.ErrorIs(t, b.client.Complete(b.ctx, cl, big), effects.ErrResultTooLarge)
+
+	cl, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: effects.MustKey("acme", "req", "3"), Owner: "o"})
+	require.NoError(t, err)
+	require.ErrorIs(t, b.client.Complete(b.ctx, cl, big), effects.ErrResultTooLarge, "the default cap")
+
+	_, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: effects.MustKey("acme", "req", "4"), Owner: "o", MaxResultBytes: -1})
+	require.Error(t, err)
+}
+
+// AsyncCommit changes the commit of the claim's own statement only, and
+// ClaimTx refuses it.
+func TestAsyncCommitClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	fxc, err := effects.NewClient(conn, nil)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "req", "async")
+	cl, err := fxc.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", AsyncCommit: true})
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, cl.Mode)
+	var setting string
+	require.NoError(t, conn.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&setting))
+	require.Equal(t, "on", setting, "the setting ended with the claim's transaction")
+	again, err := fxc.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o2", AsyncCommit: true})
+	require.ErrorIs(t, err, effects.ErrInProgress)
+	require.Nil(t, again)
+
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.client.ClaimTx(b.ctx, tx, effects.ClaimParams{Key: effects.MustKey("acme", "req", "tx"), Owner: "o", AsyncCommit: true})
+		return err
+	})
+	require.ErrorContains(t, err, "AsyncCommit")
+}
+
+// PruneKind deletes one kind's old finished records and, when asked, its
+// long-expired claims; nothing of other kinds, nothing young, no live claim.
+func TestPruneKind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert := func(key, kind, state, ago string) {
+		_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, lease_until, created_at, finished_at)
+			VALUES ($1, 'acme', $2, $3, 'o',
+				CASE WHEN $3 = 'claimed' THEN now() - $4::interval + interval '30 seconds' END,
+				now() - $4::interval, CASE WHEN $3 <> 'claimed' THEN now() - $4::interval END)`, "acme:"+key, kind, state, ago)
+		require.NoError(t, err)
+	}
+	insert("req:old", "req", "succeeded", "25 hours")
+	insert("req:young", "req", "succeeded", "23 hours")
+	insert("req:abandoned", "req", "claimed", "2 days")
+	insert("req:live", "req", "claimed", "0 seconds")
+	insert("order:1:charge", "charge", "succeeded", "2 days")
+	insert("order:2:charge", "charge", "claimed", "2 days")
+
+	_, err := b.client.PruneKind(b.ctx, "", nil)
+	require.Error(t, err)
+	_, err = b.client.PruneKind(b.ctx, "req", &effects.PruneKindOpts{Retention: time.Minute})
+	require.ErrorContains(t, err, "under one hour")
+
+	n, err := b.client.PruneKind(b.ctx, "req", &effects.PruneKindOpts{Retention: 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the old finished record only")
+	n, err = b.client.PruneKind(b.ctx, "req", &effects.PruneKindOpts{Retention: 24 * time.Hour, ExpiredClaims: true, BatchSize: 1})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the abandoned claim")
+
+	rows, err := b.pool.Query(b.ctx, `SELECT key FROM keyed_effects ORDER BY key`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme:order:1:charge", "acme:order:2:charge", "acme:req:live", "acme:req:young"}, left)
+}
