@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -34,7 +35,7 @@ func TestCreateOrderThenGetIt(t *testing.T) {
 	require.EqualValues(t, 1999, created.Order.AmountMinor)
 	require.Equal(t, orders.StatusPending, created.Order.Status)
 	require.Equal(t, orders.WorkflowID(b.tenantA, "ord_1"), created.WorkflowID)
-	require.Equal(t, map[string]int{"orders": 1, "keyed_outbox": 1, "keyed_api_requests": 1, "keyed_effects": 0}, b.rows(t))
+	require.Equal(t, map[string]int{"orders": 1, "keyed_outbox": 1, "api_requests": 1, "effects": 0}, b.rows(t))
 
 	got := b.do(t, "GET", "/v1/orders/ord_1", b.keyA, "", "")
 	require.Equal(t, http.StatusOK, got.status, "%s", got.body)
@@ -117,7 +118,7 @@ func TestRetriedPostCreatesOneOrderAndReplaysTheFirstResponse(t *testing.T) {
 	}
 	require.Equal(t, 19, replays, "all but the first are replays")
 	t.Logf("%d in-progress conflicts along the way", conflicts)
-	require.Equal(t, map[string]int{"orders": 1, "keyed_outbox": 1, "keyed_api_requests": 1, "keyed_effects": 0}, b.rows(t))
+	require.Equal(t, map[string]int{"orders": 1, "keyed_outbox": 1, "api_requests": 1, "effects": 0}, b.rows(t))
 
 	// Member order and whitespace are not a different request.
 	reordered := `{ "payment_method":"pm_card_visa", "customer_email":"ada@example.com",
@@ -179,8 +180,8 @@ func (b *bundle) holdOrder(t *testing.T, tenant, id string) (release func()) {
 func (b *bundle) waitRunning(t *testing.T, tenant, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM keyed_api_requests WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'running'`,
-			tenant, key) == 1
+		return b.count(t, `SELECT count(*) FROM keyed_effects WHERE key = $1 AND state = 'claimed'`,
+			requestKey(t, tenant, key)) == 1
 	}, 5*time.Second, 5*time.Millisecond)
 }
 
@@ -287,7 +288,7 @@ func TestAuthentication(t *testing.T) {
 			require.NotEmpty(t, resp.Header.Get("WWW-Authenticate"))
 		}
 	}
-	require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "keyed_api_requests": 0, "keyed_effects": 0}, b.rows(t))
+	require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "api_requests": 0, "effects": 0}, b.rows(t))
 	require.Equal(t, http.StatusOK, b.do(t, "GET", "/healthz", "", "", "").status, "health needs no key")
 }
 
@@ -303,7 +304,7 @@ func TestFailureAfterOrderWriteLeavesNothing(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, r.status, "%s", r.body)
 	require.Equal(t, api.CodeInternal, decodeError(t, r).Code)
 	require.NotContains(t, string(r.body), "fault", "database errors stay in the log")
-	require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "keyed_api_requests": 0, "keyed_effects": 0}, b.rows(t))
+	require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "api_requests": 0, "effects": 0}, b.rows(t))
 	n, err := b.relay(t, nil).Poll(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
@@ -484,24 +485,47 @@ func TestPruneKeepsResponsesForTheRetention(t *testing.T) {
 	for _, k := range []string{"old", "young"} {
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/orders", b.keyA, k, orderBody("ord_"+k, 1)).status)
 	}
-	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_api_requests SET finished_at = now() - interval '25 hours' WHERE idempotency_key = 'old'`)
+	age := func(k, ago string) {
+		_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = now() - $2::interval, finished_at = now() - $2::interval
+			WHERE key = $1`, requestKey(t, b.tenantA, k), ago)
+		require.NoError(t, err)
+	}
+	age("old", "25 hours")
+	age("young", "23 hours")
+	// An abandoned claim from a holder that died two days ago, and a
+	// pipeline's records as old: API pruning leaves those alone.
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, lease_until, created_at) VALUES
+		($1, $2, 'api_request', 'claimed', 'dead', now() - interval '2 days', now() - interval '2 days'),
+		($3, $2, 'charge', 'claimed', 'wf/charge', now() - interval '2 days', now() - interval '2 days')`,
+		requestKey(t, b.tenantA, "abandoned"), b.tenantA, b.tenantA+":order:ord_old:charge")
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `UPDATE keyed_api_requests SET finished_at = now() - interval '23 hours' WHERE idempotency_key = 'young'`)
-	require.NoError(t, err)
-	// An abandoned claim from a holder that died two days ago.
-	_, err = b.pool.Exec(b.ctx, `INSERT INTO keyed_api_requests (tenant_id, idempotency_key, route, request_hash, state, owner, locked_until)
-		VALUES ($1, 'abandoned', 'POST /v1/orders', 'h', 'running', 'dead', now() - interval '2 days')`, b.tenantA)
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, result, created_at, finished_at)
+		VALUES ($1, $2, 'mark_paid', 'succeeded', 'wf/mark_paid', '{}', now() - interval '2 days', now() - interval '2 days')`,
+		b.tenantA+":order:ord_old:mark_paid", b.tenantA)
 	require.NoError(t, err)
 
 	n, err := b.handler.Prune(b.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	var left []string
-	rows, err := b.pool.Query(b.ctx, `SELECT idempotency_key FROM keyed_api_requests ORDER BY 1`)
+	rows, err := b.pool.Query(b.ctx, `SELECT key FROM keyed_effects ORDER BY 1`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	young, charge := requestKey(t, b.tenantA, "young"), b.tenantA+":order:ord_old:charge"
+	require.Equal(t, []string{young, charge, b.tenantA + ":order:ord_old:mark_paid"}, left)
+
+	// The workers' prune of every effect, at the shortest retention a
+	// worker accepts (fxapp.CheckRetention), keeps the young response too.
+	fxc, err := effects.NewClient(b.pool, nil)
+	require.NoError(t, err)
+	n, err = fxc.Prune(b.ctx, &effects.PruneOpts{Retention: api.Retention})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the old mark_paid record")
+	rows, err = b.pool.Query(b.ctx, `SELECT key FROM keyed_effects ORDER BY 1`)
 	require.NoError(t, err)
 	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"young"}, left)
+	require.Equal(t, []string{young, charge}, left)
 
 	// Past the retention the key is fresh again: the order exists, so 200.
 	r := b.do(t, "POST", "/v1/orders", b.keyA, "old", orderBody("ord_old", 1))
@@ -561,7 +585,8 @@ func TestClientDisconnectStillStoresTheResponse(t *testing.T) {
 	release()
 
 	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM keyed_api_requests WHERE idempotency_key = 'k-hangup' AND state = 'done'`) == 1
+		return b.count(t, `SELECT count(*) FROM keyed_effects WHERE key = $1 AND state = 'succeeded'`,
+			requestKey(t, b.tenantA, "k-hangup")) == 1
 	}, 5*time.Second, 10*time.Millisecond, "the request ran to the end")
 	r := b.do(t, "POST", "/v1/orders", b.keyA, "k-hangup", orderBody("ord_hangup", 10))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)

@@ -15,3 +15,6 @@ func (m *Metrics) IdemForTest(outcome string) prometheus.Collector {
 func (h *Handler) HandleForTest(pattern string, f http.HandlerFunc) {
 	h.mux.HandleFunc(pattern, f)
 }
+
+// RequestKeyForTest exposes the effect key of an Idempotency-Key.
+var RequestKeyForTest = requestKey

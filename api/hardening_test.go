@@ -86,7 +86,7 @@ func TestRetryAfterA503IsNotRefusedWhileTheKeyIsLeased(t *testing.T) {
 	release := b.holdOrder(t, b.tenantA, "ord_held")
 	r := b.do(t, "POST", "/v1/orders", b.keyA, "k-held", orderBody("ord_held", 300))
 	requireUnavailable(t, r, "POST blocked past its timeout")
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM keyed_api_requests`), "the claim was not released")
+	require.Equal(t, 0, b.rows(t)["api_requests"], "the claim was not released")
 
 	release()
 	r = b.do(t, "POST", "/v1/orders", b.keyA, "k-held", orderBody("ord_held", 300))
@@ -167,7 +167,7 @@ func TestSlowBodyGets408WithoutAddresses(t *testing.T) {
 	require.Contains(t, body, `"code":"request_timeout"`)
 	require.NotContains(t, body, "127.0.0.1")
 	require.NotContains(t, body, "tcp")
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM keyed_api_requests`))
+	require.Equal(t, 0, b.rows(t)["api_requests"])
 
 	// net/http's own answer to a malformed request line.
 	resp, body = rawHTTP(t, srv.Addr(), "NOT A REQUEST\r\n\r\n")

@@ -2,14 +2,17 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/pgbatch"
 )
 
 // Retention is how long a stored response stays replayable: 24 hours, as
@@ -27,6 +30,15 @@ const DefaultRequestLease = 30 * time.Second
 // MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in bytes.
 const MaxIdempotencyKeyLen = 255
 
+// KindAPIRequest is the effect kind of an HTTP request's Idempotency-Key
+// record in keyed_effects. Its keys are "<tenant>:idempotency:<key>", or
+// "<tenant>:idempotency-sha256:<hex>" for a key that holds ":" or would
+// make the effect key too long, so they never fall under an order's prefix.
+const KindAPIRequest = "api_request"
+
+// maxStoredResponse caps a stored response (status and body, as JSON).
+const maxStoredResponse = 64 << 10
+
 // errKeyReused, errInProgress and errLeaseLost are the idempotency store's
 // refusals; the handler turns them into 422, 409 and 409.
 var (
@@ -41,122 +53,96 @@ type stored struct {
 	body   []byte
 }
 
-// idemStore keeps one record per (tenant, Idempotency-Key) in
-// keyed_api_requests. A request claims its key with one INSERT … ON CONFLICT
-// DO NOTHING; the winner runs, and stores its response in its own
-// transaction with finishTx, so the business writes and the stored response
-// commit or roll back together.
+// storedJSON is a stored response as kept in the effect record. The body is
+// a JSON string, not raw JSON: jsonb would reorder its members, and a
+// replay must be byte for byte.
+type storedJSON struct {
+	Status int    `json:"status"`
+	Body   string `json:"body"`
+}
+
+// idemStore keeps one effect record (kind KindAPIRequest) per tenant and
+// Idempotency-Key. A request claims its key with effects.Client.Claim; the
+// winner runs, and stores its response in its own transaction with
+// finishTx, so the business writes and the stored response commit or roll
+// back together. A request that fails releases its claim.
 type idemStore struct {
-	db    DB
+	fx    *effects.Client
 	lease time.Duration
 }
 
-type claimOutcome int
-
-const (
-	claimNew claimOutcome = iota + 1
-	claimTakeover
-	claimReplay
-)
-
-// claim claims key for owner, or returns the stored response of a finished
-// request with the same hash (claimReplay). It returns errKeyReused when the
-// key was first used with another route or hash, and errInProgress when
-// another request holds it under a live lease.
-func (s *idemStore) claim(ctx context.Context, tenant, key, route, hash, owner string) (claimOutcome, *stored, error) {
-	for range 5 {
-		inserted, err := s.insertClaim(ctx, tenant, key, route, hash, owner)
-		if err != nil {
-			return 0, nil, fmt.Errorf("claim idempotency key: %w", err)
-		}
-		if inserted {
-			return claimNew, nil, nil
-		}
-
-		var (
-			gotRoute, gotHash, state, holder string
-			live                             bool
-			status                           *int
-			body                             []byte
-		)
-		err = s.db.QueryRow(ctx, `
-SELECT route, request_hash, state, owner, coalesce(locked_until > now(), false), status, response
-FROM keyed_api_requests WHERE tenant_id = $1 AND idempotency_key = $2`, tenant, key).
-			Scan(&gotRoute, &gotHash, &state, &holder, &live, &status, &body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // pruned between the insert and the read
-		}
-		if err != nil {
-			return 0, nil, fmt.Errorf("read idempotency key: %w", err)
-		}
-		switch {
-		case gotRoute != route || gotHash != hash:
-			return 0, nil, errKeyReused
-		case state == "done":
-			return claimReplay, &stored{status: *status, body: body}, nil
-		case live:
-			return 0, nil, errInProgress
-		}
-		// The holder's lease ran out: it died, and its transaction rolled
-		// back with it. One conditional UPDATE takes the key over.
-		tag, err := s.db.Exec(ctx, `
-UPDATE keyed_api_requests SET owner = $4, locked_until = now() + $5 * interval '1 microsecond'
-WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'running' AND owner = $3 AND locked_until <= now()`,
-			tenant, key, holder, owner, s.lease.Microseconds())
-		if err != nil {
-			return 0, nil, fmt.Errorf("take over idempotency key: %w", err)
-		}
-		if tag.RowsAffected() == 1 {
-			return claimTakeover, nil, nil
-		}
+// newIdemStore returns a store over db. Its effects client has no metrics
+// (keyed_api_idempotency_total counts the outcomes; a client's 422 is not a
+// fingerprint mismatch to page on) and logs only warnings: the access log
+// has a record per request already.
+func newIdemStore(db effects.DB, logger *slog.Logger, lease time.Duration) (*idemStore, error) {
+	fx, err := effects.NewClient(db, &effects.ClientOpts{Lease: lease, Logger: slog.New(warnOnly{logger.Handler()})})
+	if err != nil {
+		return nil, fmt.Errorf("idempotency store: %w", err)
 	}
-	return 0, nil, errInProgress
+	return &idemStore{fx: fx, lease: lease}, nil
 }
 
-// insertClaim inserts a running claim unless the key has a record, and
-// reports whether it did. It commits without waiting for the WAL flush
-// (synchronous_commit off, for this one statement's transaction): a claim
-// only keeps live requests apart, so losing one in a database crash loses
-// nothing the crash did not, and the request's own transaction commits
-// synchronously, which flushes the WAL through the claim too. That saves
-// one fsync per new request.
-func (s *idemStore) insertClaim(ctx context.Context, tenant, key, route, hash, owner string) (bool, error) {
-	tag, err := s.db.Exec(ctx, `
-INSERT INTO keyed_api_requests (tenant_id, idempotency_key, route, request_hash, state, owner, locked_until)
-SELECT $1, $2, $3, $4, 'running', $5, now() + $6 * interval '1 microsecond'
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`, tenant, key, route, hash, owner, s.lease.Microseconds())
-	if err != nil {
-		return false, err
+// requestKey is the effect key of tenant's Idempotency-Key idem: the key
+// itself when it is a valid key part that fits, else its SHA-256 under
+// another part, so two client keys never share an effect key.
+func requestKey(tenant, idem string) (effects.Key, error) {
+	if k, err := effects.NewKey(tenant, "idempotency", idem); err == nil {
+		return k, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	sum := sha256.Sum256([]byte(idem))
+	k, err := effects.NewKey(tenant, "idempotency-sha256", hex.EncodeToString(sum[:]))
+	if err != nil {
+		return effects.Key{}, fmt.Errorf("idempotency key of tenant %q: %w", tenant, err)
+	}
+	return k, nil
+}
+
+// claim claims key for owner, or returns the stored response of a finished
+// request with the same hash (a Done claim and the response). It returns
+// errKeyReused when the key was first used with another hash, and
+// errInProgress when another request holds it under a live lease.
+func (s *idemStore) claim(ctx context.Context, key effects.Key, hash, owner string) (*effects.Claim, *stored, error) {
+	cl, err := s.fx.Claim(ctx, effects.ClaimParams{Key: key, Kind: KindAPIRequest, Owner: owner, Fingerprint: hash,
+		Lease: s.lease, MaxResultBytes: maxStoredResponse, AsyncCommit: true})
+	switch {
+	case errors.Is(err, effects.ErrKeyReused):
+		return nil, nil, errKeyReused
+	case errors.Is(err, effects.ErrInProgress):
+		return nil, nil, errInProgress
+	case err != nil:
+		return nil, nil, fmt.Errorf("claim idempotency key: %w", err)
+	case !cl.Done:
+		return cl, nil, nil
+	}
+	var sj storedJSON
+	if err := cl.Decode(&sj); err != nil {
+		return nil, nil, err
+	}
+	return cl, &stored{status: sj.Status, body: []byte(sj.Body)}, nil
 }
 
 // finishTx stores the response in tx, the transaction that made the
 // request's writes. It returns errLeaseLost if another request took the
 // key over, in which case tx must roll back.
-func (s *idemStore) finishTx(ctx context.Context, tx pgx.Tx, tenant, key, owner string, resp stored) error {
-	tag, err := tx.Exec(ctx, `
-UPDATE keyed_api_requests
-SET state = 'done', status = $4, response = $5, locked_until = NULL, finished_at = now()
-WHERE tenant_id = $1 AND idempotency_key = $2 AND owner = $3 AND state = 'running'`,
-		tenant, key, owner, resp.status, resp.body)
+func (s *idemStore) finishTx(ctx context.Context, tx pgx.Tx, cl *effects.Claim, resp stored) error {
+	if !utf8.Valid(resp.body) {
+		return errors.New("store response: the body is not valid UTF-8")
+	}
+	err := s.fx.CompleteTx(ctx, tx, cl, storedJSON{Status: resp.status, Body: string(resp.body)})
+	if errors.Is(err, effects.ErrLeaseLost) {
+		return errLeaseLost
+	}
 	if err != nil {
 		return fmt.Errorf("store response: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errLeaseLost
 	}
 	return nil
 }
 
 // release deletes owner's claim, after a failure that wrote nothing, so that
 // a retry runs at once instead of waiting out the lease.
-func (s *idemStore) release(ctx context.Context, tenant, key, owner string) error {
-	_, err := s.db.Exec(ctx, `
-DELETE FROM keyed_api_requests
-WHERE tenant_id = $1 AND idempotency_key = $2 AND owner = $3 AND state = 'running'`, tenant, key, owner)
-	if err != nil {
+func (s *idemStore) release(ctx context.Context, key effects.Key, owner string) error {
+	if _, err := s.fx.Release(ctx, key, owner); err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
 	}
 	return nil
@@ -171,33 +157,48 @@ type PruneOpts struct {
 	BatchSize int
 }
 
-// Prune deletes idempotency records older than the retention: finished
-// requests by their finish time, and claims abandoned by a dead holder by
-// their lease. It returns how many it deleted, and an error for a retention
-// under Retention or from the database.
+// Prune deletes idempotency records (effect records of kind KindAPIRequest)
+// older than the retention: finished requests by their finish time, and
+// claims abandoned by a dead holder by their lease. It returns how many it
+// deleted, and an error for a retention under Retention or from the
+// database. The workers' prune of all effect records (EFFECTS_RETENTION) may
+// delete them too, never sooner than Retention: the worker refuses a shorter
+// EFFECTS_RETENTION (fxapp.CheckRetention).
 func Prune(ctx context.Context, db effects.DB, opts *PruneOpts) (int64, error) {
+	fx, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return 0, fmt.Errorf("prune API requests: %w", err)
+	}
+	return prune(ctx, fx, opts)
+}
+
+func prune(ctx context.Context, fx *effects.Client, opts *PruneOpts) (int64, error) {
 	if opts == nil {
 		opts = &PruneOpts{}
 	}
-	retention, batch := opts.Retention, opts.BatchSize
+	retention := opts.Retention
 	if retention == 0 {
 		retention = Retention
 	}
 	if retention < Retention {
 		return 0, fmt.Errorf("prune API requests: retention %s is under the documented %s", retention, Retention)
 	}
-	if batch <= 0 {
-		batch = 1000
-	}
-	total, err := pgbatch.Delete(ctx, db, batch, `
-DELETE FROM keyed_api_requests WHERE (tenant_id, idempotency_key) IN (
-	SELECT tenant_id, idempotency_key FROM keyed_api_requests
-	WHERE (state = 'done' AND finished_at < now() - $1 * interval '1 microsecond')
-	   OR (state = 'running' AND locked_until < now() - $1 * interval '1 microsecond')
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED)`, retention.Microseconds())
+	n, err := fx.PruneKind(ctx, KindAPIRequest, &effects.PruneKindOpts{Retention: retention, BatchSize: opts.BatchSize, ExpiredClaims: true})
 	if err != nil {
-		return total, fmt.Errorf("prune API requests: %w", err)
+		return n, fmt.Errorf("prune API requests: %w", err)
 	}
-	return total, nil
+	return n, nil
 }
+
+// warnOnly passes on records at slog.LevelWarn and above.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnOnly{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warnOnly) WithGroup(name string) slog.Handler { return warnOnly{h.Handler.WithGroup(name)} }

@@ -116,7 +116,7 @@ func TestBadInputGetsItsStatusAndWritesNothing(t *testing.T) {
 		e := decodeError(t, r)
 		require.Equal(t, tc.code, e.Code, "%s: %s", tc.name, r.body)
 		require.Equal(t, tc.field, e.Field, "%s: %s", tc.name, r.body)
-		require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "keyed_api_requests": 0, "keyed_effects": 0}, b.rows(t),
+		require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "api_requests": 0, "effects": 0}, b.rows(t),
 			"%s wrote something", tc.name)
 	}
 

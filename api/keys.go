@@ -8,8 +8,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-
-	"github.com/keyedhq/keyed/effects"
 )
 
 // Environment variables KeysFromEnv reads.
@@ -49,7 +47,8 @@ type keyEntry struct {
 // ParseKeys parses a key list: entries "tenant=key" separated by commas or
 // newlines, with surrounding spaces, blank lines and lines starting with #
 // ignored. Tenants must be valid effect-key parts (printable ASCII, no
-// spaces or ':'); keys must be at least MinKeyLen bytes of printable ASCII
+// spaces or ':') short enough for the effect key of any Idempotency-Key
+// (171 bytes); keys must be at least MinKeyLen bytes of printable ASCII
 // without spaces or commas. It returns an error wrapping ErrBadKeys for a
 // malformed entry or a key given to two tenants, and ErrNoKeys for a list
 // without entries.
@@ -73,8 +72,8 @@ func ParseKeys(s string) (*Keys, error) {
 			if !ok || tenant == "" || key == "" {
 				return nil, fmt.Errorf("%w: entry %d: want tenant=key", ErrBadKeys, n)
 			}
-			if _, err := effects.NewKey(tenant, "api"); err != nil {
-				return nil, fmt.Errorf("%w: entry %d: tenant %q is not a valid effect-key part", ErrBadKeys, n, tenant)
+			if _, err := requestKey(tenant, ":"); err != nil { // the longest effect key of an Idempotency-Key
+				return nil, fmt.Errorf("%w: entry %d: tenant %q is not a valid effect-key part or too long for one", ErrBadKeys, n, tenant)
 			}
 			if len(key) < MinKeyLen {
 				return nil, fmt.Errorf("%w: entry %d (tenant %s): key is shorter than %d bytes", ErrBadKeys, n, tenant, MinKeyLen)

@@ -30,7 +30,6 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fxapp"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -243,14 +242,26 @@ func (b *bundle) count(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
-// rows counts the rows of the tables an API request may write.
+// rows counts the rows an API request may write: in orders and
+// keyed_outbox, and in keyed_effects its Idempotency-Key record
+// ("api_requests") apart from every other effect ("effects").
 func (b *bundle) rows(t testing.TB) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	for _, table := range []string{"orders", "keyed_outbox", "keyed_api_requests", "keyed_effects"} {
+	for _, table := range []string{"orders", "keyed_outbox"} {
 		out[table] = b.count(t, "SELECT count(*) FROM "+table)
 	}
+	out["api_requests"] = b.count(t, "SELECT count(*) FROM keyed_effects WHERE kind = $1", api.KindAPIRequest)
+	out["effects"] = b.count(t, "SELECT count(*) FROM keyed_effects WHERE kind <> $1", api.KindAPIRequest)
 	return out
+}
+
+// requestKey is the effect key of tenant's Idempotency-Key idem.
+func requestKey(t testing.TB, tenant, idem string) string {
+	t.Helper()
+	k, err := api.RequestKeyForTest(tenant, idem)
+	require.NoError(t, err)
+	return k.String()
 }
 
 func (b *bundle) relay(t testing.TB, opts *outbox.RelayOpts) *outbox.Relay {
@@ -271,11 +282,11 @@ type countingStarter struct {
 	calls map[string]int
 }
 
-func (s *countingStarter) Start(ctx context.Context, in orders.CheckoutInput) (*outbox.Started, error) {
+func (s *countingStarter) Start(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
 	s.mu.Lock()
-	s.calls[in.WorkflowID()]++
+	s.calls[req.WorkflowID]++
 	s.mu.Unlock()
-	return s.next.Start(ctx, in)
+	return s.next.Start(ctx, req)
 }
 
 func (s *countingStarter) count(workflowID string) int {
