@@ -27,22 +27,15 @@ func NewPool(t testing.TB, opts ...*effectstest.PoolOpts) *pgxpool.Pool {
 	return Connect(t, url, opts...)
 }
 
-// Connect opens a pool on url, applies all of keyed's migrations, and closes
-// the pool when the test ends. It fails the test when a migration fails.
+// Connect opens a pool on url (see effectstest.Connect), applies all of
+// keyed's migrations, and closes the pool when the test ends. It fails the
+// test when a migration fails.
 func Connect(t testing.TB, url string, opts ...*effectstest.PoolOpts) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.MaxConns = 16
-	if len(opts) > 0 && opts[0] != nil && opts[0].MaxConns > 0 {
-		cfg.MaxConns = opts[0].MaxConns
-	}
+	pool := effectstest.Connect(t, url, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Apply(ctx, pool)
+	_, err := migrations.Apply(ctx, pool)
 	require.NoError(t, err, "apply migrations")
 	return pool
 }
