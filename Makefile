@@ -6,9 +6,11 @@ BIN          := $(CURDIR)/bin
 TEMPORAL     := $(BIN)/temporal
 STRIPE_MOCK  := $(BIN)/stripe-mock
 PROMTOOL     := $(BIN)/promtool
+STATICCHECK  := $(BIN)/staticcheck
 CHROMIUM     := /usr/bin/chromium
 TEMPORAL_CLI_VERSION := v1.5.1
 STRIPE_MOCK_VERSION  := v0.203.0
+STATICCHECK_VERSION  := v0.8.2
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export KEYED_TEMPORAL_BIN ?= $(TEMPORAL)
 export KEYED_STRIPE_MOCK_BIN ?= $(STRIPE_MOCK)
@@ -26,6 +28,10 @@ test: postgres tools ## Run every test against real Postgres (and, from the pipe
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	go test $(GO_TEST_FLAGS) ./...
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(FUZZ_TIME) ./effects
+
+.PHONY: lint
+lint: $(STATICCHECK) ## Run staticcheck over every package.
+	$(STATICCHECK) ./...
 
 .PHONY: test-faults
 test-faults: postgres tools ## Run the fault-injection end-to-end test alone (kills, terminated backends, a Postgres restart, lost responses) and print its figures.
@@ -69,7 +75,7 @@ postgres: ## Make sure PostgreSQL runs on 127.0.0.1:5432 (starts or installs it)
 	@scripts/ensure-postgres
 
 .PHONY: tools
-tools: $(TEMPORAL) $(STRIPE_MOCK) $(PROMTOOL) $(CHROMIUM) ## Build the Temporal CLI (dev server + Web UI) and stripe-mock into bin/, put promtool there, and install Chromium for the browser test.
+tools: $(TEMPORAL) $(STRIPE_MOCK) $(PROMTOOL) $(STATICCHECK) $(CHROMIUM) ## Build the Temporal CLI (dev server + Web UI), stripe-mock and staticcheck into bin/, put promtool there, and install Chromium for the browser test.
 
 $(TEMPORAL):
 	@echo "Building the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (about 5 minutes the first time)..."
@@ -77,6 +83,11 @@ $(TEMPORAL):
 
 $(STRIPE_MOCK):
 	GOBIN=$(BIN) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+# staticcheck is installed from the module proxy at a pinned version; it is
+# a tool, not a dependency, so go.mod does not list it.
+$(STATICCHECK):
+	GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # promtool tests deploy/prometheus's alert rules (go test ./deploy/). A
 # promtool on PATH is linked; otherwise apt-get downloads Debian's (or
