@@ -3,7 +3,6 @@ package doctor
 import (
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
@@ -23,19 +22,15 @@ type Activity struct {
 	KeyShape string
 }
 
-// Declared returns every activity a worker registers, with its options.
-// It is the one adapter between doctor and the declarations in packages
-// activities and workflows.
+// Declared returns every activity a worker registers, with its resolved
+// options (workflows.Declarations). It is the one adapter between doctor
+// and the declarations in packages activities and workflows.
 func Declared() []Activity {
-	var a *activities.Activities // Names the activities; never called.
-	defs := append(a.Definitions(), (&workflows.Decider{}).Definition())
-	out := make([]Activity, 0, len(defs))
-	for _, d := range defs {
-		act := Activity{Name: d.Name, Class: d.Class, Step: d.Step}
-		if d.Step == workflows.StepDecision {
-			act.Options = workflows.DecisionActivityOptions("")
-		} else {
-			act.Options = workflows.ActivityOptions(d.Step, "")
+	decls := workflows.Declarations()
+	out := make([]Activity, 0, len(decls))
+	for _, d := range decls {
+		act := Activity{Name: d.Name, Class: d.Class, Step: d.Step, Options: d.ActivityOptions("")}
+		if d.Step != workflows.StepDecision {
 			act.KeyShape = keyShape(d.Step)
 		}
 		out = append(out, act)
