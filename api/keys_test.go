@@ -48,6 +48,7 @@ func TestParseKeys(t *testing.T) {
 		"acme=short",
 		"acme=sk_with space_0123456789",
 		"acme=" + secret + ",globex=" + secret,
+		strings.Repeat("t", 172) + "=" + secret, // no room left for an Idempotency-Key's effect key
 	} {
 		_, err := api.ParseKeys(bad)
 		require.ErrorIs(t, err, api.ErrBadKeys, "%q", bad)
@@ -55,6 +56,33 @@ func TestParseKeys(t *testing.T) {
 	}
 	_, err = api.ParseKeys(" # nothing\n ,, ")
 	require.ErrorIs(t, err, api.ErrNoKeys)
+}
+
+// An Idempotency-Key becomes an effect key of its tenant: itself when it
+// fits as a key part, else its SHA-256, so every accepted key maps to one
+// effect key, and no two keys to the same.
+func TestRequestKey(t *testing.T) {
+	t.Parallel()
+	longest := strings.Repeat("t", 171)
+	_, err := api.ParseKeys(longest + "=sk_secret_0123456789abcdef")
+	require.NoError(t, err)
+	seen := map[string]string{}
+	for _, tc := range []struct{ tenant, idem, want string }{
+		{"acme", "5c1f0a3e-checkout", "acme:idempotency:5c1f0a3e-checkout"},
+		{"acme", "a:b", "acme:idempotency-sha256:"},
+		{"acme", "idempotency-sha256:x", "acme:idempotency-sha256:"},
+		{"acme", strings.Repeat("k", 255), "acme:idempotency-sha256:"},
+		{"acme", strings.Repeat("k", 238), "acme:idempotency:kkk"},
+		{"globex", "5c1f0a3e-checkout", "globex:idempotency:5c1f0a3e-checkout"},
+		{longest, strings.Repeat("~", 255), longest + ":idempotency-sha256:"},
+	} {
+		k, err := api.RequestKeyForTest(tc.tenant, tc.idem)
+		require.NoError(t, err, "%q", tc.idem)
+		require.Equal(t, tc.tenant, k.Tenant())
+		require.True(t, strings.HasPrefix(k.String(), tc.want), "%s", k)
+		require.NotContains(t, seen, k.String(), "%q and %q", seen[k.String()], tc.idem)
+		seen[k.String()] = tc.idem
+	}
 }
 
 func TestKeysFromEnv(t *testing.T) {
