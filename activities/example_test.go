@@ -17,3 +17,10 @@ func TestSendSurveyTwiceSendsOnce(t *testing.T) {
 	b.secondRun(t, activities.DeclSendSurvey.Name, b.order(t, "survey-1", "pm_card_visa"))
 	require.Equal(t, 1, b.sendgrid.Count())
 }
+
+func TestSendThanksTwiceSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.secondRun(t, activities.DeclSendThanks.Name, b.order(t, "thanks-1", "pm_card_visa"))
+	require.Equal(t, 1, b.sendgrid.Count())
+}

@@ -18,6 +18,7 @@ var Fingerprint = fingerprint
 func DemoDefinitions(a *Activities) []Definition {
 	return []Definition{
 		DeclSendSurvey.Bind(a.SendSurvey),
+		DeclSendThanks.Bind(a.SendThanks),
 	}
 }
 

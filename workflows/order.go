@@ -309,7 +309,7 @@ func runStep[T any](ctx workflow.Context, o *orderRun, k activities.Keyed[T], ou
 // nondeterministic (TestReplayCatchesAStepAddedWithoutGetVersion).
 func runAddedStep[T any](ctx workflow.Context, o *orderRun, changeID string, k activities.Keyed[T], out *T) error {
 	if workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, 1) < 1 {
-		return nil
+		return nil // a run from before the change
 	}
 	return runStep(ctx, o, k, out, nil)
 }
