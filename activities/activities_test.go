@@ -48,7 +48,7 @@ var tables = []string{"keyed_effects", "orders", "order_transitions", "keyed_sen
 
 type bundle struct {
 	pool      *pgxpool.Pool
-	fx        *effects.Client
+	claims    *effects.Client
 	store     *orders.Store
 	stripe    *fakestripe.Server
 	stripeAPI *stripeclient.API
@@ -81,7 +81,7 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 		o.effects = &effects.ClientOpts{}
 	}
 	o.effects.Logger = quiet
-	b.fx = effectstest.NewClient(t, b.pool, o.effects)
+	b.claims = effectstest.NewClient(t, b.pool, o.effects)
 	var err error
 	b.store, err = orders.NewStore(b.pool)
 	require.NoError(t, err)
@@ -105,10 +105,10 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 		sendOpts = &notify.SenderOpts{}
 	}
 	sendOpts.APIKey, sendOpts.From, sendOpts.BaseURL, sendOpts.Logger = "SG.test", "receipts@example.com", gts.URL, quiet
-	sender, err := notify.NewSender(b.fx, b.pool, sendOpts)
+	sender, err := notify.NewSender(b.claims, b.pool, sendOpts)
 	require.NoError(t, err)
 
-	b.acts, err = activities.New(activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: b.stripeAPI, Sender: sender, Logger: quiet})
+	b.acts, err = activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: sender, Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -235,7 +235,7 @@ func TestChargeTwiceChargesOnce(t *testing.T) {
 	require.Equal(t, 1, b.stripe.ChargesForMetadata("tenant_id", "acme"))
 	require.Equal(t, 1, b.stripe.Requests(), "the second run never reached Stripe")
 
-	rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
+	rec, err := b.claims.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
 	require.NoError(t, err)
 	require.Equal(t, effects.StateSucceeded, rec.State)
 	require.Equal(t, testWorkflowID+"/charge", rec.Owner)
@@ -281,7 +281,7 @@ func TestMarkPaidNeedsACharge(t *testing.T) {
 	o, err := b.store.Get(context.Background(), "acme", "9f3a")
 	require.NoError(t, err)
 	require.Equal(t, orders.StatusPending, o.Status)
-	_, err = b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_paid"))
+	_, err = b.claims.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_paid"))
 	require.ErrorIs(t, err, effects.ErrNotFound, "a failed transaction records nothing")
 }
 
@@ -314,7 +314,7 @@ func TestMarkFailedTwiceWritesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, orders.StatusFailed, o.Status)
 	require.Equal(t, []string{"pending->failed " + key(t, in, orders.StepMarkFailed)}, b.transitions(t))
-	rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_failed"))
+	rec, err := b.claims.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_failed"))
 	require.NoError(t, err)
 	require.Equal(t, effects.StateSucceeded, rec.State)
 	require.Equal(t, 1, b.stripe.Requests(), "marking failed never reaches Stripe")
@@ -335,9 +335,9 @@ func TestMarkFailedNeedsATerminallyFailedCharge(t *testing.T) {
 			b.leaveClaim(t, in, "someone-else/charge", time.Hour)
 		}, "is claimed, not failed_terminal"},
 		"charge may have happened": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
-			claim, err := b.fx.Claim(context.Background(), effects.ClaimParams{Key: effects.MustKey("acme", "order", "9f3a", "charge"), Owner: "x/charge"})
+			claim, err := b.claims.Claim(context.Background(), effects.ClaimParams{Key: effects.MustKey("acme", "order", "9f3a", "charge"), Owner: "x/charge"})
 			require.NoError(t, err)
-			require.NoError(t, b.fx.Fail(context.Background(), claim, &activities.Error{Type: activities.ErrTypeKeyReused, Message: "other amount"}))
+			require.NoError(t, b.claims.Fail(context.Background(), claim, &activities.Error{Type: activities.ErrTypeKeyReused, Message: "other amount"}))
 		}, "may have happened"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -352,7 +352,7 @@ func TestMarkFailedNeedsATerminallyFailedCharge(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, orders.StatusPending, o.Status)
 			require.Empty(t, b.transitions(t))
-			_, err = b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_failed"))
+			_, err = b.claims.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "mark_failed"))
 			require.ErrorIs(t, err, effects.ErrNotFound, "a failed transaction records nothing")
 		})
 	}
@@ -514,7 +514,7 @@ func TestChargeDeclineIsTerminal(t *testing.T) {
 	}
 	require.Zero(t, b.stripe.Charges())
 	require.Equal(t, 1, b.stripe.Requests())
-	rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
+	rec, err := b.claims.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
 	require.NoError(t, err)
 	require.Equal(t, effects.StateFailedTerminal, rec.State)
 	require.Equal(t, "card_declined", rec.ErrorCode)
@@ -539,7 +539,7 @@ func (b *bundle) leaveClaim(t *testing.T, in orders.CheckoutInput, owner string,
 	t.Helper()
 	k, err := in.EffectKey(orders.StepCharge)
 	require.NoError(t, err)
-	_, err = b.fx.Claim(context.Background(), effects.ClaimParams{Key: k, Owner: owner, Lease: lease,
+	_, err = b.claims.Claim(context.Background(), effects.ClaimParams{Key: k, Owner: owner, Lease: lease,
 		Fingerprint: activities.Fingerprint("1250", "eur", "pm_card_visa")})
 	require.NoError(t, err)
 }
@@ -569,7 +569,7 @@ func TestChargeTakeoverFindsEarlierCharge(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, pi.ID, res.PaymentIntentID)
 			require.Equal(t, 1, b.stripe.Charges())
-			rec, err := b.fx.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
+			rec, err := b.claims.Get(context.Background(), effects.MustKey("acme", "order", "9f3a", "charge"))
 			require.NoError(t, err)
 			require.Equal(t, effects.StateSucceeded, rec.State)
 			require.Equal(t, testWorkflowID+"/charge", rec.Owner)
@@ -628,7 +628,7 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 	api, err := activities.NewStripeClient(stripeKey, stub.URL, nil)
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -643,7 +643,7 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 
 func senderFor(t *testing.T, b *bundle) *notify.Sender {
 	t.Helper()
-	s, err := notify.NewSender(b.fx, b.pool, &notify.SenderOpts{APIKey: "SG.x", From: "r@example.com"})
+	s, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.x", From: "r@example.com"})
 	require.NoError(t, err)
 	return s
 }
@@ -794,7 +794,7 @@ func TestActivityOptionsFollowTheClass(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	full := activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: b.stripeAPI, Sender: senderFor(t, b)}
+	full := activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: senderFor(t, b)}
 	for name, mutate := range map[string]func(*activities.Deps){
 		"DB":      func(d *activities.Deps) { d.DB = nil },
 		"Effects": func(d *activities.Deps) { d.Effects = nil },
@@ -941,12 +941,12 @@ func TestChargeRefusesAFailedOrderWithoutTouchingItsRecord(t *testing.T) {
 	require.NoError(t, err)
 	k, err := in.EffectKey(orders.StepCharge)
 	require.NoError(t, err)
-	_, err = b.fx.Resolve(context.Background(), k, effects.ResolveParams{Resolution: effects.ResolveRetry, Reason: "test"})
+	_, err = b.claims.Resolve(context.Background(), k, effects.ResolveParams{Resolution: effects.ResolveRetry, Reason: "test"})
 	require.NoError(t, err)
 
 	_, err = b.charge(t, in)
 	requireTerminal(t, err, activities.ErrTypeInvalidState)
-	rec, err := b.fx.Get(context.Background(), k)
+	rec, err := b.claims.Get(context.Background(), k)
 	require.NoError(t, err)
 	require.Equal(t, "resolved_retry", rec.ErrorCode, "the refused charge did not claim the record")
 }

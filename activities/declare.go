@@ -73,10 +73,12 @@ type Declaration struct {
 	Name  string
 	Class effects.Class
 	Step  string
-	// Policy is an irreversible send's delivery policy when SendGrid cannot
-	// say whether an earlier attempt went out; the Sender's configured
-	// policy for the template (RECEIPT_POLICY) overrides it. Empty for the
-	// other classes.
+	// Policy is the delivery policy an irreversible send is written for:
+	// what it does when SendGrid cannot say whether an earlier attempt went
+	// out. Register requires one on a send and refuses one on any other
+	// class; `starter doctor` shows it. The notify.Sender applies the policy
+	// configured for the message's template (RECEIPT_POLICY for the
+	// receipt), at most once by default.
 	Policy notify.Policy
 	// Options overrides the class's default activity options.
 	Options Options
