@@ -90,7 +90,7 @@ func TestStripeMockContract(t *testing.T) {
 	api, err := activities.NewStripeClient("sk_test_123", base, nil) // The shape stripe-mock accepts.
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.fx, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
