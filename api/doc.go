@@ -31,7 +31,10 @@
 //   - Same key while the first request still runs: 409 request_in_progress
 //     with Retry-After.
 //
-// Only successful responses are stored, for Retention (24 hours) at least.
+// Each key is an effect record of kind KindAPIRequest, claimed, completed
+// and released through package effects like any keyed step, under an
+// effect key of the tenant. Only successful responses are stored, for
+// Retention (24 hours) at least.
 // A request that fails (bad input, order_conflict, a database error) writes
 // nothing, releases its key on a fresh context bounded by ReleaseTimeout,
 // and may be retried with the same key at once. Bad input gets 400 (413 for
