@@ -76,7 +76,7 @@ type idemStore struct {
 // fingerprint mismatch to page on) and logs only warnings: the access log
 // has a record per request already.
 func newIdemStore(db effects.DB, logger *slog.Logger, lease time.Duration) (*idemStore, error) {
-	fx, err := effects.NewClient(db, &effects.ClientOpts{Lease: lease, Logger: slog.New(warnOnly{logger.Handler()})})
+	fx, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(warnOnly{logger.Handler()})})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
 	}

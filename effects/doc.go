@@ -98,7 +98,10 @@
 // For a database effect, DoTx runs the claim, the caller's writes and the
 // completed record in the caller's transaction, so the effect and its record
 // commit or roll back together. Claim, Complete and Fail also come as
-// ClaimTx, CompleteTx and FailTx, taking the caller's pgx.Tx.
+// ClaimTx, CompleteTx and FailTx, taking the caller's pgx.Tx. When such a
+// transaction rolls back, Release gives the key up at once, and a larger
+// outcome, such as a stored HTTP response, may raise its own cap with
+// ClaimParams.MaxResultBytes.
 //
 // # Serializing one entity
 //
