@@ -718,7 +718,7 @@ func (h *Handler) dbFailure(w http.ResponseWriter, r *http.Request, what string,
 
 // Prune deletes the Handler's expired idempotency records; see Prune.
 func (h *Handler) Prune(ctx context.Context) (int64, error) {
-	return prune(ctx, h.idem.fx, nil)
+	return prune(ctx, h.idem.claims, nil)
 }
 
 func randomHex(n int) string {

@@ -67,8 +67,8 @@ type storedJSON struct {
 // finishTx, so the business writes and the stored response commit or roll
 // back together. A request that fails releases its claim.
 type idemStore struct {
-	fx    *effects.Client
-	lease time.Duration
+	claims *effects.Client
+	lease  time.Duration
 }
 
 // newIdemStore returns a store over db. Its effects client has no metrics
@@ -76,11 +76,11 @@ type idemStore struct {
 // fingerprint mismatch to page on) and logs only warnings: the access log
 // has a record per request already.
 func newIdemStore(db effects.DB, logger *slog.Logger, lease time.Duration) (*idemStore, error) {
-	fx, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(warnOnly{logger.Handler()})})
+	claims, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(warnOnly{logger.Handler()})})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
 	}
-	return &idemStore{fx: fx, lease: lease}, nil
+	return &idemStore{claims: claims, lease: lease}, nil
 }
 
 // requestKey is the effect key of tenant's Idempotency-Key idem: the key
@@ -103,7 +103,7 @@ func requestKey(tenant, idem string) (effects.Key, error) {
 // errKeyReused when the key was first used with another hash, and
 // errInProgress when another request holds it under a live lease.
 func (s *idemStore) claim(ctx context.Context, key effects.Key, hash, owner string) (*effects.Claim, *stored, error) {
-	cl, err := s.fx.Claim(ctx, effects.ClaimParams{Key: key, Kind: KindAPIRequest, Owner: owner, Fingerprint: hash,
+	cl, err := s.claims.Claim(ctx, effects.ClaimParams{Key: key, Kind: KindAPIRequest, Owner: owner, Fingerprint: hash,
 		Lease: s.lease, MaxResultBytes: maxStoredResponse, AsyncCommit: true})
 	switch {
 	case errors.Is(err, effects.ErrKeyReused):
@@ -129,7 +129,7 @@ func (s *idemStore) finishTx(ctx context.Context, tx pgx.Tx, cl *effects.Claim, 
 	if !utf8.Valid(resp.body) {
 		return errors.New("store response: the body is not valid UTF-8")
 	}
-	err := s.fx.CompleteTx(ctx, tx, cl, storedJSON{Status: resp.status, Body: string(resp.body)})
+	err := s.claims.CompleteTx(ctx, tx, cl, storedJSON{Status: resp.status, Body: string(resp.body)})
 	if errors.Is(err, effects.ErrLeaseLost) {
 		return errLeaseLost
 	}
@@ -142,7 +142,7 @@ func (s *idemStore) finishTx(ctx context.Context, tx pgx.Tx, cl *effects.Claim, 
 // release deletes owner's claim, after a failure that wrote nothing, so that
 // a retry runs at once instead of waiting out the lease.
 func (s *idemStore) release(ctx context.Context, key effects.Key, owner string) error {
-	if _, err := s.fx.Release(ctx, key, owner); err != nil {
+	if _, err := s.claims.Release(ctx, key, owner); err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
 	}
 	return nil
@@ -165,14 +165,14 @@ type PruneOpts struct {
 // delete them too, never sooner than Retention: the worker refuses a shorter
 // EFFECTS_RETENTION (fxapp.CheckRetention).
 func Prune(ctx context.Context, db effects.DB, opts *PruneOpts) (int64, error) {
-	fx, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(slog.DiscardHandler)})
+	claims, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, fmt.Errorf("prune API requests: %w", err)
 	}
-	return prune(ctx, fx, opts)
+	return prune(ctx, claims, opts)
 }
 
-func prune(ctx context.Context, fx *effects.Client, opts *PruneOpts) (int64, error) {
+func prune(ctx context.Context, claims *effects.Client, opts *PruneOpts) (int64, error) {
 	if opts == nil {
 		opts = &PruneOpts{}
 	}
@@ -183,7 +183,7 @@ func prune(ctx context.Context, fx *effects.Client, opts *PruneOpts) (int64, err
 	if retention < Retention {
 		return 0, fmt.Errorf("prune API requests: retention %s is under the documented %s", retention, Retention)
 	}
-	n, err := fx.PruneKind(ctx, KindAPIRequest, &effects.PruneKindOpts{Retention: retention, BatchSize: opts.BatchSize, ExpiredClaims: true})
+	n, err := claims.PruneKind(ctx, KindAPIRequest, &effects.PruneKindOpts{Retention: retention, BatchSize: opts.BatchSize, ExpiredClaims: true})
 	if err != nil {
 		return n, fmt.Errorf("prune API requests: %w", err)
 	}
