@@ -593,3 +593,29 @@ func TestClientDisconnectStillStoresTheResponse(t *testing.T) {
 	require.Equal(t, "true", r.header.Get(api.HeaderReplayed))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM orders`))
 }
+
+// A request whose claim was taken over while it ran (its lease ran out)
+// rolls its writes back and answers 409; the retry then runs.
+func TestRequestThatLostItsKeyRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := b.holdOrder(t, b.tenantA, "ord_lost")
+	done := make(chan response, 1)
+	go func() { done <- b.do(t, "POST", "/v1/orders", b.keyA, "k-lost", orderBody("ord_lost", 100)) }()
+	b.waitRunning(t, b.tenantA, "k-lost")
+	// Another request takes the key over, then dies too.
+	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET generation = generation + 1, owner = 'other',
+		lease_until = now() - interval '1 second' WHERE key = $1`, requestKey(t, b.tenantA, "k-lost"))
+	require.NoError(t, err)
+	release()
+	r := <-done
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Equal(t, api.CodeRequestInProgress, decodeError(t, r).Code)
+	require.Contains(t, decodeError(t, r).Message, "outlived")
+	require.Equal(t, strconv.Itoa(api.RetryAfterSeconds), r.header.Get("Retry-After"))
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM orders`), "its writes rolled back")
+
+	r = b.do(t, "POST", "/v1/orders", b.keyA, "k-lost", orderBody("ord_lost", 100))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	require.Equal(t, 1.0, testutil.ToFloat64(b.metrics.IdemForTest("takeover")))
+}
