@@ -1,0 +1,78 @@
+package fxapp_test
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+)
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWorkerReportsDoctorChecksAtStart starts a worker on a pool below its
+// default size, in a deployment that never reconciled, and finds both in
+// its log (one line each) and in keyed_doctor_check_status, while the
+// checks that pass are exported as 0.
+func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	d := fxapptest.Prepare(t, nil)
+	d.Env["DATABASE_URL"] += "&pool_max_conns=6"
+	w, err := fxapptest.StartOn(t, d, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	require.NoError(t, err)
+
+	var metrics string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := http.Get("http://" + w.Metrics.Addr() + "/metrics")
+		if !assert.NoError(c, err) {
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		assert.NoError(c, err)
+		metrics = string(body)
+		assert.Contains(c, metrics, `keyed_doctor_check_status{check="reconcile",subject="deployment"} 3`)
+	}, 30*time.Second, 200*time.Millisecond)
+	for _, want := range []string{
+		`keyed_doctor_check_status{check="pool",subject="worker"} 1`,
+		`keyed_doctor_check_status{check="classified",subject="Charge"} 0`,
+		`keyed_doctor_check_status{check="retention",subject="EFFECTS_RETENTION"} 0`,
+		`keyed_doctor_check_status{check="search_attributes",subject="KeyedAttention"} 0`,
+		`keyed_doctor_check_status{check="lease",subject="SendReceipt"} 0`,
+	} {
+		require.Contains(t, metrics, want)
+	}
+	require.NotContains(t, metrics, `check="dead_letters"`, "the start-up report runs the cheap checks only")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, logs.String(), "doctor checked the deployment")
+	}, 10*time.Second, 100*time.Millisecond)
+	out := logs.String()
+	require.Contains(t, out, `msg="doctor: pool worker: warn" component=doctor check=pool subject=worker status=warn evidence="pool_max_conns=6: the worker needs at least 4`)
+	require.Contains(t, out, `msg="doctor: reconcile deployment: fail"`)
+	require.Contains(t, out, "not_passed=2")
+	require.NotContains(t, out, "doctor: classified")
+}
