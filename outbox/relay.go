@@ -117,9 +117,9 @@ type RelayOpts struct {
 	Wake <-chan struct{}
 }
 
-// Relay moves committed outbox rows to their Starter. It is safe to run several
-// relays, in one process or many, over the same database: each row is
-// claimed by one relay at a time. Run it with Run, or with Start and Stop
+// Relay moves committed outbox rows to its Starter. It is safe to run
+// several relays, in one process or many, over the same database: each row
+// is claimed by one relay at a time. Run it with Run, or with Start and Stop
 // from an fx lifecycle.
 type Relay struct {
 	db      effects.DB
@@ -486,10 +486,9 @@ func (r *Relay) Stop(ctx context.Context) error {
 
 // claimed is one outbox row claimed by a poll.
 type claimed struct {
-	id         int64
-	workflowID string
-	req        Request
-	attempts   int
+	id       int64
+	req      Request
+	attempts int
 	// traceContext is the enqueueing request's trace context, nil when
 	// it had none (see internal/tracing).
 	traceContext []byte
@@ -538,7 +537,6 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 			&c.attempts, &c.traceContext, &ageMicros); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: %w", err)
 		}
-		c.workflowID = q.WorkflowID
 		c.age = time.Duration(ageMicros) * time.Microsecond
 		batch = append(batch, c)
 	}
@@ -633,15 +631,15 @@ func (r *Relay) handle(ctx context.Context, c claimed) (bool, error) {
 		}
 		r.metrics.failed()
 		r.reschedule(rec, c, err)
-		return false, fmt.Errorf("start %s: %w", c.workflowID, err)
+		return false, fmt.Errorf("start %s: %w", c.req.WorkflowID, err)
 	}
 	r.metrics.started(st.Created, c.age+time.Since(c.claimedAt))
 	_, err = r.db.Exec(rec, `
 UPDATE keyed_outbox SET sent_at = now(), run_id = $2, claimed_by = NULL, last_error = NULL
 WHERE id = $1 AND sent_at IS NULL`, c.id, st.RunID)
 	if err != nil {
-		r.remember(unmarked{id: c.id, workflowID: c.workflowID, runID: st.RunID, leaseEnd: c.claimedAt.Add(r.lease)})
-		return false, &unmarkedError{workflowID: c.workflowID, runID: st.RunID, err: err}
+		r.remember(unmarked{id: c.id, workflowID: c.req.WorkflowID, runID: st.RunID, leaseEnd: c.claimedAt.Add(r.lease)})
+		return false, &unmarkedError{workflowID: c.req.WorkflowID, runID: st.RunID, err: err}
 	}
 	return true, nil
 }
@@ -726,13 +724,13 @@ func (r *Relay) reschedule(ctx context.Context, c claimed, cause error) {
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
-	r.logger.WarnContext(ctx, "workflow start failed; will retry", "workflow_id", c.workflowID, "workflow_type", c.req.WorkflowType,
+	r.logger.WarnContext(ctx, "workflow start failed; will retry", "workflow_id", c.req.WorkflowID, "workflow_type", c.req.WorkflowType,
 		"attempt", c.attempts, "retry_in", wait, "error", cause)
 	if _, err := r.db.Exec(ctx, `
 UPDATE keyed_outbox SET available_at = now() + $3 * interval '1 microsecond', last_error = $4, claimed_by = NULL
 WHERE id = $1 AND claimed_by = $2 AND sent_at IS NULL`, c.id, c.token, wait.Microseconds(), msg); err != nil {
 		r.logger.WarnContext(ctx, "reschedule outbox row; it returns when its lease runs out",
-			"workflow_id", c.workflowID, "error", err)
+			"workflow_id", c.req.WorkflowID, "error", err)
 	}
 }
 
