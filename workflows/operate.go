@@ -66,11 +66,11 @@ func AttentionOf(ctx context.Context, c client.Client, tenantID, orderID string)
 		return "", "", errors.New("attention of order: client is nil")
 	}
 	id := orders.WorkflowID(tenantID, orderID)
-	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	desc, err := c.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return "", "", fmt.Errorf("describe %s: %w", id, err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	value = keyword(info.GetSearchAttributes().GetIndexedFields(), SearchAttrAttentionName)
 	if value == "" || info.GetCloseTime() != nil {
 		return "", "", fmt.Errorf("%s: %w", id, ErrNotWaiting)
