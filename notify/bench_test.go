@@ -35,7 +35,7 @@ func BenchmarkSend(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			bb := setup(b, nil)
-			quiet, err := notify.NewSender(bb.fx, bb.pool, &notify.SenderOpts{APIKey: apiKey, From: "r@example.com",
+			quiet, err := notify.NewSender(bb.claims, bb.pool, &notify.SenderOpts{APIKey: apiKey, From: "r@example.com",
 				BaseURL: bb.url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(b, err)
 			bb.sender = quiet

@@ -133,7 +133,7 @@ func (s *Sender) lastPost(ctx context.Context, m Message, rcpt []byte) (time.Dur
 
 // claimAge returns how long ago key's effect record was first claimed.
 func (s *Sender) claimAge(ctx context.Context, key effects.Key) (time.Duration, error) {
-	rec, err := s.fx.Get(ctx, key)
+	rec, err := s.claims.Get(ctx, key)
 	if err != nil {
 		return 0, fmt.Errorf("read effect record: %w", err)
 	}

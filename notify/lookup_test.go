@@ -45,7 +45,7 @@ func (b *bundle) sent(m notify.Message) []fakesendgrid.Message {
 // requireRecord checks m's effect record state and error code.
 func (b *bundle) requireRecord(t *testing.T, m notify.Message, state effects.State, code string) *effects.Record {
 	t.Helper()
-	rec, err := b.fx.Get(context.Background(), m.Key)
+	rec, err := b.claims.Get(context.Background(), m.Key)
 	require.NoError(t, err)
 	require.Equal(t, state, rec.State)
 	require.Equal(t, code, rec.ErrorCode)
@@ -203,7 +203,7 @@ func TestTakeoverFindsTheMessage(t *testing.T) {
 	_, err := b.sender.Send(ctx, old)
 	require.ErrorIs(t, err, notify.ErrUnconfirmed)
 	_, kind, _, fp := notify.ClaimParamsFor(m)
-	_, err = b.fx.Claim(ctx, effects.ClaimParams{Key: m.Key, Kind: kind, Owner: old.Owner, Fingerprint: fp, Lease: 50 * time.Millisecond})
+	_, err = b.claims.Claim(ctx, effects.ClaimParams{Key: m.Key, Kind: kind, Owner: old.Owner, Fingerprint: fp, Lease: 50 * time.Millisecond})
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond)
 

@@ -122,7 +122,7 @@ type SenderOpts struct {
 // Sender sends emails through SendGrid as keyed effects. It is safe for
 // concurrent use.
 type Sender struct {
-	fx       *effects.Client
+	claims   *effects.Client
 	db       effects.DB
 	apiKey   string
 	baseURL  string
@@ -136,14 +136,14 @@ type Sender struct {
 	sendTimeout time.Duration
 }
 
-// NewSender returns a Sender that claims effects with fx and keeps its
-// collapse window in db, which must have keyed's migrations applied. It
-// returns an error if fx or db is nil, the API key or From is missing, From
-// is not an address, BaseURL is not an http(s) URL, the window or a look-up
-// duration is negative, the send timeout plus LookupLag exceeds the collapse
-// window, or a policy is unknown.
-func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, error) {
-	if fx == nil {
+// NewSender returns a Sender that claims its sends through the effects
+// client claims and keeps its collapse window in db, which must have keyed's
+// migrations applied. It returns an error if claims or db is nil, the API
+// key or From is missing, From is not an address, BaseURL is not an http(s)
+// URL, the window or a look-up duration is negative, the send timeout plus
+// LookupLag exceeds the collapse window, or a policy is unknown.
+func NewSender(claims *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, error) {
+	if claims == nil {
 		return nil, errors.New("notify: NewSender: effects client is nil")
 	}
 	if db == nil {
@@ -198,7 +198,7 @@ func NewSender(fx *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, er
 		logger = slog.Default()
 	}
 	return &Sender{
-		fx: fx, db: db, apiKey: opts.APIKey, baseURL: strings.TrimRight(base, "/"),
+		claims: claims, db: db, apiKey: opts.APIKey, baseURL: strings.TrimRight(base, "/"),
 		from: sgmail.NewEmail(from.Name, from.Address), window: window, policies: policies,
 		http: &rest.Client{HTTPClient: hc}, logger: logger, lookup: lk, sendTimeout: sendTimeout,
 	}, nil
@@ -308,7 +308,7 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	rcpt := recipientDigest(m.Key.Tenant(), m.To)
 	p := effects.ClaimParams{Key: m.Key, Kind: m.Template, Owner: m.Owner, Fingerprint: fingerprint(m.Template, rcpt, m.Entity)}
 	opts := &effects.DoOpts{Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
-	res, err := effects.Do(ctx, s.fx, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
+	res, err := effects.Do(ctx, s.claims, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
 		log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))
 		if claim.Mode != effects.ModeNew || m.LookUpFirst {
 			res, done, err := s.settle(ctx, m, policy, rcpt, log)

@@ -32,7 +32,7 @@ var tables = []string{"keyed_effects", "keyed_sends"}
 
 type bundle struct {
 	pool   *pgxpool.Pool
-	fx     *effects.Client
+	claims *effects.Client
 	fake   *fakesendgrid.Server
 	url    string
 	sender *notify.Sender
@@ -49,7 +49,7 @@ func setupWith(t testing.TB, opts *notify.SenderOpts, fakeOpts *fakesendgrid.Opt
 	t.Helper()
 	b := &bundle{pool: dbtest.NewPool(t), fake: fakesendgrid.New(fakeOpts), logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.fx = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: logger})
+	b.claims = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: logger})
 	ts := httptest.NewServer(b.fake)
 	t.Cleanup(ts.Close)
 	b.url = ts.URL
@@ -66,7 +66,7 @@ func setupWith(t testing.TB, opts *notify.SenderOpts, fakeOpts *fakesendgrid.Opt
 		opts.BaseURL = ts.URL
 	}
 	opts.Logger = logger
-	s, err := notify.NewSender(b.fx, b.pool, opts)
+	s, err := notify.NewSender(b.claims, b.pool, opts)
 	require.NoError(t, err)
 	b.sender = s
 	return b
@@ -110,7 +110,7 @@ func TestSendTwiceSendsOnce(t *testing.T) {
 	require.Equal(t, results[0].MessageID, sent[0].MessageID)
 
 	// Only the outcome is stored: no address, no body.
-	rec, err := b.fx.Get(context.Background(), m.Key)
+	rec, err := b.claims.Get(context.Background(), m.Key)
 	require.NoError(t, err)
 	require.Equal(t, effects.StateSucceeded, rec.State)
 	require.Equal(t, "receipt", rec.Kind)
@@ -149,7 +149,7 @@ func TestCollapseWindowDropsRepeatOfAnotherKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, notify.Result{Collapsed: true}, res)
 	require.Equal(t, 1, b.fake.Count())
-	rec, err := b.fx.Get(ctx, repeat.Key)
+	rec, err := b.claims.Get(ctx, repeat.Key)
 	require.NoError(t, err)
 	require.Equal(t, effects.StateSucceeded, rec.State)
 	require.JSONEq(t, `{"collapsed":true}`, string(rec.Result))
@@ -209,7 +209,7 @@ func TestCollapseWindowIsConfigurable(t *testing.T) {
 func crash(t testing.TB, b *bundle, m notify.Message) {
 	t.Helper()
 	_, kind, owner, fp := notify.ClaimParamsFor(m)
-	_, err := b.fx.Claim(context.Background(), effects.ClaimParams{Key: m.Key, Kind: kind, Owner: owner, Fingerprint: fp})
+	_, err := b.claims.Claim(context.Background(), effects.ClaimParams{Key: m.Key, Kind: kind, Owner: owner, Fingerprint: fp})
 	require.NoError(t, err)
 }
 
@@ -230,7 +230,7 @@ func TestServerErrorsAreTransient(t *testing.T) {
 			require.ErrorAs(t, err, &se)
 			require.Contains(t, []int{429, 500}, se.Status)
 			require.Zero(t, b.fake.Count())
-			rec, err := b.fx.Get(ctx, m.Key)
+			rec, err := b.claims.Get(ctx, m.Key)
 			require.NoError(t, err)
 			require.Equal(t, effects.StateFailedTransient, rec.State)
 			require.Equal(t, notify.CodeUnavailable, rec.ErrorCode)
@@ -267,7 +267,7 @@ func TestTransientThenRetrySends(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, res.MessageID)
 	require.Equal(t, 1, b.fake.Count())
-	rec, err := b.fx.Get(ctx, m.Key)
+	rec, err := b.claims.Get(ctx, m.Key)
 	require.NoError(t, err)
 	require.Equal(t, 3, rec.Attempts)
 }
@@ -343,32 +343,32 @@ func TestInvalidMessage(t *testing.T) {
 func TestNewSenderValidates(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.NewPool(t)
-	fx := effectstest.NewClient(t, pool, nil)
+	claims := effectstest.NewClient(t, pool, nil)
 	ok := notify.SenderOpts{APIKey: apiKey, From: "receipts@example.com"}
 
-	s, err := notify.NewSender(fx, pool, &ok)
+	s, err := notify.NewSender(claims, pool, &ok)
 	require.NoError(t, err)
 	require.NotNil(t, s)
 
 	for name, tc := range map[string]struct {
-		fx     *effects.Client
+		claims *effects.Client
 		db     effects.DB
 		mutate func(*notify.SenderOpts)
 		want   string
 	}{
-		"nil fx":       {db: pool, mutate: func(*notify.SenderOpts) {}, want: "effects client is nil"},
-		"nil db":       {fx: fx, mutate: func(*notify.SenderOpts) {}, want: "db is nil"},
-		"no key":       {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.APIKey = " " }, want: "API key is required"},
-		"no from":      {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.From = "" }, want: "From address is required"},
-		"bad from":     {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.From = "receipts" }, want: "not an email address"},
-		"bad base":     {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.BaseURL = "api.sendgrid.com" }, want: "not an http(s) URL"},
-		"neg window":   {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = -time.Second }, want: "negative"},
-		"bad policy":   {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.Policies = map[string]notify.Policy{"receipt": "twice"} }, want: "unknown policy"},
-		"neg lag":      {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupLag = -time.Second }, want: "LookupLag -1s is negative"},
-		"neg timeout":  {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupTimeout = -time.Second }, want: "LookupTimeout -1s is negative"},
-		"neg give up":  {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupGiveUp = -time.Second }, want: "LookupGiveUp -1s is negative"},
-		"lag > window": {fx: fx, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = time.Minute }, want: "send timeout 30s plus LookupLag 5m0s exceeds the collapse window 1m0s"},
-		"nil opts key": {fx: fx, db: pool, mutate: nil, want: "API key is required"},
+		"nil claims":   {db: pool, mutate: func(*notify.SenderOpts) {}, want: "effects client is nil"},
+		"nil db":       {claims: claims, mutate: func(*notify.SenderOpts) {}, want: "db is nil"},
+		"no key":       {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.APIKey = " " }, want: "API key is required"},
+		"no from":      {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.From = "" }, want: "From address is required"},
+		"bad from":     {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.From = "receipts" }, want: "not an email address"},
+		"bad base":     {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.BaseURL = "api.sendgrid.com" }, want: "not an http(s) URL"},
+		"neg window":   {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = -time.Second }, want: "negative"},
+		"bad policy":   {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.Policies = map[string]notify.Policy{"receipt": "twice"} }, want: "unknown policy"},
+		"neg lag":      {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupLag = -time.Second }, want: "LookupLag -1s is negative"},
+		"neg timeout":  {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupTimeout = -time.Second }, want: "LookupTimeout -1s is negative"},
+		"neg give up":  {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.LookupGiveUp = -time.Second }, want: "LookupGiveUp -1s is negative"},
+		"lag > window": {claims: claims, db: pool, mutate: func(o *notify.SenderOpts) { o.CollapseWindow = time.Minute }, want: "send timeout 30s plus LookupLag 5m0s exceeds the collapse window 1m0s"},
+		"nil opts key": {claims: claims, db: pool, mutate: nil, want: "API key is required"},
 	} {
 		var opts *notify.SenderOpts
 		if tc.mutate != nil {
@@ -380,7 +380,7 @@ func TestNewSenderValidates(t *testing.T) {
 		if tc.db != nil {
 			db = tc.db
 		}
-		_, err := notify.NewSender(tc.fx, db, opts)
+		_, err := notify.NewSender(tc.claims, db, opts)
 		require.ErrorContains(t, err, tc.want, name)
 		require.NotContains(t, err.Error(), apiKey, name)
 	}
