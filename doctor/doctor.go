@@ -43,6 +43,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -317,15 +318,35 @@ func ratio(have, need time.Duration) Status {
 	return StatusPass
 }
 
-// days renders d for people: "7d", "36h", "90s".
+// days renders d for people: "7d", "25h", "1h30m", "30m", "1.5s", "227ms".
 func days(d time.Duration) string {
 	switch {
+	case d == 0:
+		return "0s"
 	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
 		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	case d >= time.Hour:
-		return d.Round(time.Minute).String()
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return strings.TrimSuffix(d.String(), "0s")
 	case d >= time.Second:
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// plural renders "1 run", "2 runs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// times renders a ratio: "0.7", "2.5", "42".
+func times(x float64) string {
+	if x >= 10 {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.1f", x)
 }

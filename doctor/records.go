@@ -52,7 +52,7 @@ func (r *run) classifiedOne(ctx context.Context, a Activity) Check {
 		return c
 	}
 	c.Status = StatusPass
-	c.Evidence = fmt.Sprintf("%s; %d sampled claims (last %s) all of the shape %s", decl, len(keys), days(r.o.Window), a.KeyShape)
+	c.Evidence = fmt.Sprintf("%s; %s (last %s) all of the shape %s", decl, plural(len(keys), "sampled claim"), days(r.o.Window), a.KeyShape)
 	return c
 }
 
@@ -125,9 +125,15 @@ FROM keyed_effects WHERE created_at >= $1 AND kind = $2 AND attempts = 1 AND fin
 		return c
 	}
 	p99 := time.Duration(p99s * float64(time.Second))
+	if p99 < time.Millisecond {
+		c.Status = StatusPass
+		c.Evidence = fmt.Sprintf("start-to-close %s; the p99 claim-to-finish time of %s is under 1ms "+
+			"(the claim and its outcome commit in one transaction)", days(stc), plural(n, "single-attempt "+a.Step+" claim"))
+		return c
+	}
 	c.Status = ratio(stc, p99)
-	c.Evidence = fmt.Sprintf("start-to-close %s is %.1f× the p99 claim-to-finish time %s of %d single-attempt %s claims (last %s)",
-		days(stc), float64(stc)/float64(max(p99, time.Millisecond)), days(p99), n, a.Step, days(r.o.Window))
+	c.Evidence = fmt.Sprintf("start-to-close %s is %s× the p99 claim-to-finish time %s of %s (last %s)",
+		days(stc), times(float64(stc)/float64(p99)), days(p99), plural(n, "single-attempt "+a.Step+" claim"), days(r.o.Window))
 	if c.Status != StatusPass {
 		c.Evidence += "; attempts that outlive the timeout are retried while the first may still act"
 		c.Fix = fmt.Sprintf("raise %s's StartToCloseTimeout (workflows.ActivityOptions) to at least 3× the p99, %s, or find why it got slow",

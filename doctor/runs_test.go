@@ -111,7 +111,7 @@ VALUES ('acme', 'declined', 100, 'usd', 'ann@example.com', 'pm_card_chargeDeclin
 	var c doctor.Check
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		c = one(t, d.run(t, nil, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "runs")
-		assert.Contains(ct, c.Evidence, "1 failed runs in the last 7d ended a declined order")
+		assert.Contains(ct, c.Evidence, "1 failed run in the last 7d ended a declined order")
 	}, 20*time.Second, 250*time.Millisecond)
 	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
 
@@ -120,8 +120,8 @@ VALUES ('acme', 'declined', 100, 'usd', 'ann@example.com', 'pm_card_chargeDeclin
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		c = one(t, d.run(t, nil, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "runs")
 		assert.Equal(ct, doctor.StatusWarn, c.Status, c.Evidence)
-		assert.Contains(ct, c.Evidence, "1 runs wait for a decision, the oldest started 0s ago (order:acme:ambiguous:fulfil, receipt:ambiguous)")
-		assert.Contains(ct, c.Evidence, "1 runs failed in the last 7d with their order not final, the oldest 0s ago (order:acme:stuck:fulfil)")
+		assert.Contains(ct, c.Evidence, "1 run waits for a decision, the oldest started 0s ago (order:acme:ambiguous:fulfil, receipt:ambiguous)")
+		assert.Contains(ct, c.Evidence, "1 run failed in the last 7d with its order not final, the oldest 0s ago (order:acme:stuck:fulfil)")
 	}, 20*time.Second, 250*time.Millisecond)
 	require.Contains(t, c.Fix, "starter resolve")
 	require.Contains(t, c.Fix, "starter start --tenant … --order …")
@@ -137,7 +137,7 @@ func TestRetriesTheGuardNeverSawWarn(t *testing.T) {
 		c = one(t, d.run(t, nil, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
 		assert.Equal(ct, doctor.StatusWarn, c.Status, c.Evidence)
 	}, 20*time.Second, 250*time.Millisecond)
-	require.Equal(t, "Temporal retried Charge 1 times in 1 recent runs, yet the guard saw none of it: 0 charge records claimed again (last 7d); "+
+	require.Equal(t, "Temporal retried Charge 1 time in 1 recent run, yet the guard saw none of it: 0 charge records claimed again (last 7d); "+
 		"suppressed duplicates not read (no metrics given: pass --metrics-url); the activity may act without claiming its effect key", c.Evidence)
 	require.Contains(t, c.Fix, "make Charge claim {tenant}:order:{order}:charge through effects.Do or Claim")
 	require.Equal(t, doctor.StatusPass, one(t, d.run(t, nil, doctor.CheckSuppression), doctor.CheckSuppression, "SendReceipt").Status)
@@ -165,14 +165,14 @@ func TestRetriesTheGuardSawPass(t *testing.T) {
 	var c doctor.Check
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		c = one(t, d.run(t, func(o *doctor.Opts) { o.MetricsURL = metrics.URL }, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
-		assert.Contains(ct, c.Evidence, "Temporal retried Charge 1 times in 1 recent runs")
+		assert.Contains(ct, c.Evidence, "Temporal retried Charge 1 time in 1 recent run")
 	}, 20*time.Second, 250*time.Millisecond)
 	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
-	require.Equal(t, "Temporal retried Charge 1 times in 1 recent runs; the guard saw them: 1 charge records claimed again (last 7d); "+
-		"suppressed 1 duplicates ("+metrics.URL+" since that worker started)", c.Evidence)
+	require.Equal(t, "Temporal retried Charge 1 time in 1 recent run; the guard saw them: 1 charge record claimed again (last 7d); "+
+		"suppressed 1 duplicate ("+metrics.URL+" since that worker started)", c.Evidence)
 
 	c = one(t, d.run(t, func(o *doctor.Opts) { o.Gatherer = reg }, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
-	require.Contains(t, c.Evidence, "suppressed 1 duplicates (this worker's counter since it started)")
+	require.Contains(t, c.Evidence, "suppressed 1 duplicate (this worker's counter since it started)")
 	c = one(t, d.run(t, func(o *doctor.Opts) { o.MetricsURL = "http://127.0.0.1:1/metrics" }, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
 	require.Contains(t, c.Evidence, `suppressed duplicates not read: Get "http://127.0.0.1:1/metrics"`)
 }

@@ -45,17 +45,17 @@ func (r *run) suppression(ctx context.Context) []Check {
 		}
 		n, g, s := retries[a.Name], guarded[a.Step], suppressed[a.Step]
 		c := Check{Name: CheckSuppression, Subject: a.Name, Status: StatusPass}
-		seen := fmt.Sprintf("%d %s records claimed again (last %s); suppressed %s", g, a.Step, days(r.o.Window), suppressedText(s, source))
+		seen := fmt.Sprintf("%s claimed again (last %s); suppressed %s", plural(g, a.Step+" record"), days(r.o.Window), suppressedText(s, source))
 		switch {
 		case n == 0:
-			c.Evidence = fmt.Sprintf("Temporal retried no %s attempt in %d recent runs; %s", a.Name, runs, seen)
+			c.Evidence = fmt.Sprintf("Temporal retried no %s attempt in %s; %s", a.Name, plural(runs, "recent run"), seen)
 		case g+s == 0:
 			c.Status = StatusWarn
-			c.Evidence = fmt.Sprintf("Temporal retried %s %d times in %d recent runs, yet the guard saw none of it: %s; "+
-				"the activity may act without claiming its effect key", a.Name, n, runs, seen)
+			c.Evidence = fmt.Sprintf("Temporal retried %s %s in %s, yet the guard saw none of it: %s; "+
+				"the activity may act without claiming its effect key", a.Name, plural(n, "time"), plural(runs, "recent run"), seen)
 			c.Fix = fmt.Sprintf("make %s claim %s through effects.Do or Claim before it acts, and export the effects metrics", a.Name, a.KeyShape)
 		default:
-			c.Evidence = fmt.Sprintf("Temporal retried %s %d times in %d recent runs; the guard saw them: %s", a.Name, n, runs, seen)
+			c.Evidence = fmt.Sprintf("Temporal retried %s %s in %s; the guard saw them: %s", a.Name, plural(n, "time"), plural(runs, "recent run"), seen)
 		}
 		out = append(out, c)
 	}
@@ -69,7 +69,7 @@ func suppressedText(n int, source string) string {
 	case strings.HasPrefix(source, "not read: "):
 		return "duplicates " + source
 	}
-	return fmt.Sprintf("%d duplicates (%s)", n, source)
+	return fmt.Sprintf("%s (%s)", plural(n, "duplicate"), source)
 }
 
 // temporalRetries reads the histories of up to HistorySample order runs

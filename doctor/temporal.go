@@ -91,14 +91,14 @@ func (r *run) deadRuns(ctx context.Context) Check {
 				oldest = w
 			}
 		}
-		parts = append(parts, fmt.Sprintf("%d runs wait for a decision, the oldest started %s ago (%s, %s)",
-			len(waiting), days(r.now.Sub(oldest.StartTime).Round(time.Minute)), oldest.WorkflowID, oldest.Attention))
+		parts = append(parts, fmt.Sprintf("%s for a decision, the oldest started %s ago (%s, %s)",
+			pluralVerb(len(waiting), "run", "waits", "wait"), days(r.now.Sub(oldest.StartTime).Round(time.Minute)), oldest.WorkflowID, oldest.Attention))
 	}
 	if len(failed) > 0 {
-		parts = append(parts, fmt.Sprintf("%d runs failed in the last %s with their order not final, the oldest %s ago (%s)",
-			len(failed), days(r.o.Window), days(r.now.Sub(failed[0].closed).Round(time.Minute)), failed[0].id))
+		parts = append(parts, fmt.Sprintf("%s failed in the last %s with its order not final, the oldest %s ago (%s)",
+			plural(len(failed), "run"), days(r.o.Window), days(r.now.Sub(failed[0].closed).Round(time.Minute)), failed[0].id))
 	}
-	finalNote := fmt.Sprintf("%d failed runs in the last %s ended a declined order (final, not a dead letter)", final, days(r.o.Window))
+	finalNote := fmt.Sprintf("%s in the last %s ended a declined order (final, not a dead letter)", plural(final, "failed run"), days(r.o.Window))
 	if len(parts) == 0 {
 		return Check{Name: CheckDeadLetters, Subject: subject, Status: StatusPass,
 			Evidence: "no run waits for a decision; " + finalNote + "; replay path: " + replayPath}
@@ -156,4 +156,12 @@ func parseWorkflowID(id string) (tenant, order string, ok bool) {
 		return "", "", false
 	}
 	return parts[1], parts[2], true
+}
+
+// pluralVerb renders "1 run waits", "2 runs wait".
+func pluralVerb(n int, noun, one, many string) string {
+	if n == 1 {
+		return "1 " + noun + " " + one
+	}
+	return fmt.Sprintf("%d %ss %s", n, noun, many)
 }

@@ -44,7 +44,7 @@ func TestDoctorAgainstAWorker(t *testing.T) {
 	code, out, errOut = starter(t, env, args...)
 	require.Equal(t, doctor.ExitFailures, code, out+errOut)
 	require.Regexp(t, `(?m)^FAIL\s+reconcile\s+deployment\s+no successful reconciliation`, out)
-	require.Regexp(t, `(?m)^PASS\s+classified\s+Charge\s+class external_create, step charge; 1 sampled claims`, out)
+	require.Regexp(t, `(?m)^PASS\s+classified\s+Charge\s+class external_create, step charge; 1 sampled claim `, out)
 	require.Contains(t, out, "exit 4")
 
 	_, err := w.Pool.Exec(ctx, `INSERT INTO keyed_reconcile_runs (window_from, window_to, records, payment_intents, in_flight, findings)
