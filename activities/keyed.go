@@ -102,6 +102,9 @@ func (k Keyed[T]) Run(ctx context.Context, a *Activities, in orders.CheckoutInpu
 
 func (k Keyed[T]) run(ctx context.Context, a *Activities, in orders.CheckoutInput, e Effect[T]) (T, error) {
 	var zero T
+	if e.Do == nil {
+		return zero, fmt.Errorf("%s: activity %s declares no effect (Effect.Do is nil)", k.Step, k.Name)
+	}
 	s, err := a.prepare(ctx, in, k.Step)
 	if err != nil {
 		return zero, err

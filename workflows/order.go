@@ -205,16 +205,20 @@ func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeou
 		return out, err
 	}
 	o.decisionTimeout = decisionTimeout
-	if err := runStep(ctx, o, activities.DeclCharge, &out.Charge, func(r orders.ChargeResult) string { return r.PaymentIntentID }); err != nil {
+	// Beside each step, the run's details show the ID of its outcome.
+	intentID := func(r orders.ChargeResult) string { return r.PaymentIntentID }
+	paid := func(r orders.MarkPaidResult) string { return r.Status }
+	messageID := func(r orders.ReceiptResult) string { return r.MessageID }
+	if err := runStep(ctx, o, activities.DeclCharge, &out.Charge, intentID); err != nil {
 		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
 			o.markFailed(ctx)
 		}
 		return out, err
 	}
-	if err := runStep(ctx, o, activities.DeclMarkPaid, &out.Paid, func(r orders.MarkPaidResult) string { return r.Status }); err != nil {
+	if err := runStep(ctx, o, activities.DeclMarkPaid, &out.Paid, paid); err != nil {
 		return out, err
 	}
-	if err := runStep(ctx, o, activities.DeclSendReceipt, &out.Receipt, func(r orders.ReceiptResult) string { return r.MessageID }); err != nil {
+	if err := runStep(ctx, o, activities.DeclSendReceipt, &out.Receipt, messageID); err != nil {
 		return out, err
 	}
 	if then != nil {
@@ -283,8 +287,8 @@ func (o *orderRun) index(d activities.Declaration) (int, error) {
 
 // runStep runs the activity declared by k into out (see orderRun.run) and,
 // once it succeeds, shows outcome(*out) beside the step when outcome is not
-// nil. It returns an
-// error when the input cannot key the step, and run's error.
+// nil. It returns an error when the input cannot key the step, and run's
+// error.
 func runStep[T any](ctx workflow.Context, o *orderRun, k activities.Keyed[T], out *T, outcome func(T) string) error {
 	i, err := o.index(k.Declaration)
 	if err != nil {
