@@ -69,6 +69,10 @@
 // there are findings (so the job fails and alerts), 1 when Postgres or
 // Stripe failed and 2 for bad input. With --json it prints the Report.
 //
+// Each successful Run is recorded in keyed_reconcile_runs (migration 0011):
+// Last returns the most recent, and `starter doctor` fails when it is older
+// than the job's period or missing.
+//
 // Embedded in a long-running process instead, pass Opts.Registerer: the
 // gauge keyed_reconcile_findings{kind} holds the last run's findings, the
 // counter keyed_reconcile_findings_total{kind} every run's, and
