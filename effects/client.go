@@ -341,8 +341,8 @@ func (c *Client) complete(ctx context.Context, db DB, claim *Claim, result any) 
 	}
 	tag, err := db.Exec(ctx, `
 UPDATE keyed_effects
-SET state = 'succeeded', result = $4, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $3 AND state = 'claimed'`, claim.Key.String(), claim.Generation, claim.Owner, body)
+SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'`, claim.Key.String(), claim.Generation, body, claim.Owner)
 	if err != nil {
 		return fmt.Errorf("complete %s: %w", claim.Key, err)
 	}
@@ -388,8 +388,8 @@ func (c *Client) fail(ctx context.Context, db DB, claim *Claim, cause error) err
 	code := errorCode(cause)
 	tag, err := db.Exec(ctx, `
 UPDATE keyed_effects
-SET state = $4, error_code = $5, error_message = $6, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $3 AND state = 'claimed'`, claim.Key.String(), claim.Generation, claim.Owner, state, code, msg)
+SET state = $3, error_code = $4, error_message = $5, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $6 AND state = 'claimed'`, claim.Key.String(), claim.Generation, state, code, msg, claim.Owner)
 	if err != nil {
 		return fmt.Errorf("fail %s: %w", claim.Key, err)
 	}
@@ -414,9 +414,9 @@ func (c *Client) Extend(ctx context.Context, claim *Claim, lease time.Duration) 
 		lease = c.lease
 	}
 	err := c.db.QueryRow(ctx, `
-UPDATE keyed_effects SET lease_until = now() + $4 * interval '1 microsecond', updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $3 AND state = 'claimed'
-RETURNING lease_until`, claim.Key.String(), claim.Generation, claim.Owner, lease.Microseconds()).Scan(&claim.LeaseUntil)
+UPDATE keyed_effects SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'
+RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds(), claim.Owner).Scan(&claim.LeaseUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("extend %s: %w", claim.Key, ErrLeaseLost)
 	}
