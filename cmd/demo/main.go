@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,21 +62,18 @@ func main() {
 
 // run starts everything, runs the scenarios, prints the report and, with
 // keep, waits for ctx to end. Whatever it started is stopped on return,
-// and an error stopping it is returned with any other.
+// and an error stopping it, or writing to out, is returned with any other.
 func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if o.duplicates < 1 {
 		return fmt.Errorf("-duplicates %d: want at least 1", o.duplicates)
 	}
 	env := envPath()
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+	if err := resetState(env); err != nil {
 		return err
 	}
-	// A file left by an earlier run points at servers that are gone.
-	if err := removeIfExists(env); err != nil {
-		return err
-	}
-	st := &stack{out: out}
-	defer func() { err = joinErr(err, st.close(), removeIfExists(env)) }()
+	w := &errWriter{w: out}
+	st := &stack{out: w}
+	defer func() { err = joinErr(err, st.close(), removeIfExists(env), w.unreported(err)) }()
 	if err := st.start(ctx, o); err != nil {
 		return err
 	}
@@ -83,20 +81,47 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err := st.runScenarios(ctx, list, o.duplicates); err != nil {
 		return err
 	}
-	rows, err := st.rows(ctx, list)
-	if err != nil {
-		return err
-	}
-	if err := printReport(out, rows, o.duplicates, st.stripeFake != nil); err != nil {
-		return err
-	}
-	if err := st.printTotals(ctx); err != nil {
+	if err := st.report(ctx, list, o.duplicates); err != nil {
 		return err
 	}
 	if !o.keep {
-		_, err := fmt.Fprintf(out, "\nEverything has stopped. Run `make demo KEEP=1` to keep the servers up and explore the runs\n"+
-			"in the Temporal Web UI and with bin/starter. Worker log: %s\n", st.logPath)
-		return err
+		return st.printStopped()
 	}
 	return st.keep(ctx, env, list[0].id)
+}
+
+// resetState makes the state directory and removes the env file an earlier
+// run left: it points at servers that are gone.
+func resetState(env string) error {
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return fmt.Errorf("make %s: %w", stateDir, err)
+	}
+	return removeIfExists(env)
+}
+
+// errWriter is an io.Writer that keeps the first error and writes nothing
+// after it, so that the progress lines (stack.say) need no check each: run
+// returns the error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = fmt.Errorf("write the report: %w", err)
+	}
+	return n, e.err
+}
+
+// unreported returns the writer's error unless err already holds it.
+func (e *errWriter) unreported(err error) error {
+	if e.err == nil || errors.Is(err, e.err) {
+		return nil
+	}
+	return e.err
 }

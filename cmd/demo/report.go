@@ -16,28 +16,34 @@ import (
 // maxWidth is the widest line the report prints.
 const maxWidth = 100
 
+// report prints the table of the scenarios' outcomes, their details, and
+// the totals.
+func (s *stack) report(ctx context.Context, list []*demoOrder, dups int) error {
+	rows, err := s.rows(ctx, list)
+	if err != nil {
+		return err
+	}
+	if err := printReport(s.out, rows, dups, s.stripeFake != nil); err != nil {
+		return err
+	}
+	return s.printTotals(ctx)
+}
+
+// printStopped says that everything has stopped and how to keep it up.
+func (s *stack) printStopped() error {
+	_, err := fmt.Fprintf(s.out, "\nEverything has stopped. Run `make demo KEEP=1` to keep the servers up and explore the runs\n"+
+		"in the Temporal Web UI and with bin/starter. Worker log: %s\n", s.logPath)
+	return err
+}
+
 // printReport prints the table, what its columns mean, and each order's
 // details; no line is wider than maxWidth columns.
 func printReport(w io.Writer, rows []row, dups int, fake bool) error {
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ORDER\tSCENARIO\tNEW\tDUPLICATE\tLATER START\tOUTCOME\tCHARGES")
-	for _, r := range rows {
-		charges := "n/a"
-		if r.charges >= 0 {
-			charges = fmt.Sprint(r.charges)
-		}
-		later := "refused"
-		if r.later != "refused" {
-			later = "re-ran"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", truncate(r.order, 12), truncate(r.scenario, 20), r.runs, r.duplicates,
-			later, truncate(r.outcome, 24), charges)
-	}
-	if err := tw.Flush(); err != nil {
+	t, err := table(rows)
+	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprint(w, legend(dups, fake)); err != nil {
+	if _, err := io.WriteString(w, "\n"+t+legend(dups, fake)); err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -46,6 +52,37 @@ func printReport(w io.Writer, rows []row, dups int, fake bool) error {
 		}
 	}
 	return nil
+}
+
+// table returns the report's table, one line per row, its columns aligned.
+func table(rows []row) (string, error) {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	lines := []string{"ORDER\tSCENARIO\tNEW\tDUPLICATE\tLATER START\tOUTCOME\tCHARGES"}
+	for _, r := range rows {
+		lines = append(lines, r.tableLine())
+	}
+	if _, err := io.WriteString(tw, strings.Join(lines, "\n")+"\n"); err != nil {
+		return "", err
+	}
+	if err := tw.Flush(); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// tableLine is r's line of the table, its cells separated by tabs.
+func (r row) tableLine() string {
+	charges := "n/a"
+	if r.charges >= 0 {
+		charges = fmt.Sprint(r.charges)
+	}
+	later := "refused"
+	if r.later != "refused" {
+		later = "re-ran"
+	}
+	return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s\t%s", truncate(r.order, 12), truncate(r.scenario, 20), r.runs, r.duplicates,
+		later, truncate(r.outcome, 24), charges)
 }
 
 // legend explains the table's columns in words.
@@ -91,41 +128,57 @@ func printDetails(w io.Writer, r row) error {
 // printTotals prints what the fake Stripe saw and the worker's count of
 // duplicates its effect records suppressed.
 func (s *stack) printTotals(ctx context.Context) error {
-	fmt.Fprintln(s.out)
+	var b strings.Builder
+	b.WriteString("\n")
 	if s.stripeFake != nil {
-		fmt.Fprintf(s.out, "Stripe saw %d create requests and made %d charges.\n", s.stripeFake.Requests(), s.stripeFake.Charges())
+		fmt.Fprintf(&b, "Stripe saw %d create requests and made %d charges.\n", s.stripeFake.Requests(), s.stripeFake.Charges())
 	}
-	counts, err := scrapeSuppressed(ctx, "http://"+s.metricsAddr+"/metrics")
-	if err != nil {
-		_, err = fmt.Fprintf(s.out, "The worker's metrics could not be read: %v\n", err)
-		return err
+	if counts, err := scrapeSuppressed(ctx, "http://"+s.metricsAddr+"/metrics"); err != nil {
+		fmt.Fprintf(&b, "The worker's metrics could not be read: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "Effect records suppressed repeated side effects: %s\n"+
+			"(worker metric keyed_effect_duplicates_suppressed_total, by effect kind)\n", counts)
 	}
-	_, err = fmt.Fprintf(s.out, "Effect records suppressed repeated side effects: %s\n"+
-		"(worker metric keyed_effect_duplicates_suppressed_total, by effect kind)\n", counts)
+	_, err := io.WriteString(s.out, b.String())
 	return err
 }
 
 // scrapeSuppressed reads keyed_effect_duplicates_suppressed_total from the
 // worker's /metrics as "charge 2, receipt 0", or "none".
 func scrapeSuppressed(ctx context.Context, u string) (string, error) {
+	body, err := get(ctx, u)
+	if err != nil {
+		return "", err
+	}
+	return suppressed(body), nil
+}
+
+// get returns the body of a GET of u, waiting at most 5 seconds. A status
+// other than 200 is an error.
+func get(ctx context.Context, u string) (body []byte, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
+	defer func() { err = joinErr(err, resp.Body.Close()) }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
 	}
+	return io.ReadAll(resp.Body)
+}
+
+// suppressed returns the samples of keyed_effect_duplicates_suppressed_total
+// in a Prometheus text exposition as "charge 2, receipt 0", or "none".
+func suppressed(body []byte) string {
 	const name = "keyed_effect_duplicates_suppressed_total"
 	var parts []string
-	for _, line := range strings.Split(string(body), "\n") {
+	for line := range strings.SplitSeq(string(body), "\n") {
 		rest, ok := strings.CutPrefix(line, name+"{")
 		if !ok {
 			continue
@@ -138,10 +191,10 @@ func scrapeSuppressed(ctx context.Context, u string) (string, error) {
 		parts = append(parts, kind+" "+value)
 	}
 	if len(parts) == 0 {
-		return "none", nil
+		return "none"
 	}
 	sort.Strings(parts)
-	return strings.Join(parts, ", "), nil
+	return strings.Join(parts, ", ")
 }
 
 // envPath is where the demo writes the CLI's settings while it keeps its

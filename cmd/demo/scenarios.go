@@ -66,6 +66,8 @@ func (s *stack) runScenarios(ctx context.Context, list []*demoOrder, dups int) e
 	return nil
 }
 
+// createAndStart creates the order o, with its Stripe fault injected if
+// it has one, and fires dups concurrent starts at it.
 func (s *stack) createAndStart(ctx context.Context, o *demoOrder, dups int) error {
 	if o.fault != nil && s.stripeFake != nil {
 		s.stripeFake.Inject(*o.fault)
@@ -75,15 +77,22 @@ func (s *stack) createAndStart(ctx context.Context, o *demoOrder, dups int) erro
 	if err != nil {
 		return fmt.Errorf("create order %s: %w", o.id, err)
 	}
+	if err := s.startConcurrently(ctx, o, ord, dups); err != nil {
+		return fmt.Errorf("start %s: %w", o.id, err)
+	}
+	return nil
+}
+
+// startConcurrently fires dups starts at the order at once, records each
+// in o.started, and returns every start's error.
+func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders.Order, dups int) error {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		errs []error
 	)
 	for range dups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			st, err := workflows.Start(ctx, s.tc, orders.NewCheckoutInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue, Order: ord})
 			mu.Lock()
 			defer mu.Unlock()
@@ -92,13 +101,10 @@ func (s *stack) createAndStart(ctx context.Context, o *demoOrder, dups int) erro
 				return
 			}
 			o.started = append(o.started, st)
-		}()
+		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("start %s: %w", o.id, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // startLater fires a start at a finished order: refused for a paid order;
@@ -132,38 +138,52 @@ type row struct {
 func (s *stack) rows(ctx context.Context, list []*demoOrder) ([]row, error) {
 	out := make([]row, 0, len(list))
 	for _, o := range list {
-		r := row{order: o.id, scenario: o.note, workflowID: o.started[0].WorkflowID, charges: -1}
-		for _, st := range o.started {
-			if st.Created {
-				r.runs++
-			} else {
-				r.duplicates++
-			}
-		}
-		r.outcome, r.charge, r.receipt = outcomeOf(o)
-		r.later = "refused"
-		if o.later.Created {
-			r.later = "re-ran: " + failure(o.rerunErr)
-		}
-		if s.stripeFake != nil {
-			r.charges = s.stripeFake.ChargesForMetadata("order_id", o.id)
-		}
-		prefix, err := orders.OrderKey(tenant, o.id)
+		r, err := s.row(ctx, o)
 		if err != nil {
 			return nil, err
 		}
-		recs, err := s.fxc.List(ctx, prefix)
-		if err != nil {
-			return nil, fmt.Errorf("list effects of %s: %w", o.id, err)
-		}
-		states := make([]string, len(recs))
-		for i, rec := range recs {
-			states[i] = rec.Kind + "=" + string(rec.State)
-		}
-		r.effects = strings.Join(states, " ")
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// row is the report's row for o.
+func (s *stack) row(ctx context.Context, o *demoOrder) (row, error) {
+	r := row{order: o.id, scenario: o.note, workflowID: o.started[0].WorkflowID, charges: -1, later: "refused"}
+	for _, st := range o.started {
+		if st.Created {
+			r.runs++
+		} else {
+			r.duplicates++
+		}
+	}
+	r.outcome, r.charge, r.receipt = outcomeOf(o)
+	if o.later.Created {
+		r.later = "re-ran: " + failure(o.rerunErr)
+	}
+	if s.stripeFake != nil {
+		r.charges = s.stripeFake.ChargesForMetadata("order_id", o.id)
+	}
+	var err error
+	r.effects, err = s.effectStates(ctx, o.id)
+	return r, err
+}
+
+// effectStates lists the order's effect records as "charge=succeeded …".
+func (s *stack) effectStates(ctx context.Context, orderID string) (string, error) {
+	prefix, err := orders.OrderKey(tenant, orderID)
+	if err != nil {
+		return "", err
+	}
+	recs, err := s.fxc.List(ctx, prefix)
+	if err != nil {
+		return "", fmt.Errorf("list effects of %s: %w", orderID, err)
+	}
+	states := make([]string, len(recs))
+	for i, rec := range recs {
+		states[i] = rec.Kind + "=" + string(rec.State)
+	}
+	return strings.Join(states, " "), nil
 }
 
 // outcomeOf says how an order's run ended, with its charge and receipt.

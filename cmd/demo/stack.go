@@ -30,7 +30,8 @@ import (
 
 // stack is everything the demo runs, and how to stop it.
 type stack struct {
-	out         io.Writer
+	// out keeps its first write error, which run returns.
+	out         *errWriter
 	srv         *devserver.Server
 	dbURL       string
 	pool        *pgxpool.Pool
@@ -45,6 +46,8 @@ type stack struct {
 	stops []func() error
 }
 
+// say prints a progress line. A failed write is kept in s.out, and run
+// returns it.
 func (s *stack) say(format string, args ...any) {
 	fmt.Fprintf(s.out, "▸ "+format+"\n", args...)
 }
@@ -136,25 +139,18 @@ func (s *stack) providerEnv() []string {
 		"SENDGRID_API_KEY=SG.demo", "SENDGRID_API_BASE=" + sg.URL}
 }
 
+// startWorker starts the worker binary, its output in .demo/worker.log,
+// with the settings to reach the demo and its providers.
 func (s *stack) startWorker(_ context.Context, o options) error {
-	s.metricsAddr = "127.0.0.1:9464"
-	if !portFree(9464) {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	}
-	env := append(s.cliEnv(), "METRICS_ADDR="+s.metricsAddr)
-	env = append(env, s.providerEnv()...)
-	if os.Getenv("RECEIPT_FROM") == "" {
-		env = append(env, "RECEIPT_FROM=receipts@keyed.example")
+	env, err := s.workerEnv()
+	if err != nil {
+		return err
 	}
 	s.say("starting the worker: %s", o.workerBin)
 	s.logPath = filepath.Join(stateDir, "worker.log")
 	logFile, err := os.Create(s.logPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("create the worker log: %w", err)
 	}
 	worker := exec.Command(o.workerBin)
 	worker.Env = append(os.Environ(), env...)
@@ -163,15 +159,37 @@ func (s *stack) startWorker(_ context.Context, o options) error {
 	if err := worker.Start(); err != nil {
 		return joinErr(fmt.Errorf("start worker (run `make demo`, which builds it): %w", err), logFile.Close())
 	}
-	s.stops = append(s.stops, func() error {
-		// The worker drains and exits 0 on SIGTERM.
-		err := worker.Process.Signal(syscall.SIGTERM)
-		if werr := worker.Wait(); werr != nil {
-			err = joinErr(err, fmt.Errorf("worker (see %s): %w", s.logPath, werr))
-		}
-		return joinErr(err, logFile.Close())
-	})
+	s.stops = append(s.stops, func() error { return s.stopWorker(worker, logFile) })
 	return nil
+}
+
+// workerEnv picks the worker's metrics address (9464 unless it is taken)
+// and returns the worker's settings, starting the fake providers if needed.
+func (s *stack) workerEnv() ([]string, error) {
+	s.metricsAddr = "127.0.0.1:9464"
+	if !portFree(9464) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	env := append(s.cliEnv(), "METRICS_ADDR="+s.metricsAddr)
+	env = append(env, s.providerEnv()...)
+	if os.Getenv("RECEIPT_FROM") == "" {
+		env = append(env, "RECEIPT_FROM=receipts@keyed.example")
+	}
+	return env, nil
+}
+
+// stopWorker sends the worker SIGTERM, on which it drains and exits 0,
+// waits for it and closes its log.
+func (s *stack) stopWorker(worker *exec.Cmd, logFile *os.File) error {
+	err := worker.Process.Signal(syscall.SIGTERM)
+	if werr := worker.Wait(); werr != nil {
+		err = joinErr(err, fmt.Errorf("worker (see %s): %w", s.logPath, werr))
+	}
+	return joinErr(err, logFile.Close())
 }
 
 func (s *stack) dial(_ context.Context, _ options) error {
