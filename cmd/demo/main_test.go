@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +44,33 @@ func TestReportFitsAHundredColumnsAndExplainsItself(t *testing.T) {
 	}
 	require.NotContains(t, out, "new/duplicates suppressed")
 	require.Contains(t, out, "  re-run    ended CardDeclined")
+}
+
+func TestSuppressedReadsTheMetricByKind(t *testing.T) {
+	t.Parallel()
+	body := []byte("# TYPE keyed_effect_duplicates_suppressed_total counter\n" +
+		"keyed_effect_duplicates_suppressed_total{kind=\"receipt\"} 0\n" +
+		"keyed_effect_duplicates_suppressed_total{kind=\"charge\"} 2\n" +
+		"keyed_effect_claims_acquired_total{kind=\"charge\"} 9\n")
+	require.Equal(t, "charge 2, receipt 0", suppressed(body))
+	require.Equal(t, "none", suppressed([]byte("go_goroutines 7\n")))
+}
+
+// failingWriter fails every write.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriteErrorsAreReturnedOnce(t *testing.T) {
+	t.Parallel()
+	w := &errWriter{w: failingWriter{}}
+	st := &stack{out: w}
+	st.say("starting")
+	st.say("still starting")
+	require.ErrorContains(t, w.err, "disk full", "a failed progress line is kept")
+	require.Equal(t, w.err, w.unreported(nil), "run returns it")
+	require.NoError(t, w.unreported(fmt.Errorf("print: %w", w.err)), "but not twice")
+	require.ErrorIs(t, printReport(w, nil, 1, false), w.err)
 }
 
 func TestEnvFileIsSourceable(t *testing.T) {
