@@ -308,7 +308,7 @@ func (s *countingStarter) total() int {
 // workflowExists reports whether Temporal has a run for the workflow ID.
 func (b *bundle) workflowExists(t testing.TB, workflowID string) bool {
 	t.Helper()
-	_, err := b.temporal.DescribeWorkflowExecution(b.ctx, workflowID, "")
+	_, err := b.temporal.DescribeWorkflow(b.ctx, workflowID, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return false

@@ -60,18 +60,18 @@ func TestRelayStartsAnyWorkflowType(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 
-	desc, err := b.temporal.DescribeWorkflowExecution(b.ctx, greet.WorkflowID, "")
+	desc, err := b.temporal.DescribeWorkflow(b.ctx, greet.WorkflowID, "")
 	require.NoError(t, err)
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	require.Equal(t, "GreetingWorkflow", info.GetType().GetName())
 	require.Equal(t, ownQueue, info.GetTaskQueue())
-	require.Equal(t, "greet Ada", decodeString(t, desc.GetExecutionConfig().GetUserMetadata().GetSummary()))
+	require.Equal(t, "greet Ada", decodeString(t, desc.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary()))
 	require.Empty(t, info.GetSearchAttributes().GetIndexedFields(), "the order hook leaves other workflows alone")
 	require.JSONEq(t, `{"v":2,"name":"Ada"}`, firstInput(t, b.temporal, greet.WorkflowID))
 
-	desc, err = b.temporal.DescribeWorkflowExecution(b.ctx, plain.WorkflowID, "")
+	desc, err = b.temporal.DescribeWorkflow(b.ctx, plain.WorkflowID, "")
 	require.NoError(t, err)
-	require.Equal(t, b.taskQueue, desc.GetWorkflowExecutionInfo().GetTaskQueue(), "the starter's default queue")
+	require.Equal(t, b.taskQueue, desc.RawResponse.GetWorkflowExecutionInfo().GetTaskQueue(), "the starter's default queue")
 	require.JSONEq(t, `[1,2]`, firstInput(t, b.temporal, plain.WorkflowID))
 	entry, err := outbox.Get(b.ctx, b.pool, plain.WorkflowID)
 	require.NoError(t, err)
@@ -110,11 +110,11 @@ func TestRowOfTheOldShapeIsStillStarted(t *testing.T) {
 	require.Equal(t, 1, n)
 
 	wf := orders.WorkflowID(b.tenant, "ord_old")
-	desc, err := b.temporal.DescribeWorkflowExecution(b.ctx, wf, "")
+	desc, err := b.temporal.DescribeWorkflow(b.ctx, wf, "")
 	require.NoError(t, err)
-	require.Equal(t, orders.WorkflowName, desc.GetWorkflowExecutionInfo().GetType().GetName())
-	require.Equal(t, "tenant "+b.tenant+" · order ord_old · 19.99 USD", decodeString(t, desc.GetExecutionConfig().GetUserMetadata().GetSummary()))
-	requireOrderSearchAttributes(t, desc, b.tenant, "ord_old")
+	require.Equal(t, orders.WorkflowName, desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName())
+	require.Equal(t, "tenant "+b.tenant+" · order ord_old · 19.99 USD", decodeString(t, desc.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary()))
+	requireOrderSearchAttributes(t, desc.RawResponse, b.tenant, "ord_old")
 	require.JSONEq(t, `{"v":1,"tenant_id":"`+b.tenant+`","order_id":"ord_old"}`, firstInput(t, b.temporal, wf))
 }
 
@@ -172,9 +172,9 @@ func TestMigration0012KeepsOldRowsRelayable(t *testing.T) {
 	n, err := r.Poll(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	desc, err := b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, "ord_unsent"), "")
+	desc, err := b.temporal.DescribeWorkflow(b.ctx, orders.WorkflowID(b.tenant, "ord_unsent"), "")
 	require.NoError(t, err)
-	require.Equal(t, "tenant "+b.tenant+" · order ord_unsent · 19.99 USD", decodeString(t, desc.GetExecutionConfig().GetUserMetadata().GetSummary()))
+	require.Equal(t, "tenant "+b.tenant+" · order ord_unsent · 19.99 USD", decodeString(t, desc.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary()))
 }
 
 // enqueueOldShape is EnqueueTx as it was before migration 0012, statement

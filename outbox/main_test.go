@@ -203,7 +203,7 @@ func (b *bundle) requireOneRunEach(t *testing.T, ids []string) {
 	require.Eventually(t, func() bool { return b.runs(t) == len(ids) }, 20*time.Second, 100*time.Millisecond,
 		"Temporal should hold exactly %d runs on %s", len(ids), b.taskQueue)
 	for _, id := range ids {
-		_, err := b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, id), "")
+		_, err := b.temporal.DescribeWorkflow(b.ctx, orders.WorkflowID(b.tenant, id), "")
 		require.NoError(t, err, "workflow for %s", id)
 	}
 }

@@ -77,7 +77,7 @@ func TestRollbackLeavesNoOutboxRowAndStartsNothing(t *testing.T) {
 	require.Zero(t, n)
 	calls, _ := b.starter.counts()
 	require.Empty(t, calls)
-	_, err = b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, "ord_rb"), "")
+	_, err = b.temporal.DescribeWorkflow(b.ctx, orders.WorkflowID(b.tenant, "ord_rb"), "")
 	var notFound *serviceerror.NotFound
 	require.ErrorAs(t, err, &notFound)
 }
@@ -225,12 +225,12 @@ func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
-	desc, err := b.temporal.DescribeWorkflowExecution(b.ctx, orders.WorkflowID(b.tenant, ids[0]), "")
+	desc, err := b.temporal.DescribeWorkflow(b.ctx, orders.WorkflowID(b.tenant, ids[0]), "")
 	require.NoError(t, err)
 	var summary string
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(desc.GetExecutionConfig().GetUserMetadata().GetSummary(), &summary))
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(desc.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary(), &summary))
 	require.Equal(t, "tenant "+b.tenant+" · order "+ids[0]+" · 19.99 USD", summary)
-	requireOrderSearchAttributes(t, desc, b.tenant, ids[0])
+	requireOrderSearchAttributes(t, desc.RawResponse, b.tenant, ids[0])
 
 	// EnqueueTx without the order leaves the amount out.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {

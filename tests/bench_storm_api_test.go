@@ -91,7 +91,7 @@ func (s *stormAPI) settle(b *testing.B) int {
 	runs := 0
 	for _, in := range s.ins {
 		require.Eventually(b, func() bool {
-			_, err := s.world.temporal.DescribeWorkflowExecution(s.world.ctx, in.WorkflowID(), "")
+			_, err := s.world.temporal.DescribeWorkflow(s.world.ctx, in.WorkflowID(), "")
 			return err == nil
 		}, time.Minute, 50*time.Millisecond, "the relay starts %s", in.WorkflowID())
 		require.NoError(b, s.world.temporal.GetWorkflow(s.world.ctx, in.WorkflowID(), "").Get(s.world.ctx, nil))

@@ -204,14 +204,6 @@ func (b *browser) url() string {
 	return s
 }
 
-// eval runs a JavaScript expression and returns its string value.
-func (b *browser) eval(expr string) string {
-	b.t.Helper()
-	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](expr))
-	require.NoError(b.t, err, "evaluate %s", expr)
-	return s
-}
-
 // screenshot saves a full-page PNG in a directory under $TMPDIR that is
 // kept when the test fails, and logs its path.
 func (b *browser) screenshot(name string) {

@@ -305,15 +305,15 @@ func (w *faultWorld) inspect(t *testing.T, ctx context.Context, plan []*faultOrd
 		}
 		o.runs = w.runs(t, in.WorkflowID())
 
-		desc, err := w.temporal.DescribeWorkflowExecution(ctx, in.WorkflowID(), "")
+		desc, err := w.temporal.DescribeWorkflow(ctx, in.WorkflowID(), "")
 		if err != nil { // such as no run at all: the order is reported, not fine
 			o.runErrType, o.runErr = "describe", err.Error()
 		}
-		o.runStatus = desc.GetWorkflowExecutionInfo().GetStatus()
-		if ct := desc.GetWorkflowExecutionInfo().GetCloseTime(); ct != nil {
+		o.runStatus = desc.RawResponse.GetWorkflowExecutionInfo().GetStatus()
+		if ct := desc.RawResponse.GetWorkflowExecutionInfo().GetCloseTime(); ct != nil {
 			o.took = ct.AsTime().Sub(o.first)
 		}
-		for _, pa := range desc.GetPendingActivities() {
+		for _, pa := range desc.RawResponse.GetPendingActivities() {
 			o.pending = append(o.pending, fmt.Sprintf("%s attempt %d %s: %s", pa.GetActivityType().GetName(),
 				pa.GetAttempt(), pa.GetState(), truncate(pa.GetLastFailure().GetMessage(), 300)))
 		}

@@ -57,7 +57,7 @@ func (b *bundle) reset(t *testing.T, st *workflows.Started, point ...string) str
 	t.Helper()
 	bin, err := devserver.FindBinary()
 	require.NoError(t, err)
-	before, err := b.temporal.DescribeWorkflowExecution(b.ctx, st.WorkflowID, "")
+	before, err := b.temporal.DescribeWorkflow(b.ctx, st.WorkflowID, "")
 	require.NoError(t, err)
 	args := append([]string{"workflow", "reset", "--address", temporalAddr, "--namespace", "default",
 		"--workflow-id", st.WorkflowID, "--run-id", st.RunID, "--reason", "reset test"}, point...)
@@ -65,34 +65,12 @@ func (b *bundle) reset(t *testing.T, st *workflows.Started, point ...string) str
 	require.NoError(t, err, "temporal %v:\n%s", args, out)
 	var runID string
 	require.Eventually(t, func() bool {
-		d, err := b.temporal.DescribeWorkflowExecution(b.ctx, st.WorkflowID, "")
+		d, err := b.temporal.DescribeWorkflow(b.ctx, st.WorkflowID, "")
 		require.NoError(t, err)
-		runID = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-		return runID != before.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		runID = d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		return runID != before.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	}, 10*time.Second, 100*time.Millisecond, "a new run after the reset")
 	return runID
-}
-
-// scheduled returns the activities run st scheduled after its reset point,
-// in order: those in events the reset did not copy from the old run.
-func (b *bundle) scheduled(t *testing.T, st *workflows.Started) []string {
-	t.Helper()
-	var names []string
-	resetSeen := false
-	it := b.temporal.GetWorkflowHistory(b.ctx, st.WorkflowID, st.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(t, err)
-		switch e.GetEventType() {
-		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED: // The reset point is marked as a failed task.
-			resetSeen = true
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-			if resetSeen {
-				names = append(names, e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName())
-			}
-		}
-	}
-	return names
 }
 
 // taskAfterActivity returns the ID of the first WorkflowTaskCompleted event

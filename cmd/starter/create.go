@@ -232,6 +232,6 @@ func migrationHint(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 	}
 	return fmt.Errorf("%w\nkeyed's tables are missing from %s: %s.\n"+
 		"Point DATABASE_URL at the database and schema the worker uses (add search_path=SCHEMA; after\n"+
-		"`make demo KEEP=1`, run `source .demo/env`). To set keyed up in this schema instead, run `starter migrate`.",
+		"`make demo KEEP=1`, run `source .demo/env`). To set keyed up in this schema instead, run `starter migrate`",
 		err, cfg.Database.Redacted(), where)
 }

@@ -226,9 +226,9 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 	defer func() { require.NoError(t, app.Stop(context.Background())) }()
 	_, err = tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 	require.NoError(t, err)
-	desc, err := tc.DescribeWorkflowExecution(ctx, st.WorkflowID, st.RunID)
+	desc, err := tc.DescribeWorkflow(ctx, st.WorkflowID, st.RunID)
 	require.NoError(t, err)
-	require.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
+	require.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
 
 	t.Run("WrongCA", func(t *testing.T) {
 		t.Parallel()
