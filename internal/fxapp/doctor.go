@@ -15,15 +15,25 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 )
 
-// doctorTimeout bounds the worker's start-up report.
+// doctorTimeout bounds each report of the worker's.
 const doctorTimeout = 30 * time.Second
 
+// DefaultDoctorEvery is how often a worker repeats its doctor report after
+// the one at start, so that keyed_doctor_check_status follows the
+// deployment (a reconciliation that ran since, a fixed attribute).
+const DefaultDoctorEvery = time.Hour
+
+// DoctorEvery, supplied to the worker app, replaces DefaultDoctorEvery
+// (for tests).
+type DoctorEvery time.Duration
+
 // DoctorModule runs doctor's cheap checks (doctor.CheapChecks) once the
-// worker has started, in the background and within doctorTimeout, so it
-// never delays or fails the start. It logs one line per check that did not
-// pass, at warn level, with its status, evidence and fix,
-// and exports each check's status as the keyed_doctor_check_status gauge.
-// OnStop cancels a report still running.
+// worker has started and then every DefaultDoctorEvery, in the background
+// and each within doctorTimeout, so it never delays or fails the start. The
+// first report logs one line per check that did not pass, at warn level,
+// with its status, evidence and fix; later ones log a check whose status
+// changed (at info level when it now passes). Each report sets the keyed_doctor_check_status gauge. OnStop
+// ends the loop.
 var DoctorModule = fx.Module("doctor", fx.Invoke(startDoctor))
 
 type doctorIn struct {
@@ -35,6 +45,7 @@ type doctorIn struct {
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
 	Logger     *slog.Logger
+	Every      DoctorEvery `optional:"true"`
 }
 
 func startDoctor(in doctorIn) error {
@@ -42,24 +53,20 @@ func startDoctor(in doctorIn) error {
 	if err != nil {
 		return err
 	}
-	logger := in.Logger.With("component", "doctor")
-	opts := DoctorOpts(in.Config, in.Pool)
-	opts.Checks, opts.Gatherer = doctor.CheapChecks, in.Gatherer
+	every := time.Duration(in.Every)
+	if every <= 0 {
+		every = DefaultDoctorEvery
+	}
+	d := &doctorLoop{deps: doctor.Deps{Pool: in.Pool, Temporal: in.Client}, opts: DoctorOpts(in.Config, in.Pool),
+		metrics: m, logger: in.Logger.With("component", "doctor"), last: map[[2]string]doctor.Status{}}
+	d.opts.Checks, d.opts.Gatherer = doctor.CheapChecks, in.Gatherer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	in.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			go func() {
 				defer close(done)
-				ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
-				defer cancel()
-				rep, err := doctor.Run(ctx, doctor.Deps{Pool: in.Pool, Temporal: in.Client}, &opts)
-				if err != nil {
-					logger.Warn("doctor could not run", "err", err)
-					return
-				}
-				m.Observe(rep)
-				logReport(ctx, logger, rep)
+				d.loop(ctx, every)
 			}()
 			return nil
 		},
@@ -75,18 +82,63 @@ func startDoctor(in doctorIn) error {
 	return nil
 }
 
-// logReport logs each check that did not pass, and a summary.
-func logReport(ctx context.Context, logger *slog.Logger, rep *doctor.Report) {
-	failed := 0
+// doctorLoop is a worker's repeated doctor report.
+type doctorLoop struct {
+	deps    doctor.Deps
+	opts    doctor.Opts
+	metrics *doctor.Metrics
+	logger  *slog.Logger
+	// last is each check's status in the previous report, by check and
+	// subject.
+	last map[[2]string]doctor.Status
+}
+
+func (d *doctorLoop) loop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		d.report(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// report runs the checks once, sets the gauge, and logs each check that
+// did not pass the first time, or whose status changed since.
+func (d *doctorLoop) report(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	rep, err := doctor.Run(ctx, d.deps, &d.opts)
+	if err != nil {
+		d.logger.Warn("doctor could not run", "err", err)
+		return
+	}
+	d.metrics.Observe(rep)
+	first := len(d.last) == 0
+	notPassed := 0
 	for _, c := range rep.Checks {
-		if c.Status == doctor.StatusPass {
+		id := [2]string{c.Name, c.Subject}
+		prev, seen := d.last[id]
+		d.last[id] = c.Status
+		if c.Status != doctor.StatusPass {
+			notPassed++
+		}
+		if (first || !seen) && c.Status == doctor.StatusPass || seen && prev == c.Status {
 			continue
 		}
-		failed++
-		logger.Log(ctx, slog.LevelWarn, "doctor: "+c.Name+" "+c.Subject+": "+string(c.Status),
+		level := slog.LevelWarn
+		if c.Status == doctor.StatusPass {
+			level = slog.LevelInfo // Fixed since the last report.
+		}
+		d.logger.Log(ctx, level, "doctor: "+c.Name+" "+c.Subject+": "+string(c.Status),
 			"check", c.Name, "subject", c.Subject, "status", string(c.Status), "evidence", c.Evidence, "fix", c.Fix)
 	}
-	logger.Info("doctor checked the deployment", "checks", len(rep.Checks), "not_passed", failed, "exit_code", rep.ExitCode())
+	if first {
+		d.logger.Info("doctor checked the deployment", "checks", len(rep.Checks), "not_passed", notPassed, "exit_code", rep.ExitCode())
+	}
 }
 
 // DoctorOpts returns the doctor options of the deployment cfg describes:

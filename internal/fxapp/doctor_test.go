@@ -2,16 +2,20 @@ package fxapp_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
 
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 )
 
@@ -75,4 +79,34 @@ func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
 	require.Contains(t, out, `msg="doctor: reconcile deployment: fail"`)
 	require.Contains(t, out, "not_passed=2")
 	require.NotContains(t, out, "doctor: classified")
+}
+
+// TestWorkerRepeatsItsDoctorReport finds the reconcile check failing at
+// start and passing once a reconciliation is recorded, in the gauge and
+// in one log line.
+func TestWorkerRepeatsItsDoctorReport(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	w, err := fxapptest.StartOn(t, fxapptest.Prepare(t, nil), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		fx.Supply(fxapp.DoctorEvery(300*time.Millisecond)))
+	require.NoError(t, err)
+	gauge := func(c *assert.CollectT, want string) {
+		resp, err := http.Get("http://" + w.Metrics.Addr() + "/metrics")
+		if !assert.NoError(c, err) {
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		assert.NoError(c, err)
+		assert.Contains(c, string(body), `keyed_doctor_check_status{check="reconcile",subject="deployment"} `+want)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { gauge(c, "3") }, 30*time.Second, 100*time.Millisecond)
+	_, err = w.Pool.Exec(context.Background(), `INSERT INTO keyed_reconcile_runs (window_from, window_to, records, payment_intents, in_flight, findings)
+VALUES (now() - interval '25 hours', now(), 0, 0, 0, 0)`)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { gauge(c, "0") }, 30*time.Second, 100*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, logs.String(), `level=INFO msg="doctor: reconcile deployment: pass"`)
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Equal(t, 1, strings.Count(logs.String(), `msg="doctor: reconcile deployment: fail"`), "a status is logged when it changes")
 }
