@@ -19,6 +19,7 @@ import (
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
@@ -138,6 +139,8 @@ func describedNames(t *testing.T) map[string]bool {
 	_, err = outbox.NewMetrics(d)
 	require.NoError(t, err)
 	_, err = api.NewMetrics(d)
+	require.NoError(t, err)
+	_, err = doctor.NewMetrics(d)
 	require.NoError(t, err)
 	// reconcile registers its collectors in New; the clients are not used.
 	fxc, err := effects.NewClient(dummyDB{}, nil)
