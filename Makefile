@@ -22,8 +22,9 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: postgres tools ## Run every test against real Postgres (and, from the pipeline on, a Temporal dev server), then fuzz keys briefly.
+test: postgres tools ## Run go vet, staticcheck and a gofmt check, every test against real Postgres (and, from the pipeline on, a Temporal dev server), then fuzz keys briefly.
 	go vet ./...
+	$(STATICCHECK) ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	go test $(GO_TEST_FLAGS) ./...
