@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 )
@@ -240,6 +241,15 @@ func TestReconcileMustHaveRunWithinItsPeriod(t *testing.T) {
 	d.reconciled(t, time.Now().Add(-time.Hour), 2)
 	c = one(t, d.run(t, nil, doctor.CheckReconcile), doctor.CheckReconcile, "deployment")
 	require.Equal(t, doctor.StatusWarn, c.Status, c.Evidence)
+
+	// A schema with the effects tables only: the app's migrations never ran.
+	d.pool = effectstest.NewPool(t)
+	rep = d.run(t, nil, doctor.CheckReconcile)
+	c = one(t, rep, doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusError, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "could not check: read the last reconciliation run: ERROR: relation \"keyed_reconcile_runs\" does not exist")
+	require.Equal(t, "apply keyed's migrations (starter migrate, or start a worker)", c.Fix)
+	require.Equal(t, doctor.ExitError, rep.ExitCode())
 }
 
 func TestDeadLetterAlertsInTheRulesFile(t *testing.T) {
