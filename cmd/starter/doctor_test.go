@@ -68,4 +68,12 @@ VALUES (now() - interval '25 hours', now(), 1, 1, 0, 0)`)
 	require.Equal(t, doctor.ExitFailures, code, out+errOut)
 	require.Regexp(t, `(?m)^FAIL\s+retention\s+EFFECTS_RETENTION\s+EFFECTS_RETENTION 24h0m0s is shorter than namespace "default"'s retention`, out)
 	require.Regexp(t, `(?m)^FAIL\s+pool\s+worker\s+pool_max_conns=3: the worker needs at least 4`, out)
+
+	// Temporal unreachable: the checks that need it could not be made.
+	gone := maps.Clone(env)
+	gone["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	code, out, errOut = starter(t, gone, "doctor", "--checks", "retention,pool")
+	require.Equal(t, doctor.ExitError, code, out+errOut)
+	require.Regexp(t, `(?m)^ERROR\s+retention\s+EFFECTS_RETENTION\s+could not check: describe namespace "default"`, out)
+	require.Contains(t, out, "3 pass, 0 warn, 0 fail, 1 could not check: exit 1")
 }
