@@ -1,5 +1,6 @@
-// Package fakestripe is an in-process fake of the Stripe PaymentIntents API
-// with Stripe's idempotency semantics, charge counting and fault injection.
+// Package fakestripe is an in-process fake of the Stripe PaymentIntents and
+// Refunds APIs with Stripe's idempotency semantics, charge and refund
+// counting and fault injection.
 package fakestripe
 
 import (
@@ -44,6 +45,10 @@ type Server struct {
 	requests int
 	charges  int
 	byKey    map[string]int
+	// refunds are in creation order; refunded sums them per payment intent.
+	refunds     []*refund
+	refundsByID map[string]*refund
+	refunded    map[string]int64
 }
 
 // New returns a Server configured by opts, which may be nil.
@@ -59,9 +64,12 @@ func New(opts *Opts) *Server {
 		s.opts.Now = time.Now
 	}
 	s.reset()
-	s.mux.HandleFunc("POST /v1/payment_intents", s.authed(s.create))
+	s.mux.HandleFunc("POST /v1/payment_intents", s.authed(s.post(s.createPaymentIntent)))
 	s.mux.HandleFunc("GET /v1/payment_intents/search", s.authed(s.search))
 	s.mux.HandleFunc("GET /v1/payment_intents/{id}", s.authed(s.get))
+	s.mux.HandleFunc("POST /v1/refunds", s.authed(s.post(s.createRefund)))
+	s.mux.HandleFunc("GET /v1/refunds", s.authed(s.listRefunds))
+	s.mux.HandleFunc("GET /v1/refunds/{id}", s.authed(s.getRefund))
 	s.mux.HandleFunc("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, http.StatusNotFound, &apiError{Type: "invalid_request_error",
 			Message: fmt.Sprintf("Unrecognized request URL (%s: %s).", r.Method, r.URL.Path)})
@@ -97,13 +105,15 @@ type Stats struct {
 	// PaymentIntents is the number of payment intents created, including
 	// declined ones.
 	PaymentIntents int `json:"payment_intents"`
+	// Refunds is the number of refunds created.
+	Refunds int `json:"refunds"`
 }
 
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Charges: s.charges, Requests: s.requests, ByKey: make(map[string]int, len(s.byKey)), PaymentIntents: len(s.ordered)}
+	st := Stats{Charges: s.charges, Requests: s.requests, ByKey: make(map[string]int, len(s.byKey)), PaymentIntents: len(s.ordered), Refunds: len(s.refunds)}
 	for k, v := range s.byKey {
 		st.ByKey[k] = v
 	}
@@ -149,8 +159,8 @@ func (s *Server) Requests() int {
 	return s.requests
 }
 
-// Reset forgets all payment intents, idempotency keys, counters and queued
-// faults.
+// Reset forgets all payment intents, refunds, idempotency keys, counters and
+// queued faults.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,6 +174,7 @@ func (s *Server) reset() {
 	s.faults.Reset()
 	s.requests, s.charges = 0, 0
 	s.byKey = map[string]int{}
+	s.refunds, s.refundsByID, s.refunded = nil, map[string]*refund{}, map[string]int64{}
 }
 
 // authed wraps h with Stripe's API key check and passes the key on.

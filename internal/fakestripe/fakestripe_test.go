@@ -534,7 +534,7 @@ func TestAdminEndpoints(t *testing.T) {
 
 	status, body := b.do(t, "GET", "/_fake/stats", "", nil)
 	require.Equal(t, http.StatusOK, status)
-	require.JSONEq(t, `{"charges":1,"requests":3,"by_key":{"x1":1},"payment_intents":1}`, body)
+	require.JSONEq(t, `{"charges":1,"requests":3,"by_key":{"x1":1},"payment_intents":1,"refunds":0}`, body)
 
 	status, _ = b.do(t, "POST", "/_fake/reset", "", nil)
 	require.Equal(t, http.StatusNoContent, status)

@@ -5,16 +5,17 @@ import "github.com/keyedhq/keyed/internal/fakefault"
 // FaultKind selects what an injected Fault does to a request.
 type FaultKind = fakefault.FaultKind
 
-// Fault describes a failure applied to the next Times matching
-// PaymentIntent create requests. Its Match is compared with the request's
-// Idempotency-Key; see Inject.
+// Fault describes a failure applied to the next Times matching create
+// requests (PaymentIntents and Refunds). Its Match is compared with the
+// request's method, path and Idempotency-Key; see Inject.
 type Fault = fakefault.Fault
 
 // Fault kinds understood by Inject and by POST /_fake/faults. The fake
 // implements all of them.
 const (
-	// FaultDropResponse performs the request (and stores its idempotent
-	// result) and then closes the connection without writing a response.
+	// FaultDropResponse performs the request (charges or refunds, and
+	// stores its idempotent result) and then closes the connection without
+	// writing a response.
 	FaultDropResponse = fakefault.FaultDropResponse
 	// FaultServerError answers 500 api_error without performing anything.
 	FaultServerError = fakefault.FaultServerError
@@ -33,18 +34,21 @@ const (
 // refuses any other.
 var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency, FaultHoldResponse}
 
-// Inject queues f for the next f.Times matching PaymentIntent create
-// requests; 0 means 1. If f.Match is set, only requests whose
-// Idempotency-Key contains it match. Faults are consumed in the order they
-// were injected; one request takes at most one. For every kind, f.Delay is
-// slept with the request already in flight (after the charge for
+// Inject queues f for the next f.Times matching create requests
+// (POST /v1/payment_intents and POST /v1/refunds); 0 means 1. If f.Match is
+// set, only requests whose subject "METHOD PATH IDEMPOTENCY-KEY" contains
+// it match: a part of a key ("order-7") matches by key, "POST /v1/refunds"
+// only refunds and "POST /v1/payment_intents" only charges. GET requests
+// take no fault. Faults are consumed in the order they were injected; one
+// request takes at most one. For every kind, f.Delay is slept with the
+// request already in flight (after the charge or refund for
 // FaultHoldResponse, before it otherwise). A fault with f.Rate set is a
 // rate fault instead: it stays queued and applies to each matching request
 // with probability f.Rate (see fakefault.Fault), so that
 //
 //	s.Inject(Fault{Kind: FaultDropResponse, Rate: 0.10})
 //
-// charges and then drops the response of about 10% of requests.
+// charges or refunds and then drops the response of about 10% of requests.
 func (s *Server) Inject(f Fault) {
 	s.faults.Inject(f)
 }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/keyedhq/keyed/internal/fakefault"
 )
 
 // paymentIntent is the JSON shape of a Stripe PaymentIntent. It is never
@@ -73,125 +71,13 @@ func init() {
 	}
 }
 
-// idemScope identifies an idempotency key; keys are scoped per API key.
-type idemScope struct{ apiKey, key string }
-
-// idemEntry is a stored (or in-flight, while !done) idempotent request.
-type idemEntry struct {
-	fingerprint string
-	done        bool
-	status      int
-	body        []byte
-	requestID   string
-	created     time.Time
-}
-
-func (s *Server) create(w http.ResponseWriter, r *http.Request, apiKey string) {
-	if err := r.ParseForm(); err != nil {
-		writeError(w, http.StatusBadRequest, &apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
-		return
+// createPaymentIntent is the executor of POST /v1/payment_intents.
+func (s *Server) createPaymentIntent(p url.Values, idemKey string) (any, int, *apiError, bool) {
+	pi, status, apiErr := s.execute(p, idemKey)
+	if pi == nil {
+		return nil, status, apiErr, false
 	}
-	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-	if len(key) > 255 {
-		writeError(w, http.StatusBadRequest, &apiError{Type: "invalid_request_error",
-			Message: "Idempotency-Key must be at most 255 characters long."})
-		return
-	}
-	fault, _ := s.faults.Take(key)
-	switch fault.Kind {
-	case FaultServerError:
-		time.Sleep(fault.Delay)
-		writeError(w, http.StatusInternalServerError, &apiError{Type: "api_error",
-			Message: "An unknown error occurred. Please try again later."})
-		return
-	case FaultRateLimit:
-		time.Sleep(fault.Delay)
-		writeError(w, http.StatusTooManyRequests, &apiError{Type: "invalid_request_error", Code: "rate_limit",
-			Message: "Request rate limit exceeded. You can learn more about rate limits here https://stripe.com/docs/rate-limits."})
-		return
-	}
-	if key != "" {
-		w.Header().Set("Idempotency-Key", key)
-	}
-	scope := idemScope{apiKey, key}
-	entry, replay, errStatus, apiErr := s.beginIdempotent(scope, r.Method+" "+r.URL.Path+"?"+r.PostForm.Encode())
-	if apiErr != nil {
-		writeError(w, errStatus, apiErr)
-		return
-	}
-	if fault.Kind != FaultHoldResponse {
-		time.Sleep(fault.Delay)
-	}
-
-	var status int
-	var body []byte
-	if replay {
-		w.Header().Set("Idempotent-Replayed", "true")
-		w.Header().Set("Original-Request", entry.requestID)
-		status, body = entry.status, entry.body
-	} else {
-		var pi *paymentIntent
-		pi, status, apiErr = s.execute(r.PostForm, key)
-		if body = errorBody(apiErr); apiErr == nil {
-			body = mustJSON(pi)
-		}
-		// Like Stripe, store results only once execution began: declines
-		// are stored, validation errors are not (and 5xx never are).
-		s.finishIdempotent(scope, entry, status, body, w.Header().Get("Request-Id"), pi != nil)
-	}
-	if fault.Kind == FaultHoldResponse {
-		// The charge has happened; the caller just does not hear about it
-		// yet. A test can kill the caller in this window.
-		time.Sleep(fault.Delay)
-	}
-	if fault.Kind == FaultDropResponse {
-		fakefault.DropConnection(w)
-		return
-	}
-	writeRaw(w, status, body)
-}
-
-// beginIdempotent looks up scope. It returns the stored entry to replay, or an
-// error to answer with, or marks a new entry in flight and returns it. Without
-// a key it returns a nil entry.
-func (s *Server) beginIdempotent(scope idemScope, fingerprint string) (e *idemEntry, replay bool, status int, apiErr *apiError) {
-	if scope.key == "" {
-		return nil, false, 0, nil
-	}
-	now := s.opts.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.idem[scope]; e != nil && now.Sub(e.created) < s.opts.IdempotencyTTL {
-		switch {
-		case e.fingerprint != fingerprint:
-			return nil, false, http.StatusBadRequest, &apiError{Type: "idempotency_error", Message: fmt.Sprintf(
-				"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '%s' if you meant to execute a different request.", scope.key)}
-		case !e.done:
-			return nil, false, http.StatusConflict, &apiError{Type: "invalid_request_error", Code: "idempotency_key_in_use", Message: fmt.Sprintf(
-				"There is currently another in-progress request using this Stripe-Idempotency-Key (that probably means you submitted twice, and the other request is still going through): %s. Please try again later.", scope.key)}
-		}
-		return e, true, 0, nil
-	}
-	e = &idemEntry{fingerprint: fingerprint, created: now}
-	s.idem[scope] = e
-	return e, false, 0, nil
-}
-
-// finishIdempotent stores the result in e, or forgets e if !store.
-func (s *Server) finishIdempotent(scope idemScope, e *idemEntry, status int, body []byte, requestID string, store bool) {
-	if e == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.idem[scope] != e { // Reset while in flight.
-		return
-	}
-	if !store {
-		delete(s.idem, scope)
-		return
-	}
-	e.done, e.status, e.body, e.requestID = true, status, body, requestID
+	return pi, status, apiErr, true
 }
 
 // execute validates params and creates a payment intent, charging it when
@@ -201,26 +87,9 @@ func (s *Server) execute(p url.Values, idemKey string) (*paymentIntent, int, *ap
 	invalid := func(param, code, msg string) (*paymentIntent, int, *apiError) {
 		return nil, http.StatusBadRequest, &apiError{Type: "invalid_request_error", Param: param, Code: code, Message: msg}
 	}
-	meta := map[string]string{}
-	for k := range p {
-		name, _, _ := strings.Cut(k, "[")
-		if !knownParams[name] {
-			return invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
-		}
-		if mk, ok := strings.CutPrefix(k, "metadata["); ok && strings.HasSuffix(mk, "]") {
-			mk = strings.TrimSuffix(mk, "]")
-			switch v := p.Get(k); {
-			case len(mk) > 40:
-				return invalid(k, "parameter_invalid_string_too_long", "Metadata keys can be at most 40 characters.")
-			case len(v) > 500:
-				return invalid(k, "parameter_invalid_string_too_long", "Metadata values can be at most 500 characters.")
-			case v != "":
-				meta[mk] = v
-			}
-		}
-	}
-	if len(meta) > 50 {
-		return invalid("metadata", "parameter_invalid_too_many", "You may only specify 50 keys in metadata.")
+	meta, apiErr := parseParams(p, knownParams)
+	if apiErr != nil {
+		return nil, http.StatusBadRequest, apiErr
 	}
 	if !p.Has("amount") {
 		return invalid("amount", "parameter_missing", "Missing required param: amount.")
@@ -301,6 +170,38 @@ func (s *Server) execute(p url.Values, idemKey string) (*paymentIntent, int, *ap
 		}
 	}
 	return pi, status, declineErr
+}
+
+// parseParams refuses a parameter whose name is not in known and returns
+// the metadata[...] parameters, refusing keys and values longer than Stripe
+// allows and more than 50 keys. Empty values are left out, as Stripe unsets
+// them.
+func parseParams(p url.Values, known map[string]bool) (map[string]string, *apiError) {
+	invalid := func(param, code, msg string) (map[string]string, *apiError) {
+		return nil, &apiError{Type: "invalid_request_error", Param: param, Code: code, Message: msg}
+	}
+	meta := map[string]string{}
+	for k := range p {
+		name, _, _ := strings.Cut(k, "[")
+		if !known[name] {
+			return invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+		}
+		if mk, ok := strings.CutPrefix(k, "metadata["); ok && strings.HasSuffix(mk, "]") {
+			mk = strings.TrimSuffix(mk, "]")
+			switch v := p.Get(k); {
+			case len(mk) > 40:
+				return invalid(k, "parameter_invalid_string_too_long", "Metadata keys can be at most 40 characters.")
+			case len(v) > 500:
+				return invalid(k, "parameter_invalid_string_too_long", "Metadata values can be at most 500 characters.")
+			case v != "":
+				meta[mk] = v
+			}
+		}
+	}
+	if len(meta) > 50 {
+		return invalid("metadata", "parameter_invalid_too_many", "You may only specify 50 keys in metadata.")
+	}
+	return meta, nil
 }
 
 // opt returns nil for "" (JSON null, as Stripe renders unset fields) or &v.
