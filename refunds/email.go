@@ -1,0 +1,61 @@
+package refunds
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/notify"
+)
+
+// SendRefundEmail emails the customer that the refund was made, once.
+//
+// Effect class: irreversible send. It goes through notify.Sender with
+// template "refund" (EmailTemplate), the order's email as recipient, the
+// order and refund ("<order>/<refund_id>") as entity, so that two refunds of
+// one order are two emails even inside the collapse window, and the effect
+// key "…:refund_email", under the Sender's policy for the template (at most
+// once unless configured otherwise). The refund must be recorded at Stripe.
+// A lost answer is settled as the receipt's is: the retry looks the key up
+// in SendGrid's Email Activity API first. The stored outcome is the message
+// ID and the collapsed flag.
+//
+// Errors (through activities.ToTemporal): InvalidInput, OrderNotFound,
+// InvalidState (the refund is not in the ledger or not refunded at Stripe),
+// Ambiguous, ProviderRejected, KeyReused and Terminal are non-retryable;
+// Transient, InProgress and LeaseLost are retryable.
+func (a *Activities) SendRefundEmail(ctx context.Context, in RefundInput) (EmailResult, error) {
+	return run(ctx, a, DeclEmail, in, func(ctx context.Context, c *call) (EmailResult, error) {
+		o, err := a.orders.Get(ctx, in.TenantID, in.OrderID)
+		if err != nil {
+			return EmailResult{}, fmt.Errorf("refund email %s: load order: %w", c.key, err)
+		}
+		e, err := a.entry(ctx, c)
+		if err != nil {
+			return EmailResult{}, err
+		}
+		if _, found, err := a.ledger.StripeOutcome(ctx, in.TenantID, in.OrderID, in.RefundID); err != nil || !found {
+			if err == nil {
+				err = c.fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", in.RefundID)
+			}
+			return EmailResult{}, err
+		}
+		text := fmt.Sprintf("We refunded %s of your order %s to your card.\n\nReference: %s\n",
+			activities.FormatAmount(e.AmountMinor, o.Currency), o.ID, c.key)
+		res, err := a.sender.Send(ctx, notify.Message{
+			Template: EmailTemplate, To: o.CustomerEmail, Subject: "Your refund for order " + o.ID, Text: text,
+			Key: c.key, Entity: o.ID + "/" + e.RefundID, Owner: c.owner,
+			Heartbeat: func(ctx context.Context) { activity.RecordHeartbeat(ctx) }, HeartbeatEvery: c.every,
+			// A refund reserved long ago may have lost its record to the
+			// prune: ask SendGrid before sending.
+			LookUpFirst: time.Since(e.CreatedAt) > activities.RecordHorizon,
+		})
+		if err != nil {
+			return EmailResult{}, err
+		}
+		return EmailResult{MessageID: res.MessageID, Collapsed: res.Collapsed}, nil
+	})
+}

@@ -1,0 +1,151 @@
+package refunds
+
+import (
+	"fmt"
+	"unicode"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// WorkflowName is the registered name of the refund workflow.
+const WorkflowName = "RefundWorkflow"
+
+// Steps of the refund workflow. Each is one activity with its own effect
+// key, "<tenant>:order:<order>:refund:<refund_id>:<step>".
+const (
+	StepReserve = "refund_reserve"
+	StepStripe  = "refund_stripe"
+	StepMark    = "refund_mark"
+	StepEmail   = "refund_email"
+)
+
+// InputVersion is the only RefundInput version this code understands.
+const InputVersion = 1
+
+// Bounds of a RefundInput.
+const (
+	// MaxAmountMinor is the largest amount Stripe accepts.
+	MaxAmountMinor = 99_999_999
+	// MaxReasonBytes bounds the reason, which is stored in the ledger and
+	// sent to Stripe as metadata (whose values Stripe caps at 500).
+	MaxReasonBytes = 200
+	// MaxRefundIDBytes bounds the refund ID, as orders bound theirs.
+	MaxRefundIDBytes = 64
+)
+
+// ErrInvalidInput is wrapped by RefundInput.Validate's errors. It is
+// activities.ErrInvalidInput, so that the activities' error table
+// classifies it as InvalidInput.
+var ErrInvalidInput = activities.ErrInvalidInput
+
+// RefundInput is the refund workflow's input and every refund activity's
+// input: the order, the refund's own ID (the business event, unique per
+// order), and what to refund. Unlike orders.CheckoutInput it carries the
+// amount and reason, because a refund has no row before Reserve writes its
+// ledger row: they are the event's immutable parameters, like a request
+// body under an idempotency key. Reserve copies them into the ledger, and
+// every later step reads the ledger row, never the input. The Reserve
+// claim's fingerprint holds them, so the same refund ID started again with
+// another amount or reason fails with KeyReused instead of refunding
+// something else.
+type RefundInput struct {
+	V           int    `json:"v"`
+	TenantID    string `json:"tenant_id"`
+	OrderID     string `json:"order_id"`
+	RefundID    string `json:"refund_id"`
+	AmountMinor int64  `json:"amount_minor"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// NewInput returns a current-version input.
+func NewInput(tenantID, orderID, refundID string, amountMinor int64, reason string) RefundInput {
+	return RefundInput{V: InputVersion, TenantID: tenantID, OrderID: orderID, RefundID: refundID, AmountMinor: amountMinor, Reason: reason}
+}
+
+// Validate returns an error wrapping orders.ErrUnsupportedVersion for an
+// unknown version, effects.ErrInvalidKey when the IDs cannot form an effect
+// key, and ErrInvalidInput for a refund ID over MaxRefundIDBytes, an amount
+// outside 1..MaxAmountMinor, or a reason over MaxReasonBytes or holding a
+// control or invisible character.
+func (in RefundInput) Validate() error {
+	if in.V != InputVersion {
+		return fmt.Errorf("%w: refund input v=%d (this code understands v=%d)", orders.ErrUnsupportedVersion, in.V, InputVersion)
+	}
+	if _, err := in.EffectKey(StepReserve); err != nil {
+		return err
+	}
+	switch {
+	case len(in.RefundID) > MaxRefundIDBytes:
+		return fmt.Errorf("%w: refund_id is longer than %d bytes", ErrInvalidInput, MaxRefundIDBytes)
+	case in.AmountMinor <= 0 || in.AmountMinor > MaxAmountMinor:
+		return fmt.Errorf("%w: amount_minor %d is not in 1..%d", ErrInvalidInput, in.AmountMinor, MaxAmountMinor)
+	case len(in.Reason) > MaxReasonBytes:
+		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonBytes)
+	}
+	for _, r := range in.Reason {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%w: reason holds the character %U", ErrInvalidInput, r)
+		}
+	}
+	return nil
+}
+
+// WorkflowID returns the refund workflow's ID, derived from the business
+// event so that duplicate starts collapse: "refund:acme:9f3a:r1".
+func (in RefundInput) WorkflowID() string {
+	return "refund:" + in.TenantID + ":" + in.OrderID + ":" + in.RefundID
+}
+
+// EffectKey returns the effect key of one step of the refund, such as
+// "acme:order:9f3a:refund:r1:refund_reserve". It returns an error wrapping
+// effects.ErrInvalidKey when an ID is not a valid key part.
+func (in RefundInput) EffectKey(step string) (effects.Key, error) {
+	return effects.NewKey(in.TenantID, "order", in.OrderID, "refund", in.RefundID, step)
+}
+
+// OrderKey returns the order's key, "acme:order:9f3a": the entity Reserve
+// and MarkRefunded lock.
+func (in RefundInput) OrderKey() (effects.Key, error) {
+	return orders.OrderKey(in.TenantID, in.OrderID)
+}
+
+// ReserveResult is the stored outcome of the reserve step: the refund's
+// ledger row as reserved, and what the order's refunds summed to with it.
+type ReserveResult struct {
+	AmountMinor   int64  `json:"amount_minor"`
+	Currency      string `json:"currency"`
+	RefundedMinor int64  `json:"refunded_minor"`
+	ChargedMinor  int64  `json:"charged_minor"`
+}
+
+// StripeResult is the stored outcome of the refund at Stripe.
+type StripeResult struct {
+	RefundID        string `json:"stripe_refund_id"`
+	PaymentIntentID string `json:"payment_intent_id"`
+	Status          string `json:"status"`
+	AmountMinor     int64  `json:"amount_minor"`
+	Currency        string `json:"currency"`
+}
+
+// MarkResult is the stored outcome of the mark-refunded step: the order's
+// status after it.
+type MarkResult struct {
+	Status string `json:"status"`
+}
+
+// EmailResult is the stored outcome of the refund email: the provider's
+// message ID, or Collapsed when the collapse window dropped it.
+type EmailResult struct {
+	MessageID string `json:"message_id,omitempty"`
+	Collapsed bool   `json:"collapsed,omitempty"`
+}
+
+// Result is the refund workflow's result.
+type Result struct {
+	Reserve ReserveResult `json:"reserve"`
+	Stripe  StripeResult  `json:"stripe"`
+	Mark    MarkResult    `json:"mark"`
+	Email   EmailResult   `json:"email"`
+}

@@ -1,0 +1,207 @@
+package refunds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Sentinel errors of the ledger.
+var (
+	// ErrNotFound means the order has no refund with that ID.
+	ErrNotFound = errors.New("refund not found")
+	// ErrExceedsCharge is wrapped by *ExceedsError.
+	ErrExceedsCharge = errors.New("refund exceeds what is left of the charge")
+	// ErrConflict means the refund ID is in the ledger with another amount
+	// or reason.
+	ErrConflict = errors.New("refund exists with different details")
+)
+
+// ExceedsError is the refusal of a refund that would take the order's
+// refunds beyond its charge. Amounts are in the order's minor units.
+type ExceedsError struct {
+	AmountMinor, ChargedMinor, RefundedMinor int64
+}
+
+func (e *ExceedsError) Error() string {
+	return fmt.Sprintf("%s: refund of %d with %d of %d already refunded leaves %d", ErrExceedsCharge,
+		e.AmountMinor, e.RefundedMinor, e.ChargedMinor, e.ChargedMinor-e.RefundedMinor-e.AmountMinor)
+}
+
+// Unwrap returns ErrExceedsCharge.
+func (e *ExceedsError) Unwrap() error { return ErrExceedsCharge }
+
+// Entry is a row of the refund ledger: one refund event of an order.
+type Entry struct {
+	TenantID    string    `json:"tenant_id"`
+	OrderID     string    `json:"order_id"`
+	RefundID    string    `json:"refund_id"`
+	AmountMinor int64     `json:"amount_minor"`
+	Reason      string    `json:"reason,omitempty"`
+	EffectKey   string    `json:"effect_key"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Ledger reads and appends to the refund ledger (refund_ledger) and the
+// refunds' Stripe outcomes (refund_stripe_outcomes). It never updates or
+// deletes a row: what an order has refunded is the sum of its rows.
+type Ledger struct {
+	db effects.DB
+}
+
+// NewLedger returns a Ledger over db. It returns an error if db is nil.
+func NewLedger(db effects.DB) (*Ledger, error) {
+	if db == nil {
+		return nil, errors.New("refunds: NewLedger: db is nil")
+	}
+	return &Ledger{db: db}, nil
+}
+
+// ReserveTx appends e to the ledger inside tx unless the order's refunds
+// would then exceed chargedMinor, and returns what the order's refunds sum
+// to with e. It first takes the order's lock (effects.LockEntityTx on
+// "<tenant>:order:<order>") for the rest of tx, so that concurrent
+// reservations of one order are summed one after the other and together
+// never exceed the charge. A refund already in the ledger with the same
+// amount and reason is not added again (the call is a repeat).
+//
+// It returns an *ExceedsError (wrapping ErrExceedsCharge) when the refund
+// does not fit, an error wrapping ErrConflict when e.RefundID is in the
+// ledger with another amount or reason, an error wrapping orders.ErrNotFound
+// when the order does not exist, and database errors, wrapped.
+func (l *Ledger) ReserveTx(ctx context.Context, tx pgx.Tx, e Entry, chargedMinor int64) (refundedMinor int64, err error) {
+	orderKey, err := orders.OrderKey(e.TenantID, e.OrderID)
+	if err != nil {
+		return 0, err
+	}
+	if err := effects.LockEntityTx(ctx, tx, orderKey); err != nil {
+		return 0, err
+	}
+	// One round trip: the order's sum, and this refund's row if it is there.
+	var sum int64
+	var ownAmount *int64
+	var ownReason *string
+	err = tx.QueryRow(ctx, `
+SELECT coalesce(sum(amount_minor), 0)::bigint,
+       max(amount_minor) FILTER (WHERE refund_id = $3),
+       max(reason) FILTER (WHERE refund_id = $3)
+FROM refund_ledger WHERE tenant_id = $1 AND order_id = $2`, e.TenantID, e.OrderID, e.RefundID).Scan(&sum, &ownAmount, &ownReason)
+	if err != nil {
+		return 0, fmt.Errorf("sum refunds of order %s/%s: %w", e.TenantID, e.OrderID, err)
+	}
+	if ownAmount != nil {
+		if *ownAmount != e.AmountMinor || *ownReason != e.Reason {
+			return 0, fmt.Errorf("reserve refund %s of order %s/%s: %w", e.RefundID, e.TenantID, e.OrderID, ErrConflict)
+		}
+		return sum, nil
+	}
+	if sum+e.AmountMinor > chargedMinor {
+		return 0, &ExceedsError{AmountMinor: e.AmountMinor, ChargedMinor: chargedMinor, RefundedMinor: sum}
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, reason, effect_key)
+VALUES ($1, $2, $3, $4, $5, $6)`, e.TenantID, e.OrderID, e.RefundID, e.AmountMinor, e.Reason, e.EffectKey)
+	if err != nil {
+		return 0, fmt.Errorf("append refund %s of order %s/%s: %w", e.RefundID, e.TenantID, e.OrderID, err)
+	}
+	return sum + e.AmountMinor, nil
+}
+
+const entryColumns = `tenant_id, order_id, refund_id, amount_minor, reason, effect_key, created_at`
+
+func scanEntry(row pgx.Row) (*Entry, error) {
+	var e Entry
+	err := row.Scan(&e.TenantID, &e.OrderID, &e.RefundID, &e.AmountMinor, &e.Reason, &e.EffectKey, &e.CreatedAt)
+	return &e, err
+}
+
+// Get returns the order's refund refundID. It returns an error wrapping
+// ErrNotFound when the ledger has no such row.
+func (l *Ledger) Get(ctx context.Context, tenantID, orderID, refundID string) (*Entry, error) {
+	return get(ctx, l.db, tenantID, orderID, refundID)
+}
+
+// GetTx is Get inside the caller's transaction.
+func (l *Ledger) GetTx(ctx context.Context, tx pgx.Tx, tenantID, orderID, refundID string) (*Entry, error) {
+	return get(ctx, tx, tenantID, orderID, refundID)
+}
+
+func get(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (*Entry, error) {
+	e, err := scanEntry(db.QueryRow(ctx, `SELECT `+entryColumns+` FROM refund_ledger
+WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("refund %s of order %s/%s: %w", refundID, tenantID, orderID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get refund %s of order %s/%s: %w", refundID, tenantID, orderID, err)
+	}
+	return e, nil
+}
+
+// List returns the order's refunds, oldest first.
+func (l *Ledger) List(ctx context.Context, tenantID, orderID string) ([]Entry, error) {
+	rows, err := l.db.Query(ctx, `SELECT `+entryColumns+` FROM refund_ledger
+WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, refund_id`, tenantID, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("list refunds of order %s/%s: %w", tenantID, orderID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
+		e, err := scanEntry(r)
+		return *e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list refunds of order %s/%s: %w", tenantID, orderID, err)
+	}
+	return out, nil
+}
+
+// RefundedTx returns the sum of the order's refunds in the ledger, inside
+// the caller's transaction.
+func (l *Ledger) RefundedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
+	var sum int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint FROM refund_ledger
+WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).Scan(&sum)
+	if err != nil {
+		return 0, fmt.Errorf("sum refunds of order %s/%s: %w", tenantID, orderID, err)
+	}
+	return sum, nil
+}
+
+// RecordStripe stores what Stripe answered to the refund, once: a repeat
+// keeps the first row. It returns the database error, wrapped.
+func (l *Ledger) RecordStripe(ctx context.Context, e *Entry, r StripeResult, effectKey string) error {
+	_, err := l.db.Exec(ctx, `
+INSERT INTO refund_stripe_outcomes (tenant_id, order_id, refund_id, stripe_refund_id, payment_intent_id, status, amount_minor, currency, effect_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT DO NOTHING`, e.TenantID, e.OrderID, e.RefundID, r.RefundID, r.PaymentIntentID, r.Status, r.AmountMinor, r.Currency, effectKey)
+	if err != nil {
+		return fmt.Errorf("record Stripe refund %s of order %s/%s: %w", r.RefundID, e.TenantID, e.OrderID, err)
+	}
+	return nil
+}
+
+// StripeOutcome returns the recorded Stripe outcome of the refund, or
+// found=false when none is recorded. It returns the database error, wrapped.
+func (l *Ledger) StripeOutcome(ctx context.Context, tenantID, orderID, refundID string) (r StripeResult, found bool, err error) {
+	return l.stripeOutcome(ctx, l.db, tenantID, orderID, refundID)
+}
+
+func (l *Ledger) stripeOutcome(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (r StripeResult, found bool, err error) {
+	err = db.QueryRow(ctx, `
+SELECT stripe_refund_id, payment_intent_id, status, amount_minor, currency FROM refund_stripe_outcomes
+WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID).
+		Scan(&r.RefundID, &r.PaymentIntentID, &r.Status, &r.AmountMinor, &r.Currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return StripeResult{}, false, nil
+	}
+	if err != nil {
+		return StripeResult{}, false, fmt.Errorf("read Stripe refund of %s of order %s/%s: %w", refundID, tenantID, orderID, err)
+	}
+	return r, true, nil
+}

@@ -1,0 +1,79 @@
+package refunds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// Reserve appends the refund to the order's ledger, once, if what is left
+// of the charge covers it.
+//
+// Effect class: absolute write, made of a ledger append. In one Postgres
+// transaction (effects.DoTx) it claims the effect key ("…:refund_reserve"),
+// takes the order's lock (effects.LockEntityTx), sums the order's ledger,
+// checks that the order's amount minus that sum covers the refund, appends
+// the ledger row under its unique (tenant, order, refund) and completes the
+// record, so that all of it commits or none does. Two concurrent refunds of
+// one order are summed one after the other: together they never exceed the
+// charge. A second run returns the stored ReserveResult; one whose record
+// was pruned finds its own ledger row and adds nothing. The claim's
+// fingerprint is the amount and reason.
+//
+// Errors (through activities.ToTemporal): InvalidInput, OrderNotFound,
+// InvalidState (the order is not paid, or the refund exceeds what is left
+// of the charge: nothing is written and Stripe is never called) and
+// KeyReused (the refund ID came back with another amount or reason) are
+// non-retryable; Transient (a lost connection, a lock or serialization
+// failure) and InProgress are retryable.
+func (a *Activities) Reserve(ctx context.Context, in RefundInput) (ReserveResult, error) {
+	return run(ctx, a, DeclReserve, in, func(ctx context.Context, c *call) (ReserveResult, error) {
+		p := effects.ClaimParams{Key: c.key, Kind: StepReserve, Owner: c.owner,
+			Fingerprint: fingerprint(strconv.FormatInt(in.AmountMinor, 10), in.Reason)}
+		var out ReserveResult
+		err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+			res, err := effects.DoTx(ctx, a.claims, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (ReserveResult, error) {
+				return a.reserveTx(ctx, tx, c)
+			})
+			out = res
+			return err
+		})
+		return out, err
+	})
+}
+
+// reserveTx checks the order and appends the refund to its ledger in tx.
+func (a *Activities) reserveTx(ctx context.Context, tx pgx.Tx, c *call) (ReserveResult, error) {
+	o, err := a.orders.GetTx(ctx, tx, c.in.TenantID, c.in.OrderID)
+	if err != nil {
+		return ReserveResult{}, fmt.Errorf("reserve %s: load order: %w", c.key, err)
+	}
+	// A refunded order passes: its ledger has nothing left, so ReserveTx
+	// refuses a new refund and finds a repeat's own row.
+	if !o.Status.Refundable() && o.Status != orders.StatusRefunded {
+		return ReserveResult{}, c.fail(activities.ErrTypeInvalidState, "order is %s, not paid: nothing to refund", o.Status)
+	}
+	e := Entry{TenantID: c.in.TenantID, OrderID: c.in.OrderID, RefundID: c.in.RefundID,
+		AmountMinor: c.in.AmountMinor, Reason: c.in.Reason, EffectKey: c.key.String()}
+	refunded, err := a.ledger.ReserveTx(ctx, tx, e, o.AmountMinor)
+	var exceeds *ExceedsError
+	switch {
+	case errors.As(err, &exceeds):
+		return ReserveResult{}, c.fail(activities.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded, %s left",
+			activities.FormatAmount(exceeds.AmountMinor, o.Currency), activities.FormatAmount(exceeds.ChargedMinor, o.Currency),
+			activities.FormatAmount(exceeds.RefundedMinor, o.Currency),
+			activities.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, o.Currency))
+	case errors.Is(err, ErrConflict):
+		return ReserveResult{}, c.fail(activities.ErrTypeKeyReused, "refund %s is in the ledger with another amount or reason", c.in.RefundID)
+	case err != nil:
+		return ReserveResult{}, fmt.Errorf("reserve %s: %w", c.key, err)
+	}
+	return ReserveResult{AmountMinor: e.AmountMinor, Currency: o.Currency, RefundedMinor: refunded, ChargedMinor: o.AmountMinor}, nil
+}

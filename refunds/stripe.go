@@ -1,0 +1,164 @@
+package refunds
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// RefundAtStripe refunds the reserved amount at Stripe, once.
+//
+// Effect class: external create. It reads the refund's ledger row and the
+// order's PaymentIntent from the charge's stored outcome (the effect record
+// of the order's "…:charge" key), claims the effect key
+// ("…:refund_stripe") and creates a Stripe refund of the ledger's amount
+// against that PaymentIntent with the effect key as Idempotency-Key and as
+// metadata effect_key (with refund_id, tenant_id and order_id). An attempt
+// that finds the claim from an earlier attempt (re-entry, takeover, retry
+// after a transient failure), or a refund reserved longer ago than
+// activities.RecordHorizon, first lists the PaymentIntent's refunds and
+// uses the one carrying the effect key, because Stripe forgets idempotency
+// keys after 24 hours. The outcome (IDs, status, amount) is stored with the
+// record and in refund_stripe_outcomes. While Stripe is slow the lease is
+// renewed and a Temporal heartbeat recorded.
+//
+// Errors (through activities.ToTemporal): InvalidInput, InvalidState (the
+// refund is not reserved, the order's charge did not succeed or its record
+// is gone), ProviderRejected (Stripe refused the refund, such as
+// charge_already_refunded or amount_too_large, or it ended failed or
+// canceled), KeyReused and Terminal are non-retryable; Transient
+// (timeouts, resets, 429, 5xx, 409), InProgress and LeaseLost are
+// retryable with the same key.
+func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (StripeResult, error) {
+	return run(ctx, a, DeclStripe, in, func(ctx context.Context, c *call) (StripeResult, error) {
+		e, err := a.entry(ctx, c)
+		if err != nil {
+			return StripeResult{}, err
+		}
+		charge, err := a.charge(ctx, c)
+		if err != nil {
+			return StripeResult{}, err
+		}
+		p := effects.ClaimParams{Key: c.key, Kind: StepStripe, Owner: c.owner,
+			Fingerprint: fingerprint(strconv.FormatInt(e.AmountMinor, 10), charge.PaymentIntentID)}
+		return effects.Do(ctx, a.claims, p, func(ctx context.Context, claim *effects.Claim) (StripeResult, error) {
+			return a.refund(ctx, c, claim, e, charge)
+		}, c.doOpts())
+	})
+}
+
+// charge returns the stored outcome of the order's charge, or an
+// InvalidState error when it did not succeed or its record is gone.
+func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, error) {
+	var res orders.ChargeResult
+	key, err := orders.NewCheckoutInput(c.in.TenantID, c.in.OrderID).EffectKey(orders.StepCharge)
+	if err != nil {
+		return res, err
+	}
+	rec, err := a.claims.Get(ctx, key)
+	switch {
+	case errors.Is(err, effects.ErrNotFound):
+		return res, c.fail(activities.ErrTypeInvalidState, "no charge recorded under %s", key)
+	case err != nil:
+		return res, fmt.Errorf("refund %s: read charge: %w", c.key, err)
+	case rec.State != effects.StateSucceeded:
+		return res, c.fail(activities.ErrTypeInvalidState, "charge %s is %s, not succeeded", key, rec.State)
+	}
+	if err := json.Unmarshal(rec.Result, &res); err != nil || res.PaymentIntentID == "" {
+		return res, c.fail(activities.ErrTypeInvalidState, "charge %s stores no payment intent", key)
+	}
+	return res, nil
+}
+
+// refund makes the refund once under claim.
+func (a *Activities) refund(ctx context.Context, c *call, claim *effects.Claim, e *Entry, charge orders.ChargeResult) (StripeResult, error) {
+	if claim.Mode != effects.ModeNew || time.Since(e.CreatedAt) > activities.RecordHorizon {
+		r, err := a.findRefund(ctx, c, charge.PaymentIntentID)
+		if err != nil {
+			return StripeResult{}, err
+		}
+		if r != nil {
+			c.log.InfoContext(ctx, "found the refund of an earlier attempt; not refunding again", "mode", string(claim.Mode), "stripe_refund", r.ID)
+			return a.record(ctx, c, e, r, charge)
+		}
+	}
+	params := &stripe.RefundParams{PaymentIntent: stripe.String(charge.PaymentIntentID), Amount: stripe.Int64(e.AmountMinor)}
+	params.Context = ctx
+	params.SetIdempotencyKey(c.key.String())
+	params.AddMetadata("effect_key", c.key.String())
+	params.AddMetadata("refund_id", e.RefundID)
+	params.AddMetadata("tenant_id", e.TenantID)
+	params.AddMetadata("order_id", e.OrderID)
+	r, err := a.stripe.Refunds.New(params)
+	if err != nil {
+		return StripeResult{}, stripeError(c, "create refund", err)
+	}
+	c.log.InfoContext(ctx, "refunded", "stripe_refund", r.ID, "status", string(r.Status), "mode", string(claim.Mode))
+	return a.record(ctx, c, e, r, charge)
+}
+
+// record checks Stripe's answer and stores it in refund_stripe_outcomes.
+func (a *Activities) record(ctx context.Context, c *call, e *Entry, r *stripe.Refund, charge orders.ChargeResult) (StripeResult, error) {
+	if r.Status == stripe.RefundStatusFailed || r.Status == stripe.RefundStatusCanceled {
+		return StripeResult{}, c.fail(activities.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
+	}
+	if r.Amount != e.AmountMinor {
+		return StripeResult{}, c.fail(activities.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
+	}
+	res := StripeResult{RefundID: r.ID, PaymentIntentID: charge.PaymentIntentID, Status: string(r.Status), AmountMinor: r.Amount, Currency: string(r.Currency)}
+	if res.Currency == "" {
+		res.Currency = charge.Currency
+	}
+	if err := a.ledger.RecordStripe(ctx, e, res, c.key.String()); err != nil {
+		return StripeResult{}, effects.Transient(err) // Stripe refunded; the retry finds it by metadata.
+	}
+	return res, nil
+}
+
+// findRefund returns the PaymentIntent's refund carrying c's effect key in
+// its metadata, or nil.
+func (a *Activities) findRefund(ctx context.Context, c *call, paymentIntentID string) (*stripe.Refund, error) {
+	params := &stripe.RefundListParams{PaymentIntent: stripe.String(paymentIntentID)}
+	params.Context = ctx
+	it := a.stripe.Refunds.List(params)
+	for it.Next() {
+		if r := it.Refund(); r.Metadata["effect_key"] == c.key.String() {
+			return r, nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, stripeError(c, "list refunds of "+paymentIntentID, err)
+	}
+	return nil, nil
+}
+
+// stripeError classifies an error of a Stripe call as activities does for
+// charges: no answer, 429, 5xx and 409 are transient (the retry sends the
+// same idempotency key); idempotency_error is KeyReused; anything else,
+// such as charge_already_refunded or amount_too_large, is ProviderRejected.
+// It never wraps the *stripe.Error itself.
+func stripeError(c *call, op string, err error) error {
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		return effects.Transient(c.fail(activities.ErrTypeTransient, "%s: no answer from Stripe: %v", op, err))
+	}
+	detail := fmt.Sprintf("%s: status %d %s/%s: %s", op, se.HTTPStatusCode, se.Type, se.Code, se.Msg)
+	switch {
+	case se.HTTPStatusCode == http.StatusTooManyRequests, se.HTTPStatusCode >= 500, se.HTTPStatusCode == http.StatusConflict,
+		se.Type == stripe.ErrorTypeAPI:
+		return effects.Transient(c.fail(activities.ErrTypeTransient, "%s", detail))
+	case se.Type == stripe.ErrorTypeIdempotency:
+		return c.fail(activities.ErrTypeKeyReused, "%s", detail)
+	}
+	return c.fail(activities.ErrTypeProviderRejected, "%s", detail)
+}
