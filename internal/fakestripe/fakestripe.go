@@ -70,6 +70,7 @@ func New(opts *Opts) *Server {
 	s.mux.HandleFunc("POST /v1/refunds", s.authed(s.post(s.createRefund)))
 	s.mux.HandleFunc("GET /v1/refunds", s.authed(s.listRefunds))
 	s.mux.HandleFunc("GET /v1/refunds/{id}", s.authed(s.getRefund))
+	s.mux.HandleFunc("GET /v1/charges/{id}", s.authed(s.getCharge))
 	s.mux.HandleFunc("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, http.StatusNotFound, &apiError{Type: "invalid_request_error",
 			Message: fmt.Sprintf("Unrecognized request URL (%s: %s).", r.Method, r.URL.Path)})
@@ -209,7 +210,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, _ string) {
 			Message: fmt.Sprintf("No such payment_intent: '%s'", id)})
 		return
 	}
-	writeJSON(w, http.StatusOK, pi)
+	writeJSON(w, http.StatusOK, s.render(pi, expansions(r.URL.Query())))
 }
 
 // apiError is the body of Stripe's {"error": {...}} envelope.

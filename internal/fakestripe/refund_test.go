@@ -423,3 +423,68 @@ func TestResetForgetsRefunds(t *testing.T) {
 	require.Zero(t, b.srv.RefundedAmount(piID))
 	require.Zero(t, b.srv.Stats().Refunds)
 }
+
+func TestLatestChargeShowsRefunds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sc := api(b.ts, testKey)
+	piID := b.paid(t, "o1")
+	expand := func() *stripe.Charge {
+		t.Helper()
+		p := &stripe.PaymentIntentParams{}
+		p.AddExpand("latest_charge")
+		pi, err := sc.PaymentIntents.Get(piID, p)
+		require.NoError(t, err)
+		require.Equal(t, stripe.PaymentIntentStatusSucceeded, pi.Status)
+		require.EqualValues(t, 1999, pi.AmountReceived)
+		return pi.LatestCharge
+	}
+
+	ch := expand()
+	require.True(t, strings.HasPrefix(ch.ID, "ch_"))
+	require.Equal(t, stripe.ChargeStatusSucceeded, ch.Status)
+	require.True(t, ch.Paid)
+	require.True(t, ch.Captured)
+	require.EqualValues(t, 1999, ch.AmountCaptured)
+	require.Zero(t, ch.AmountRefunded)
+	require.False(t, ch.Refunded)
+	require.Equal(t, piID, ch.PaymentIntent.ID)
+
+	_, err := sc.Refunds.New(refundReq(piID, 999, "k1", "r1"))
+	require.NoError(t, err)
+	ch = expand()
+	require.EqualValues(t, 999, ch.AmountRefunded)
+	require.False(t, ch.Refunded)
+
+	_, err = sc.Refunds.New(refundReq(piID, 0, "k2", "r2"))
+	require.NoError(t, err)
+	ch = expand()
+	require.EqualValues(t, 1999, ch.AmountRefunded)
+	require.True(t, ch.Refunded)
+
+	got, err := sc.Charges.Get(ch.ID, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1999, got.AmountRefunded)
+	require.True(t, got.Refunded)
+	_, err = sc.Charges.Get("ch_missing", nil)
+	require.Equal(t, stripe.ErrorCodeResourceMissing, stripeErr(t, err).Code)
+
+	// Without expand, latest_charge stays an ID.
+	pi, err := sc.PaymentIntents.Get(piID, nil)
+	require.NoError(t, err)
+	require.Equal(t, ch.ID, pi.LatestCharge.ID)
+	require.Zero(t, pi.LatestCharge.AmountRefunded)
+}
+
+func TestDeclinedLatestCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sc := api(b.ts, testKey)
+	_, err := b.pi.New(params("o1", "pm_card_chargeDeclined", "charge:o1"))
+	se := stripeErr(t, err)
+	ch, err := sc.Charges.Get(se.PaymentIntent.LatestCharge.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.ChargeStatusFailed, ch.Status)
+	require.False(t, ch.Paid)
+	require.Equal(t, "card_declined", ch.FailureCode)
+}
