@@ -41,6 +41,7 @@ type bundle struct {
 	ledger   *refunds.Ledger
 	stripe   *fakestripe.Server
 	sendgrid *fakesendgrid.Server
+	racts    *refunds.Activities
 	env      *testsuite.TestActivityEnvironment
 }
 
@@ -67,9 +68,9 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
-	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
+	b.racts, err = refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
-	b.env = newEnv(t, acts, racts)
+	b.env = newEnv(t, acts, b.racts)
 	return b
 }
 
