@@ -488,3 +488,84 @@ func TestDeclinedLatestCharge(t *testing.T) {
 	require.False(t, ch.Paid)
 	require.Equal(t, "card_declined", ch.FailureCode)
 }
+
+func TestListRefundsFilters(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	b := setupWith(t, &Opts{Now: clk.Now})
+	sc := api(b.ts, testKey)
+	piID := b.paid(t, "o1")
+	early, err := sc.Refunds.New(refundReq(piID, 100, "k1", "r1"))
+	require.NoError(t, err)
+	clk.Advance(time.Minute)
+	late, err := sc.Refunds.New(refundReq(piID, 100, "k2", "r2"))
+	require.NoError(t, err)
+
+	ids := func(p *stripe.RefundListParams) []string {
+		t.Helper()
+		var out []string
+		it := sc.Refunds.List(p)
+		for it.Next() {
+			out = append(out, it.Refund().ID)
+		}
+		require.NoError(t, it.Err())
+		return out
+	}
+	require.Equal(t, []string{late.ID}, ids(&stripe.RefundListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThan: early.Created}}))
+	require.Equal(t, []string{early.ID}, ids(&stripe.RefundListParams{Created: stripe.Int64(early.Created)}))
+	require.Equal(t, []string{late.ID, early.ID}, ids(&stripe.RefundListParams{Charge: stripe.String(early.Charge.ID)}))
+	before := &stripe.RefundListParams{}
+	before.EndingBefore = stripe.String(early.ID)
+	require.Equal(t, []string{late.ID}, ids(before))
+
+	h := http.Header{"Authorization": {"Bearer " + testKey}}
+	status, body := b.do(t, http.MethodGet, "/v1/refunds?colour=red", "", h)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "parameter_unknown")
+	status, body = b.do(t, http.MethodGet, "/v1/refunds?starting_after=re_missing", "", h)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "resource_missing")
+}
+
+func TestSearchExpandsLatestCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sc := api(b.ts, testKey)
+	piID := b.paid(t, "o1")
+	_, err := sc.Refunds.New(refundReq(piID, 500, "k1", "r1"))
+	require.NoError(t, err)
+
+	p := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: "metadata['order_id']:'o1'"}}
+	p.AddExpand("data.latest_charge")
+	it := sc.PaymentIntents.Search(p)
+	require.True(t, it.Next())
+	require.Equal(t, piID, it.PaymentIntent().ID)
+	require.EqualValues(t, 500, it.PaymentIntent().LatestCharge.AmountRefunded)
+	require.False(t, it.Next())
+	require.NoError(t, it.Err())
+}
+
+// TestHeldRefundIsListed shows the window a takeover meets: the refund has
+// happened and is listed with its metadata while its response is held.
+func TestHeldRefundIsListed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sc := api(b.ts, testKey)
+	piID := b.paid(t, "o1")
+	b.srv.Inject(Fault{Kind: FaultHoldResponse, Delay: 300 * time.Millisecond, Match: "POST /v1/refunds"})
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := sc.Refunds.New(refundReq(piID, 0, "t:refund:o1:r1", "r1"))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return b.srv.Refunds() == 1 }, 2*time.Second, time.Millisecond)
+	it := sc.Refunds.List(&stripe.RefundListParams{PaymentIntent: stripe.String(piID)})
+	require.True(t, it.Next())
+	require.Equal(t, "t:refund:o1:r1", it.Refund().Metadata["effect_key"])
+	again, err := sc.Refunds.New(refundReq(piID, 0, "t:refund:o1:r1", "r1"))
+	require.NoError(t, err)
+	require.Equal(t, it.Refund().ID, again.ID)
+	require.NoError(t, <-done)
+	require.Equal(t, 1, b.srv.Refunds())
+}

@@ -87,11 +87,11 @@ func (c clause) match(pi *paymentIntent) bool {
 }
 
 type searchResult struct {
-	Object   string           `json:"object"`
-	Data     []*paymentIntent `json:"data"`
-	HasMore  bool             `json:"has_more"`
-	NextPage *string          `json:"next_page"`
-	URL      string           `json:"url"`
+	Object   string  `json:"object"`
+	Data     []any   `json:"data"`
+	HasMore  bool    `json:"has_more"`
+	NextPage *string `json:"next_page"`
+	URL      string  `json:"url"`
 }
 
 func (s *Server) search(w http.ResponseWriter, r *http.Request, _ string) {
@@ -142,9 +142,15 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	s.mu.Unlock()
 
-	res := searchResult{Object: "search_result", Data: []*paymentIntent{}, URL: "/v1/payment_intents/search"}
+	res := searchResult{Object: "search_result", Data: []any{}, URL: "/v1/payment_intents/search"}
+	var expand []string
+	if slices.Contains(expansions(q), "data.latest_charge") {
+		expand = []string{"latest_charge"}
+	}
 	if offset < len(hits) {
-		res.Data = hits[offset:min(offset+limit, len(hits))]
+		for _, pi := range hits[offset:min(offset+limit, len(hits))] {
+			res.Data = append(res.Data, s.render(pi, expand))
+		}
 	}
 	if next := offset + limit; next < len(hits) {
 		res.HasMore, res.NextPage = true, new("page_"+strconv.Itoa(next))
