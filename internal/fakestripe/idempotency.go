@@ -24,8 +24,9 @@ type idemEntry struct {
 }
 
 // executor performs the work of one create request on its form params p.
-// It returns the created object, or an error with a nil object when nothing
-// was created, and whether the result is stored for idempotent replays.
+// It returns the created object or the error to answer with (an error's
+// body wins when both are set, as for a decline), the HTTP status, and
+// whether the result is stored for idempotent replays.
 type executor func(p url.Values, idemKey string) (obj any, status int, apiErr *apiError, store bool)
 
 // post returns the handler of a create request performed by exec, with
@@ -38,6 +39,7 @@ func (s *Server) post(exec executor) func(http.ResponseWriter, *http.Request, st
 	}
 }
 
+// serveCreate serves one create request for post.
 func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, apiKey string, exec executor) {
 	if err := r.ParseForm(); err != nil {
 		writeError(w, http.StatusBadRequest, &apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
