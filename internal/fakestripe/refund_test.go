@@ -569,3 +569,19 @@ func TestHeldRefundIsListed(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, 1, b.srv.Refunds())
 }
+
+// TestRefundOutage: a rate fault of 1 aimed at refunds is an outage of the
+// refund API only; charges go through, and Reset ends it.
+func TestRefundOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sc := api(b.ts, testKey)
+	b.srv.Inject(Fault{Kind: FaultServerError, Rate: 1, Match: "POST /v1/refunds"})
+	piID := b.paid(t, "o1")
+	for range 5 {
+		_, err := sc.Refunds.New(refundReq(piID, 0, "k1", "r1"))
+		require.Equal(t, http.StatusInternalServerError, stripeErr(t, err).HTTPStatusCode)
+	}
+	require.Zero(t, b.srv.Refunds())
+	require.Len(t, b.srv.pendingFaults(), 1)
+}
