@@ -16,19 +16,21 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
 
-// WorkerModule provides the order activities and a Temporal worker on the
-// configured task queue with the order workflow and every activity registered,
-// ApplyDecision (an operator's decide update) included. The worker starts
+// WorkerModule provides the order activities, the refund activities and a
+// Temporal worker on the configured task queue with the order and refund
+// workflows and every activity registered, ApplyDecision (an operator's
+// decide update) included. The worker starts
 // polling in OnStart, after Postgres is up and migrated; in OnStop it stops
 // polling and waits up to WORKER_STOP_TIMEOUT for in-flight activities, which
 // then see their context cancelled. A fatal worker error (such as the
 // namespace disappearing) shuts the app down with exit code 1 instead of
 // leaving a process that polls nothing.
 var WorkerModule = fx.Module("worker",
-	fx.Provide(newActivities, newWorker),
+	fx.Provide(newActivities, newRefundActivities, newWorker),
 	fx.Invoke(func(worker.Worker) {}),
 )
 
@@ -49,6 +51,13 @@ func newActivities(in activitiesIn) (*activities.Activities, error) {
 	})
 }
 
+func newRefundActivities(in activitiesIn) (*refunds.Activities, error) {
+	return refunds.New(refunds.Deps{
+		DB: in.Pool, Effects: in.Effects, Orders: in.Orders, Stripe: in.Stripe, Sender: in.Sender,
+		Logger: in.Logger.With("component", "refunds"),
+	})
+}
+
 type workerIn struct {
 	fx.In
 	Lifecycle  fx.Lifecycle
@@ -57,6 +66,7 @@ type workerIn struct {
 	Temporal   config.Temporal
 	Tuning     config.WorkerTuning
 	Activities *activities.Activities
+	Refunds    *refunds.Activities
 	Effects    *effects.Client
 	Logger     *slog.Logger
 }
@@ -88,6 +98,10 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	}
 	if err := workflows.RegisterActivities(w, in.Activities, decider); err != nil {
 		return nil, fmt.Errorf("register activities: %w", err)
+	}
+	refunds.Register(w)
+	if err := refunds.RegisterActivities(w, in.Refunds); err != nil {
+		return nil, fmt.Errorf("register refund activities: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
