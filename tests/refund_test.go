@@ -1,0 +1,119 @@
+package tests
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/workflows"
+)
+
+// startRefundWorker runs an in-process worker with the order and refund
+// workflows and all their activities, as the real worker registers them,
+// until the test ends.
+func (b *bundle) startRefundWorker(t *testing.T) {
+	t.Helper()
+	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	require.NoError(t, err)
+	sender, err := notify.NewSender(b.effects, b.pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()})
+	require.NoError(t, err)
+	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
+	require.NoError(t, err)
+	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
+	workflows.Register(w)
+	d, err := workflows.NewDecider(b.effects)
+	require.NoError(t, err)
+	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
+	refunds.Register(w)
+	require.NoError(t, refunds.RegisterActivities(w, racts))
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+}
+
+// paidOrder creates an order and runs its order workflow to paid.
+func (b *bundle) paidOrder(t *testing.T, id string, amount int64) {
+	t.Helper()
+	b.order(t, id, amount, "pm_card_visa")
+	_, err := b.wait(t, b.start(t, orders.NewCheckoutInput(b.tenant, id)))
+	require.NoError(t, err)
+}
+
+// refund starts in's refund n times at once, waits for the run and returns
+// its result.
+func (b *bundle) refund(t *testing.T, in refunds.RefundInput, n int) refunds.Result {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { _, errs[i] = refunds.Start(b.ctx, b.temporal, in, b.taskQueue) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err, "concurrent starts join the run going")
+	}
+	var res refunds.Result
+	require.NoError(t, b.temporal.GetWorkflow(b.ctx, in.WorkflowID(), "").Get(b.ctx, &res))
+	return res
+}
+
+// Twenty starts of one full refund: one run, one ledger row, one Stripe
+// refund, one email, and the order refunded.
+func TestRefundStartedTwentyTimesRefundsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRefundWorker(t)
+	b.paidOrder(t, "o1", 1999)
+	in := refunds.NewInput(b.tenant, "o1", "r1", 1999, "requested_by_customer")
+	res := b.refund(t, in, 20)
+	require.Equal(t, string(orders.StatusRefunded), res.Mark.Status)
+
+	require.Equal(t, 1, b.runs(t, in.WorkflowID()))
+	entries, err := refundLedger(t, b).List(b.ctx, b.tenant, "o1")
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, 1, b.stripe.Refunds())
+	stripeKey, err := in.EffectKey(refunds.StepStripe)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.stripe.RefundsForMetadata("effect_key", stripeKey.String()))
+	emailKey, err := in.EffectKey(refunds.StepEmail)
+	require.NoError(t, err)
+	require.Len(t, b.mail.MessagesFor(notify.CustomArgEffectKey, emailKey.String()), 1)
+	o, err := b.orders.Get(b.ctx, b.tenant, "o1")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusRefunded, o.Status)
+}
+
+// A partial refund leaves the order partially refunded; one that exceeds
+// what is left fails at Reserve with no Stripe call and no email.
+func TestPartialRefundThenOneTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRefundWorker(t)
+	b.paidOrder(t, "o1", 1999)
+	res := b.refund(t, refunds.NewInput(b.tenant, "o1", "r1", 999, ""), 1)
+	require.Equal(t, string(orders.StatusPartiallyRefunded), res.Mark.Status)
+	o, err := b.orders.Get(b.ctx, b.tenant, "o1")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPartiallyRefunded, o.Status)
+
+	tooLarge := refunds.NewInput(b.tenant, "o1", "r2", 1001, "")
+	run, err := refunds.Start(b.ctx, b.temporal, tooLarge, b.taskQueue)
+	require.NoError(t, err)
+	err = run.Get(b.ctx, nil)
+	require.ErrorContains(t, err, "exceeds what is left of the charge")
+	require.Equal(t, 1, b.stripe.Refunds())
+	require.Equal(t, 2, b.mail.Count(), "the receipt and one refund email")
+}
+
+func refundLedger(t *testing.T, b *bundle) *refunds.Ledger {
+	t.Helper()
+	l, err := refunds.NewLedger(b.pool)
+	require.NoError(t, err)
+	return l
+}
