@@ -59,7 +59,7 @@ func (a *Activities) requireChargedTx(ctx context.Context, tx pgx.Tx, r *Step) e
 	if lerr != nil {
 		return loadOrderError(r, lerr)
 	}
-	if o.Status == orders.StatusPaid {
+	if o.Status.WasPaid() {
 		return nil // TransitionTx finds this step's own transition and changes nothing.
 	}
 	return err

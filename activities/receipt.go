@@ -31,7 +31,7 @@ import (
 func (a *Activities) SendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
 	return DeclSendReceipt.Run(ctx, a, in, Effect[orders.ReceiptResult]{
 		Check: func(s *Step) error {
-			if s.Order.Status != orders.StatusPaid {
+			if !s.Order.Status.WasPaid() { // paid, or refunded since
 				return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
 					Message: fmt.Sprintf("receipt %s: order is %s, not paid", s.Key, s.Order.Status)}
 			}

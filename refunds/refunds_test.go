@@ -306,3 +306,15 @@ func (b *bundle) secondEnv(t *testing.T) *testsuite.TestActivityEnvironment {
 	require.NoError(t, err)
 	return newEnv(t, acts, racts)
 }
+
+// A refund may run while the order's run still has its receipt to send:
+// the receipt goes out for a refunded order too.
+func TestReceiptAfterARefundIsStillSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	require.NoError(t, b.refund(t, refunds.NewInput(tenant, "o1", "r1", amount, "")))
+	_, err := b.env.ExecuteActivity(activities.NameSendReceipt, orders.NewCheckoutInput(tenant, "o1"))
+	require.NoError(t, err)
+	require.Equal(t, 2, b.sendgrid.Count(), "the refund email and the receipt")
+}
