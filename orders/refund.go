@@ -19,7 +19,9 @@ const (
 // WasPaid reports whether an order in status s was paid: paid, or refunded
 // in part or in full since. Steps of the order pipeline that need a paid
 // order (the receipt) accept all three, since a refund may run before them.
-func (s Status) WasPaid() bool { return s == StatusPaid || s == StatusPartiallyRefunded || s == StatusRefunded }
+func (s Status) WasPaid() bool {
+	return s == StatusPaid || s == StatusPartiallyRefunded || s == StatusRefunded
+}
 
 // Refundable reports whether an order in status s may be refunded (more):
 // it was paid and is not refunded in full.
