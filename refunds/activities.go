@@ -165,8 +165,12 @@ func (c *call) fail(typ, format string, args ...any) error {
 // doOpts renews the claim's lease and records a Temporal heartbeat three
 // times per heartbeat timeout.
 func (c *call) doOpts() *effects.DoOpts {
-	return &effects.DoOpts{Heartbeat: func(ctx context.Context) { activity.RecordHeartbeat(ctx) }, ExtendEvery: c.every}
+	return &effects.DoOpts{Heartbeat: recordHeartbeat, ExtendEvery: c.every}
 }
+
+// recordHeartbeat records a Temporal heartbeat; effects.Do and the Sender
+// call it after every lease renewal.
+func recordHeartbeat(ctx context.Context) { activity.RecordHeartbeat(ctx) }
 
 // entry returns the refund's ledger row, or an InvalidState error when it
 // was not reserved.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/activity"
-
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/notify"
 )
@@ -48,7 +46,7 @@ func (a *Activities) SendRefundEmail(ctx context.Context, in RefundInput) (Email
 		res, err := a.sender.Send(ctx, notify.Message{
 			Template: EmailTemplate, To: o.CustomerEmail, Subject: "Your refund for order " + o.ID, Text: text,
 			Key: c.key, Entity: o.ID + "/" + e.RefundID, Owner: c.owner,
-			Heartbeat: func(ctx context.Context) { activity.RecordHeartbeat(ctx) }, HeartbeatEvery: c.every,
+			Heartbeat: recordHeartbeat, HeartbeatEvery: c.every,
 			// A refund reserved long ago may have lost its record to the
 			// prune: ask SendGrid before sending.
 			LookUpFirst: time.Since(e.CreatedAt) > activities.RecordHorizon,

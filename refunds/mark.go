@@ -68,7 +68,7 @@ func (a *Activities) markTx(ctx context.Context, tx pgx.Tx, c *call) (MarkResult
 	if err != nil {
 		return MarkResult{}, fmt.Errorf("mark refunded %s: load order: %w", c.key, err)
 	}
-	if !o.Status.Refundable() && o.Status != orders.StatusRefunded {
+	if !o.Status.WasPaid() {
 		return MarkResult{}, c.fail(activities.ErrTypeInvalidState, "order is %s, not paid", o.Status)
 	}
 	refunded, err := a.ledger.RefundedTx(ctx, tx, tenant, id)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/orders"
 )
 
 // Reserve appends the refund to the order's ledger, once, if what is left
@@ -57,7 +56,7 @@ func (a *Activities) reserveTx(ctx context.Context, tx pgx.Tx, c *call) (Reserve
 	}
 	// A refunded order passes: its ledger has nothing left, so ReserveTx
 	// refuses a new refund and finds a repeat's own row.
-	if !o.Status.Refundable() && o.Status != orders.StatusRefunded {
+	if !o.Status.WasPaid() {
 		return ReserveResult{}, c.fail(activities.ErrTypeInvalidState, "order is %s, not paid: nothing to refund", o.Status)
 	}
 	e := Entry{TenantID: c.in.TenantID, OrderID: c.in.OrderID, RefundID: c.in.RefundID,

@@ -2,9 +2,11 @@ package refunds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -77,16 +79,21 @@ func StartOptions(in RefundInput, taskQueue string) client.StartWorkflowOptions 
 	}
 }
 
-// Start starts in's refund on taskQueue with StartOptions, or joins the run
-// already going, and returns it. It returns an error wrapping
-// ErrInvalidInput (or the key's) for an input that does not Validate, and
-// Temporal's error, such as a refusal to start a refund that already
-// succeeded.
+// Start starts in's refund on taskQueue with StartOptions and returns its
+// run: a new one, the run already going, or the one that already succeeded
+// (Temporal refuses a new run then, and Start hands back the finished one,
+// so that a repeated start reads the same result). It returns an error
+// wrapping ErrInvalidInput (or the key's) for an input that does not
+// Validate, and Temporal's other errors.
 func Start(ctx context.Context, c client.Client, in RefundInput, taskQueue string) (client.WorkflowRun, error) {
 	if err := in.Validate(); err != nil {
 		return nil, fmt.Errorf("start refund %s: %w", in.WorkflowID(), err)
 	}
 	run, err := c.ExecuteWorkflow(ctx, StartOptions(in, taskQueue), WorkflowName, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return c.GetWorkflow(ctx, in.WorkflowID(), started.RunId), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start refund %s: %w", in.WorkflowID(), err)
 	}

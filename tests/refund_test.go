@@ -72,6 +72,9 @@ func TestRefundStartedTwentyTimesRefundsOnce(t *testing.T) {
 	in := refunds.NewInput(b.tenant, "o1", "r1", 1999, "requested_by_customer")
 	res := b.refund(t, in, 20)
 	require.Equal(t, string(orders.StatusRefunded), res.Mark.Status)
+	// A start after the run succeeded hands back that run and its result.
+	again := b.refund(t, in, 1)
+	require.Equal(t, res, again)
 
 	require.Equal(t, 1, b.runs(t, in.WorkflowID()))
 	entries, err := refundLedger(t, b).List(b.ctx, b.tenant, "o1")
