@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/keyedhq/keyed/effects"
 )
 
 // Environment variables KeysFromEnv reads.
@@ -39,6 +41,11 @@ type Keys struct {
 	entries []keyEntry
 }
 
+// MaxTenantLen is the longest tenant ParseKeys accepts, 171 bytes: the
+// effect key of any Idempotency-Key, "TENANT:idempotency-sha256:<64 hex>",
+// must fit in effects.MaxKeyLen, and so then does every order's.
+const MaxTenantLen = effects.MaxKeyLen - len(":idempotency-sha256:") - 2*sha256.Size
+
 type keyEntry struct {
 	digest [sha256.Size]byte
 	tenant string
@@ -47,8 +54,7 @@ type keyEntry struct {
 // ParseKeys parses a key list: entries "tenant=key" separated by commas or
 // newlines, with surrounding spaces, blank lines and lines starting with #
 // ignored. Tenants must be valid effect-key parts (printable ASCII, no
-// spaces or ':') short enough for the effect key of any Idempotency-Key
-// (171 bytes); keys must be at least MinKeyLen bytes of printable ASCII
+// spaces or ':') of at most MaxTenantLen bytes; keys must be at least MinKeyLen bytes of printable ASCII
 // without spaces or commas. It returns an error wrapping ErrBadKeys for a
 // malformed entry or a key given to two tenants, and ErrNoKeys for a list
 // without entries.
@@ -72,8 +78,11 @@ func ParseKeys(s string) (*Keys, error) {
 			if !ok || tenant == "" || key == "" {
 				return nil, fmt.Errorf("%w: entry %d: want tenant=key", ErrBadKeys, n)
 			}
+			if len(tenant) > MaxTenantLen {
+				return nil, fmt.Errorf("%w: entry %d: tenant %.24q… (%d bytes) is too long: at most %d bytes", ErrBadKeys, n, tenant, len(tenant), MaxTenantLen)
+			}
 			if _, err := requestKey(tenant, ":"); err != nil { // the longest effect key of an Idempotency-Key
-				return nil, fmt.Errorf("%w: entry %d: tenant %q is not a valid effect-key part or too long for one", ErrBadKeys, n, tenant)
+				return nil, fmt.Errorf("%w: entry %d: tenant %q is not a valid effect-key part", ErrBadKeys, n, tenant)
 			}
 			if len(key) < MinKeyLen {
 				return nil, fmt.Errorf("%w: entry %d (tenant %s): key is shorter than %d bytes", ErrBadKeys, n, tenant, MinKeyLen)

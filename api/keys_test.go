@@ -63,7 +63,8 @@ func TestParseKeys(t *testing.T) {
 // effect key, and no two keys to the same.
 func TestRequestKey(t *testing.T) {
 	t.Parallel()
-	longest := strings.Repeat("t", 171)
+	longest := strings.Repeat("t", api.MaxTenantLen)
+	require.Equal(t, 171, api.MaxTenantLen)
 	_, err := api.ParseKeys(longest + "=sk_secret_0123456789abcdef")
 	require.NoError(t, err)
 	seen := map[string]string{}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -203,17 +204,17 @@ func TestServeConfigurationIsOneMessage(t *testing.T) {
 	require.Contains(t, errOut, "KEYED_API_KEYS: no API keys configured")
 	require.Contains(t, errOut, `KEYED_API_ADDR (--addr): "[::1]:x": port "x"`)
 
-	// A tenant too long to form an order's effect keys is refused up front.
+	// A tenant too long to form its effect keys is refused up front.
 	tenantKeys := func(n int) map[string]string {
 		return map[string]string{"KEYED_API_KEYS": strings.Repeat("t", n) + "=" + key}
 	}
-	code, _, errOut = starter(t, tenantKeys(maxTenantLen+1), "serve", "--addr", "nope")
+	code, _, errOut = starter(t, tenantKeys(api.MaxTenantLen+1), "serve", "--addr", "nope")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "(2 problems)")
-	require.Contains(t, errOut, "(236 bytes) is too long to form an order's effect keys: at most 235 bytes")
-	code, _, errOut = starter(t, tenantKeys(maxTenantLen), "serve", "--addr", "nope")
+	require.Contains(t, errOut, "(172 bytes) is too long: at most 171 bytes")
+	code, _, errOut = starter(t, tenantKeys(api.MaxTenantLen), "serve", "--addr", "nope")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "(1 problems)", "a tenant of %d bytes is fine", maxTenantLen)
+	require.Contains(t, errOut, "(1 problems)", "a tenant of %d bytes is fine", api.MaxTenantLen)
 	require.NotContains(t, errOut, key)
 }
 

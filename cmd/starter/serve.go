@@ -11,10 +11,8 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/api"
-	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
-	"github.com/keyedhq/keyed/orders"
 )
 
 // Environment variables of serve, next to the shared ones.
@@ -67,10 +65,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-// serveKeys loads the API keys, reporting each problem to l. Every tenant
-// must be able to form the effect keys of an order: one too long for the
-// shortest order ID and the longest step is refused here rather than on
-// each request.
+// serveKeys loads the API keys, reporting each problem to l. A tenant must
+// be able to key its orders and its Idempotency-Keys: ParseKeys refuses one
+// longer than api.MaxTenantLen here rather than on each request.
 func serveKeys(l *config.Loader, lookup func(string) (string, bool)) *api.Keys {
 	keys, err := api.KeysFromEnv(lookup)
 	if err != nil {
@@ -81,18 +78,8 @@ func serveKeys(l *config.Loader, lookup func(string) (string, bool)) *api.Keys {
 		l.Problem(name, "%s", strings.TrimPrefix(err.Error(), api.EnvKeys+": "))
 		return nil
 	}
-	for _, t := range keys.Tenants() {
-		if _, err := orders.NewCheckoutInput(t, "x").EffectKey(orders.StepMarkFailed); err != nil {
-			l.Problem(api.EnvKeys, "tenant %.24q… (%d bytes) is too long to form an order's effect keys: at most %d bytes",
-				t, len(t), maxTenantLen)
-		}
-	}
 	return keys
 }
-
-// maxTenantLen is the longest tenant whose orders can have effect keys:
-// "TENANT:order:x:mark_failed" must fit in effects.MaxKeyLen.
-var maxTenantLen = effects.MaxKeyLen - len(":order:x:"+orders.StepMarkFailed)
 
 type serveRegistry struct {
 	fx.Out
