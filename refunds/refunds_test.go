@@ -318,3 +318,41 @@ func TestReceiptAfterARefundIsStillSent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, b.sendgrid.Count(), "the refund email and the receipt")
 }
+
+// Two refunds marked out of order: the later one, which completes the
+// ledger, marks the order refunded; the earlier one's mark then keeps it
+// refunded. The status only grows.
+func TestMarkRefundedOutOfOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	r1, r2 := refunds.NewInput(tenant, "o1", "r1", 500, ""), refunds.NewInput(tenant, "o1", "r2", amount-500, "")
+	for _, in := range []refunds.RefundInput{r1, r2} {
+		for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe} {
+			_, err := b.env.ExecuteActivity(name, in)
+			require.NoError(t, err)
+		}
+	}
+	res, err := exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, r2)
+	require.NoError(t, err)
+	require.Equal(t, string(orders.StatusRefunded), res.Status)
+	res, err = exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, r1)
+	require.NoError(t, err)
+	require.Equal(t, string(orders.StatusRefunded), res.Status)
+	require.Equal(t, orders.StatusRefunded, b.status(t, "o1"))
+	b.secondRun(t, refunds.NameMarkRefunded, r1)
+}
+
+// MarkRefunded refuses a refund that has not reached Stripe.
+func TestMarkRefundedNeedsTheStripeRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	in := refunds.NewInput(tenant, "o1", "r1", 500, "")
+	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	require.NoError(t, err)
+	_, err = exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, in)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Contains(t, err.Error(), "no Stripe refund recorded")
+	require.Equal(t, orders.StatusPaid, b.status(t, "o1"))
+}
