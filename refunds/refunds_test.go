@@ -356,3 +356,44 @@ func TestMarkRefundedNeedsTheStripeRefund(t *testing.T) {
 	require.Contains(t, err.Error(), "no Stripe refund recorded")
 	require.Equal(t, orders.StatusPaid, b.status(t, "o1"))
 }
+
+// Refunds often come after the effects retention: with the charge's record
+// pruned, the PaymentIntent is found at Stripe by its effect key.
+func TestRefundAfterTheChargeRecordWasPruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	chargeKey, err := orders.NewCheckoutInput(tenant, "o1").EffectKey(orders.StepCharge)
+	require.NoError(t, err)
+	rec, err := b.claims.Get(context.Background(), chargeKey)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(context.Background(), `DELETE FROM keyed_effects WHERE key = $1`, chargeKey.String())
+	require.NoError(t, err)
+
+	require.NoError(t, b.refund(t, refunds.NewInput(tenant, "o1", "r1", 300, "")))
+	out, found, err := b.ledger.StripeOutcome(context.Background(), tenant, "o1", "r1")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Contains(t, string(rec.Result), out.PaymentIntentID)
+	require.Equal(t, orders.StatusPartiallyRefunded, b.status(t, "o1"))
+}
+
+// With no charge anywhere, the refund at Stripe is refused before any call.
+func TestRefundAtStripeWithoutACharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	in := refunds.NewInput(tenant, "o1", "r1", 300, "")
+	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	require.NoError(t, err)
+	chargeKey, err := orders.NewCheckoutInput(tenant, "o1").EffectKey(orders.StepCharge)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(context.Background(), `DELETE FROM keyed_effects WHERE key = $1`, chargeKey.String())
+	require.NoError(t, err)
+	b.stripe.Reset() // Stripe forgets the payment intent too.
+
+	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Contains(t, err.Error(), "and none at Stripe")
+	require.Zero(t, b.stripe.Refunds())
+}

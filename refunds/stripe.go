@@ -20,7 +20,8 @@ import (
 //
 // Effect class: external create. It reads the refund's ledger row and the
 // order's PaymentIntent from the charge's stored outcome (the effect record
-// of the order's "…:charge" key), claims the effect key
+// of the order's "…:charge" key; when the prune took it, Stripe's search by
+// metadata effect_key), claims the effect key
 // ("…:refund_stripe") and creates a Stripe refund of the ledger's amount
 // against that PaymentIntent with the effect key as Idempotency-Key and as
 // metadata effect_key (with refund_id, tenant_id and order_id). An attempt
@@ -33,8 +34,8 @@ import (
 // renewed and a Temporal heartbeat recorded.
 //
 // Errors (through activities.ToTemporal): InvalidInput, InvalidState (the
-// refund is not reserved, the order's charge did not succeed or its record
-// is gone), ProviderRejected (Stripe refused the refund, such as
+// refund is not reserved, the order's charge did not succeed, or neither
+// its record nor Stripe knows it), ProviderRejected (Stripe refused the refund, such as
 // charge_already_refunded or amount_too_large, or it ended failed or
 // canceled), KeyReused and Terminal are non-retryable; Transient
 // (timeouts, resets, 429, 5xx, 409), InProgress and LeaseLost are
@@ -57,8 +58,11 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (Stripe
 	})
 }
 
-// charge returns the stored outcome of the order's charge, or an
-// InvalidState error when it did not succeed or its record is gone.
+// charge returns the outcome of the order's charge: its effect record's,
+// or, when that record is gone (pruned after the effects retention, while
+// refunds often come later), the succeeded PaymentIntent Stripe has under
+// the charge's effect key. It returns an InvalidState error when the charge
+// did not succeed or neither knows it.
 func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, error) {
 	var res orders.ChargeResult
 	key, err := orders.NewCheckoutInput(c.in.TenantID, c.in.OrderID).EffectKey(orders.StepCharge)
@@ -68,7 +72,7 @@ func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, 
 	rec, err := a.claims.Get(ctx, key)
 	switch {
 	case errors.Is(err, effects.ErrNotFound):
-		return res, c.fail(activities.ErrTypeInvalidState, "no charge recorded under %s", key)
+		return a.searchCharge(ctx, c, key)
 	case err != nil:
 		return res, fmt.Errorf("refund %s: read charge: %w", c.key, err)
 	case rec.State != effects.StateSucceeded:
@@ -78,6 +82,22 @@ func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, 
 		return res, c.fail(activities.ErrTypeInvalidState, "charge %s stores no payment intent", key)
 	}
 	return res, nil
+}
+
+// searchCharge finds the succeeded PaymentIntent whose metadata effect_key
+// is the order's charge key.
+func (a *Activities) searchCharge(ctx context.Context, c *call, key effects.Key) (orders.ChargeResult, error) {
+	query := "metadata['effect_key']:'" + key.String() + "' AND status:'succeeded'" // keys hold no quote
+	it := a.stripe.PaymentIntents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx}})
+	for it.Next() {
+		if pi := it.PaymentIntent(); pi.Metadata["effect_key"] == key.String() && pi.Status == stripe.PaymentIntentStatusSucceeded {
+			return orders.ChargeResult{PaymentIntentID: pi.ID, Status: string(pi.Status), AmountMinor: pi.Amount, Currency: string(pi.Currency)}, nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return orders.ChargeResult{}, stripeError(c, "search the charge "+key.String(), err)
+	}
+	return orders.ChargeResult{}, c.fail(activities.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
 }
 
 // refund makes the refund once under claim.
