@@ -1,0 +1,36 @@
+// Package refunds is keyed's second workflow: refunds of paid orders, in
+// part or in full, built only from packages a user of keyed can import
+// (effects, activities' declarations and error types, notify, orders).
+//
+// RefundWorkflow, whose ID derives from the refund ("refund:<tenant>:
+// <order>:<refund_id>", so duplicate starts collapse), runs four keyed
+// activities, each with its own effect key
+// "<tenant>:order:<order>:refund:<refund_id>:<step>":
+//
+//  1. Reserve (absolute write + ledger): under a per-order lock, checks that
+//     the order was paid and that its amount minus the ledger's sum covers
+//     the refund, and appends the refund to the ledger; a refund that does
+//     not fit fails terminally (InvalidState) with nothing written and no
+//     Stripe call.
+//  2. RefundAtStripe (external create): a Stripe refund against the order's
+//     PaymentIntent with the effect key as Idempotency-Key and metadata,
+//     looked up by metadata first after a re-entry or takeover.
+//  3. MarkRefunded (absolute write + unique transition): the order becomes
+//     refunded when the ledger sums to its amount, partially_refunded
+//     otherwise.
+//  4. SendRefundEmail (irreversible send through notify, template "refund",
+//     at most once by default).
+//
+// The ledger (Ledger, table refund_ledger) is append-only: what an order
+// has refunded is always the sum of its rows, never a column updated in
+// place, and the primary key (tenant, order, refund) makes a repeated
+// reservation a no-op instead of a second debit. A refund's amount and
+// reason travel in its RefundInput (they are the event's immutable
+// parameters, and there is no row before Reserve); Reserve copies them into
+// the ledger, and every later step reads the ledger row.
+//
+// A reservation is never released: if Stripe refuses the refund for good
+// (ProviderRejected), its ledger row keeps holding that part of the charge,
+// so keyed can refund less than it could but never more; an operator
+// settles it.
+package refunds
