@@ -120,3 +120,36 @@ func refundLedger(t *testing.T, b *bundle) *refunds.Ledger {
 	require.NoError(t, err)
 	return l
 }
+
+// Two concurrent partial refunds whose sum exceeds the charge: exactly one
+// succeeds; the other fails at Reserve, with no Stripe call.
+func TestConcurrentRefundsBeyondTheCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRefundWorker(t)
+	b.paidOrder(t, "o1", 1999)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, id := range []string{"r1", "r2"} {
+		wg.Go(func() {
+			run, err := refunds.Start(b.ctx, b.temporal, refunds.NewInput(b.tenant, "o1", id, 1200, ""), b.taskQueue)
+			if err == nil {
+				err = run.Get(b.ctx, nil)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			require.ErrorContains(t, err, "exceeds what is left of the charge")
+		}
+	}
+	require.Equal(t, 1, failed, "errors: %v", errs)
+	require.Equal(t, 1, b.stripe.Refunds())
+	o, err := b.orders.Get(b.ctx, b.tenant, "o1")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPartiallyRefunded, o.Status)
+}
