@@ -2,14 +2,18 @@ package refunds_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
 )
 
@@ -76,4 +80,35 @@ func requireRetryable(t *testing.T, err error, errType string) {
 	require.ErrorAs(t, err, &app)
 	require.Equal(t, errType, app.Type(), "error: %v", err)
 	require.False(t, app.NonRetryable(), "error: %v", err)
+}
+
+// Another owner claimed the refund and vanished: once its lease runs out,
+// the step takes the claim over, asks Stripe first, and refunds once.
+func TestRefundAtStripeTakesOverAnExpiredClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	in := refunds.NewInput(tenant, "o1", "r1", 400, "")
+	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	require.NoError(t, err)
+	key, err := in.EffectKey(refunds.StepStripe)
+	require.NoError(t, err)
+	chargeKey, err := orders.NewCheckoutInput(tenant, "o1").EffectKey(orders.StepCharge)
+	require.NoError(t, err)
+	rec, err := b.claims.Get(context.Background(), chargeKey)
+	require.NoError(t, err)
+	var charge orders.ChargeResult
+	require.NoError(t, json.Unmarshal(rec.Result, &charge))
+	_, err = b.claims.Claim(context.Background(), effects.ClaimParams{Key: key, Owner: "vanished/refund_stripe", Lease: time.Second,
+		Fingerprint: refunds.Fingerprint("400", charge.PaymentIntentID)})
+	require.NoError(t, err)
+	time.Sleep(1100 * time.Millisecond)
+
+	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.stripe.Refunds())
+	rec, err = b.claims.Get(context.Background(), key)
+	require.NoError(t, err)
+	require.Equal(t, effects.StateSucceeded, rec.State)
+	require.Greater(t, rec.Generation, int64(1), "taken over")
 }
