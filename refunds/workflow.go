@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
 )
 
 // RefundWorkflow refunds part or all of a paid order: Reserve (the ledger
@@ -20,7 +21,9 @@ import (
 // MarkRefunded and SendRefundEmail, each its own activity with its own
 // effect key and the options of its declaration. The workflow carries only
 // the RefundInput; its ID derives from the refund (RefundInput.WorkflowID),
-// so duplicate starts collapse into one run.
+// so duplicate starts collapse into one run. Its status query
+// (orders.QueryStatus, "status") returns each step's state and effect key
+// as []orders.StepStatus.
 //
 // It returns a non-retryable application error of type
 // activities.ErrTypeInvalidInput, before any activity runs, for an input
@@ -40,19 +43,46 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (Result, error) {
 	}{
 		{DeclReserve, &out.Reserve}, {DeclStripe, &out.Stripe}, {DeclMark, &out.Mark}, {DeclEmail, &out.Email},
 	}
-	for _, s := range steps {
+	status := make([]orders.StepStatus, len(steps))
+	for i, s := range steps {
 		key, err := in.EffectKey(s.decl.Step)
 		if err != nil { // Validate checked the keys; this cannot happen.
 			return out, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
 		}
-		actx := workflow.WithActivityOptions(ctx, s.decl.ActivityOptions(key.String()))
+		status[i] = orders.StepStatus{Step: s.decl.Step, EffectKey: key.String(), State: StatePending}
+	}
+	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
+		return append([]orders.StepStatus(nil), status...), nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("register status query: %w", err)
+	}
+	for i, s := range steps {
+		st := &status[i]
+		st.State = StateRunning
+		actx := workflow.WithActivityOptions(ctx, s.decl.ActivityOptions(st.EffectKey))
 		if err := workflow.ExecuteActivity(actx, s.decl.Name, in).Get(ctx, s.out); err != nil {
-			workflow.GetLogger(ctx).Error("refund step failed", "step", s.decl.Step, "effect_key", key.String(), "error", err)
+			st.State, st.Error = StateFailed, err.Error()
+			for j := i + 1; j < len(status); j++ {
+				status[j].State = StateSkipped
+			}
+			workflow.GetLogger(ctx).Error("refund step failed", "step", st.Step, "effect_key", st.EffectKey, "error", err)
 			return out, err
 		}
+		st.State = StateDone
 	}
 	return out, nil
 }
+
+// Step states reported by the status query (orders.QueryStatus), as the
+// order workflow reports them.
+const (
+	StatePending = "pending"
+	StateRunning = "running"
+	StateDone    = "done"
+	StateFailed  = "failed"
+	StateSkipped = "skipped"
+)
 
 // Register registers RefundWorkflow with r under WorkflowName.
 func Register(r worker.WorkflowRegistry) {

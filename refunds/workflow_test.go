@@ -16,6 +16,14 @@ import (
 // b's real activities.
 func (b *bundle) runWorkflow(t *testing.T, in refunds.RefundInput) (refunds.Result, error) {
 	t.Helper()
+	res, _, err := b.runWorkflowStatus(t, in)
+	return res, err
+}
+
+// runWorkflowStatus is runWorkflow, also returning the status query's
+// answer after the run.
+func (b *bundle) runWorkflowStatus(t *testing.T, in refunds.RefundInput) (refunds.Result, []orders.StepStatus, error) {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
 	env := suite.NewTestWorkflowEnvironment()
@@ -23,20 +31,28 @@ func (b *bundle) runWorkflow(t *testing.T, in refunds.RefundInput) (refunds.Resu
 	require.NoError(t, refunds.RegisterActivities(env, b.racts))
 	env.ExecuteWorkflow(refunds.WorkflowName, in)
 	require.True(t, env.IsWorkflowCompleted())
+	var status []orders.StepStatus // none when the run refused its input before registering the query
+	if val, err := env.QueryWorkflow(orders.QueryStatus); err == nil {
+		require.NoError(t, val.Get(&status))
+	}
 	var res refunds.Result
 	if err := env.GetWorkflowError(); err != nil {
-		return res, err
+		return res, status, err
 	}
 	require.NoError(t, env.GetWorkflowResult(&res))
-	return res, nil
+	return res, status, nil
 }
 
 func TestRefundWorkflowRefundsInPart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	res, err := b.runWorkflow(t, refunds.NewInput(tenant, "o1", "r1", 250, ""))
+	res, status, err := b.runWorkflowStatus(t, refunds.NewInput(tenant, "o1", "r1", 250, ""))
 	require.NoError(t, err)
+	require.Len(t, status, 4)
+	for _, s := range status {
+		require.Equal(t, refunds.StateDone, s.State, s.Step)
+	}
 	require.Equal(t, refunds.ReserveResult{AmountMinor: 250, Currency: "eur", RefundedMinor: 250, ChargedMinor: amount}, res.Reserve)
 	require.Equal(t, "succeeded", res.Stripe.Status)
 	require.Equal(t, string(orders.StatusPartiallyRefunded), res.Mark.Status)
@@ -50,8 +66,15 @@ func TestRefundWorkflowStopsAtARefusedReservation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	_, err := b.runWorkflow(t, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
+	_, status, err := b.runWorkflowStatus(t, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
 	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Len(t, status, 4)
+	states := []string{}
+	for _, s := range status {
+		states = append(states, s.Step+":"+s.State)
+	}
+	require.Equal(t, []string{"refund_reserve:failed", "refund_stripe:skipped", "refund_mark:skipped", "refund_email:skipped"}, states)
+	require.Equal(t, "acme:order:o1:refund:r1:refund_reserve", status[0].EffectKey)
 	require.Contains(t, err.Error(), "exceeds what is left of the charge")
 	require.Zero(t, b.stripe.Refunds())
 	require.Zero(t, b.sendgrid.Count())
