@@ -1,5 +1,6 @@
 // Package reconcile compares keyed's charge records with the PaymentIntents
-// Stripe holds, and reports every disagreement.
+// Stripe holds, and its refund ledger with Stripe's refunds, and reports
+// every disagreement.
 //
 // keyed makes a charge happen once by claiming its effect key in Postgres
 // and sending the same key to Stripe as the Idempotency-Key. That is two
@@ -51,6 +52,47 @@
 //     does not have, or has but not succeeded. keyed believes the order was
 //     paid, and it was not.
 //
+// # Refunds
+//
+// The refund workflow (package refunds) reserves each refund in the
+// append-only refund_ledger, then refunds it at Stripe with its
+// refund_stripe effect key ("<tenant>:order:<order>:refund:<refund_id>:refund_stripe")
+// as Idempotency-Key and metadata effect_key, and stores Stripe's answer in
+// refund_stripe_outcomes. Run compares, joined on that key:
+//
+//   - keyed: the ledger rows reserved in the window, with their recorded
+//     outcomes and the refund_stripe step's effect record.
+//   - Stripe: every refund carrying an effect key that Stripe created in
+//     the window (GET /v1/refunds with created bounds, paged), plus every
+//     refund of the payment intents those refunds and ledger rows are on
+//     (GET /v1/refunds?payment_intent=…), so that a refund made outside the
+//     window under the same key is seen. A refund whose ledger row was
+//     reserved before the window is read by key.
+//
+// Refunds without metadata effect_key are not keyed's and are skipped. The
+// refund findings are:
+//
+//   - KindDoubleRefund: two or more Stripe refunds (not failed or canceled)
+//     carry one refund's key. The customer got the money back more than
+//     once.
+//   - KindUnrecordedRefund: Stripe refunded under a key with no ledger row
+//     (money out without a record), or with a ledger row whose step never
+//     recorded Stripe's answer and is neither running nor younger than
+//     Opts.RefundGrace (the workflow stalled after Stripe refunded).
+//   - KindRefundMismatch: the ledger's amount, or the recorded refund ID,
+//     amount, currency or payment intent, differs from Stripe's refund, or
+//     the refund is on another payment intent than the order's charge.
+//   - KindRefundMissingAtProvider: a ledger row with no Stripe refund (or
+//     only failed or canceled ones) whose step recorded one, or that was
+//     reserved longer than Opts.RefundGrace ago and is not running (its
+//     step never ran, or failed for good). keyed shows a refund the
+//     customer did not get.
+//
+// A refund whose step holds a live lease, or that was reserved less than
+// the grace (DefaultRefundGrace, an hour) ago and has no recorded answer
+// yet, is in flight (Report.InFlight): a lost Stripe answer that the step's
+// retry finds and records is never reported.
+//
 // A charge created under another idempotency key still carries the effect
 // key in its metadata, which is how extra charges are found. The record's
 // own PaymentIntent is always fetched, so a duplicate made days after the
@@ -61,7 +103,8 @@
 //
 // Run `starter reconcile --since 25h` once a day, from cron or a Kubernetes
 // CronJob, with DATABASE_URL, STRIPE_SECRET_KEY (a restricted key with read
-// access to PaymentIntents is enough) and, for a fake, STRIPE_API_BASE. The
+// access to PaymentIntents and Refunds is enough) and, for a fake,
+// STRIPE_API_BASE. The
 // extra hour overlaps the previous run, so a charge that was in flight at
 // the end of one window, or straddles its boundary, is checked again by the
 // next; the reconciler only reads, so overlap and repeated or concurrent
@@ -87,4 +130,7 @@
 // built by activities.NewStripeClient never retries: a 429 or an outage
 // fails the run (exit 1); run it again, with --since and --until naming
 // the missed window once the next day has begun. The keyed side is one query over keyed_effects by kind and created_at.
+// Refunds cost one list of the window's refunds (100 a page) and one list
+// per payment intent with a refund in the window, plus one read of the
+// effect records per refund.
 package reconcile

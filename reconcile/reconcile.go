@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // Metadata keys that the charge activity sets on every PaymentIntent it
@@ -58,8 +59,10 @@ const (
 	KindMissingAtProvider Kind = "missing_at_provider"
 )
 
-// Kinds lists every kind of finding, most urgent first.
-var Kinds = []Kind{KindExtraCharges, KindMissingRecord, KindMismatch, KindMissingAtProvider}
+// Kinds lists every kind of finding: the charge kinds, most urgent first,
+// then the refund kinds (see KindDoubleRefund), most urgent first.
+var Kinds = []Kind{KindExtraCharges, KindMissingRecord, KindMismatch, KindMissingAtProvider,
+	KindDoubleRefund, KindUnrecordedRefund, KindRefundMismatch, KindRefundMissingAtProvider}
 
 // Window is the span of creation times reconciled: from From, inclusive, to
 // To, exclusive. Both a record's created_at and a PaymentIntent's created
@@ -83,14 +86,15 @@ func (w Window) Validate() error {
 }
 
 // Finding is one disagreement between keyed's records and Stripe. It holds
-// outcomes only: IDs, statuses and amounts, never card data, emails or
-// client secrets.
+// outcomes only: IDs, statuses and amounts, never card data, emails,
+// client secrets or refund reasons. A charge finding fills Record and
+// Provider; a refund finding fills Refund and ProviderRefunds.
 type Finding struct {
 	Kind      Kind   `json:"kind"`
 	TenantID  string `json:"tenant_id"`
 	EffectKey string `json:"effect_key"`
-	// RecordState is the state of keyed's record for the key, or empty when
-	// there is none.
+	// RecordState is the state of keyed's effect record for the key (for a
+	// refund, its refund_stripe step's), or empty when there is none.
 	RecordState effects.State `json:"record_state,omitempty"`
 	// Record is the outcome stored in a succeeded record, if any.
 	Record *orders.ChargeResult `json:"record,omitempty"`
@@ -99,6 +103,12 @@ type Finding struct {
 	// PaymentIntent when Stripe has it, wherever it was created and
 	// whichever key it carries.
 	Provider []orders.ChargeResult `json:"provider,omitempty"`
+	// Refund is the refund's ledger row and recorded Stripe outcome, or nil
+	// when the ledger has no row for the key.
+	Refund *RefundRecord `json:"refund,omitempty"`
+	// ProviderRefunds holds Stripe's refunds carrying the key (failed and
+	// canceled ones included), oldest first.
+	ProviderRefunds []refunds.StripeResult `json:"provider_refunds,omitempty"`
 	// Detail says what disagrees, in one sentence.
 	Detail string `json:"detail"`
 }
@@ -111,10 +121,17 @@ type Report struct {
 	// PaymentIntents is the number of PaymentIntents carrying an effect key
 	// that Stripe created in the window.
 	PaymentIntents int `json:"payment_intents"`
+	// Refunds is the number of refunds reserved in refund_ledger in the
+	// window.
+	Refunds int `json:"refunds"`
+	// StripeRefunds is the number of refunds carrying an effect key that
+	// Stripe created in the window.
+	StripeRefunds int `json:"stripe_refunds"`
 	// InFlight is the number of effect keys skipped because their claim
-	// holds a live lease: the charge is still running, and its record may
-	// not be complete yet. The next run whose window covers them checks
-	// them.
+	// holds a live lease, or, for a refund, because it was reserved less
+	// than Opts.RefundGrace ago and has not recorded Stripe's answer: the
+	// charge or refund is still running, and its record may not be
+	// complete yet. The next run whose window covers them checks them.
 	InFlight int `json:"in_flight"`
 	// Findings lists every disagreement, by tenant, effect key and kind.
 	Findings []Finding `json:"findings"`
@@ -147,9 +164,14 @@ type Opts struct {
 	// PageSize is how many PaymentIntents each search request asks for,
 	// 1 to 100. Zero means DefaultPageSize.
 	PageSize int
+	// RefundGrace is how long after its reservation a refund may be without
+	// a Stripe refund or a recorded answer before it is reported. Zero means
+	// DefaultRefundGrace.
+	RefundGrace time.Duration
 }
 
-// Reconciler compares keyed's charge records with Stripe's PaymentIntents.
+// Reconciler compares keyed's charge records with Stripe's PaymentIntents,
+// and its refund ledger with Stripe's refunds.
 // It only reads, on both sides, so any number of runs, overlapping or
 // concurrent, are harmless. It is safe for concurrent use.
 type Reconciler struct {
@@ -158,28 +180,35 @@ type Reconciler struct {
 	stripe   *stripeclient.API
 	logger   *slog.Logger
 	pageSize int64
-	metrics  *metrics
+	// refundGrace is Opts.RefundGrace or its default.
+	refundGrace time.Duration
+	metrics     *metrics
 }
 
 // New returns a Reconciler reading effect records through fx, the
 // database clock through db (so that leases are judged by the clock that
-// set them) and PaymentIntents through stripe, a client built by
-// activities.NewStripeClient. It returns an error for a nil fx, db or
-// stripe, a page size outside 1 to 100, or collectors already registered
-// with opts.Registerer.
+// set them), the refund ledger through db, and PaymentIntents and refunds
+// through stripe, a client built by activities.NewStripeClient. It returns
+// an error for a nil fx, db or stripe (or one without a PaymentIntents or
+// Refunds client), a page size outside 1 to 100, a negative refund grace,
+// or collectors already registered with opts.Registerer.
 func New(fx *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts) (*Reconciler, error) {
 	switch {
 	case fx == nil:
 		return nil, errors.New("reconcile: New: effects client is nil")
 	case db == nil:
 		return nil, errors.New("reconcile: New: db is nil")
-	case stripe == nil || stripe.PaymentIntents == nil:
+	case stripe == nil || stripe.PaymentIntents == nil || stripe.Refunds == nil:
 		return nil, errors.New("reconcile: New: Stripe client is nil")
 	}
 	if opts == nil {
 		opts = &Opts{}
 	}
-	r := &Reconciler{fx: fx, db: db, stripe: stripe, logger: opts.Logger, pageSize: int64(opts.PageSize)}
+	r := &Reconciler{fx: fx, db: db, stripe: stripe, logger: opts.Logger, pageSize: int64(opts.PageSize),
+		refundGrace: cmp.Or(opts.RefundGrace, DefaultRefundGrace)}
+	if opts.RefundGrace < 0 {
+		return nil, fmt.Errorf("reconcile: New: refund grace %s is negative", opts.RefundGrace)
+	}
 	switch {
 	case r.pageSize == 0:
 		r.pageSize = DefaultPageSize
@@ -200,11 +229,14 @@ func New(fx *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts
 }
 
 // Run compares the charge records created in w with the PaymentIntents
-// carrying an effect key that Stripe created in w, and returns every
-// disagreement. A record whose PaymentIntent falls outside w (or is not yet
-// searchable) is looked up at Stripe by ID, and a PaymentIntent whose record
-// falls outside w is looked up in keyed by key, so a charge straddling a
-// boundary is not reported as missing. Findings are also logged and, with a
+// carrying an effect key that Stripe created in w, and the refunds reserved
+// in refund_ledger in w with the refunds carrying an effect key that Stripe
+// created in w, and returns every disagreement. A record whose PaymentIntent
+// falls outside w (or is not yet searchable) is looked up at Stripe by ID,
+// and a PaymentIntent whose record falls outside w is looked up in keyed by
+// key, so a charge straddling a boundary is not reported as missing; a
+// refund's Stripe refunds are listed by its payment intent, and a Stripe
+// refund's ledger row is read by key, likewise. Findings are also logged and, with a
 // Registerer, counted. It returns an error wrapping ErrInvalidWindow for a
 // bad window, and a wrapped error when Postgres or Stripe fails; it never
 // returns a partial report. A successful run is recorded in
@@ -257,6 +289,9 @@ func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 		}
 		rep.Findings = append(rep.Findings, found...)
 	}
+	if err := r.refundPass(ctx, w, dbNow, pis, rep); err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
 	slices.SortStableFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.TenantID, b.TenantID), cmp.Compare(a.EffectKey, b.EffectKey),
 			cmp.Compare(slices.Index(Kinds, a.Kind), slices.Index(Kinds, b.Kind)))
@@ -267,9 +302,10 @@ func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 			slog.String("kind", string(f.Kind)), slog.String("tenant_id", f.TenantID),
 			slog.String("effect_key", f.EffectKey), slog.String("detail", f.Detail))
 	}
-	r.logger.LogAttrs(ctx, slog.LevelInfo, "reconciled charges with Stripe",
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "reconciled charges and refunds with Stripe",
 		slog.Time("from", w.From), slog.Time("to", w.To), slog.Int("records", rep.Records),
-		slog.Int("payment_intents", rep.PaymentIntents), slog.Int("in_flight", rep.InFlight),
+		slog.Int("payment_intents", rep.PaymentIntents), slog.Int("refunds", rep.Refunds),
+		slog.Int("stripe_refunds", rep.StripeRefunds), slog.Int("in_flight", rep.InFlight),
 		slog.Int("findings", len(rep.Findings)))
 	r.metrics.observe(rep)
 	if err := record(ctx, r.db, rep); err != nil {
