@@ -24,6 +24,9 @@ const (
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422: the key was first used with another request
 	CodeRequestInProgress     = "request_in_progress"     // 409: the key's first request is still running
 	CodeOrderConflict         = "order_conflict"          // 409: the order ID exists with other details
+	CodeRefundConflict        = "refund_conflict"         // 409: the refund ID was requested with another amount or reason
+	CodeOrderNotRefundable    = "order_not_refundable"    // 409: the order is not paid, or is refunded in full
+	CodeRefundExceedsCharge   = "refund_exceeds_charge"   // 422: the refund is more than what is left of the charge
 	CodeNotFound              = "not_found"               // 404
 	CodeMethodNotAllowed      = "method_not_allowed"      // 405
 	CodeUnavailable           = "unavailable"             // 503: the database is down or did not answer in time; with Retry-After

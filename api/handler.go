@@ -99,8 +99,10 @@ type HandlerOpts struct {
 
 // Handler serves keyed's HTTP API:
 //
-//	POST /v1/orders       create an order and queue its checkout (Idempotency-Key required)
-//	GET  /v1/orders/{id}  the order, its workflow start and each effect's key, state and outcome
+//	POST /v1/orders                          create an order and queue its checkout (Idempotency-Key required)
+//	GET  /v1/orders/{id}                     the order, its workflow start, each effect's key, state and outcome, and its refunds
+//	POST /v1/orders/{id}/refunds             request a refund of a paid order and queue its run (Idempotency-Key required)
+//	GET  /v1/orders/{id}/refunds/{refund_id} the refund: amount, state, Stripe refund ID, start and effects
 //	GET  /healthz         200 when the database answers, else 503
 //
 // Every /v1 route needs "Authorization: Bearer <API key>"; the key decides
@@ -170,6 +172,8 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle(RouteCreateOrder, h.authed(h.createOrder))
 	mux.Handle(RouteGetOrder, h.authed(h.getOrder))
+	mux.Handle(RouteCreateRefund, h.authed(h.createRefund))
+	mux.Handle(RouteGetRefund, h.authed(h.getRefund))
 	mux.HandleFunc(RouteHealthz, h.healthz)
 	if opts.Gatherer != nil {
 		mux.Handle(RouteMetrics, promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
@@ -178,6 +182,8 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 	// "/" everything else, so that every error is JSON.
 	mux.HandleFunc("/v1/orders", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/orders/{id}", methodNotAllowed("GET"))
+	mux.HandleFunc("/v1/orders/{id}/refunds", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -352,8 +358,12 @@ type OrderDetail struct {
 	// was pruned.
 	Start *StartView `json:"start,omitempty"`
 	// Effects are the order's effect records, in the order they were
-	// first claimed.
+	// first claimed, its refunds' included.
 	Effects []EffectView `json:"effects"`
+	// Refunds are the order's refunds, oldest request first.
+	Refunds []RefundView `json:"refunds"`
+	// RefundedMinor is what the refunds in the order's ledger sum to.
+	RefundedMinor int64 `json:"refunded_minor"`
 }
 
 // StartView is the workflow start of an order, from the outbox.
@@ -682,6 +692,10 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
 				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
 		}
+	}
+	if detail.Refunds, detail.RefundedMinor, err = h.orderRefunds(ctx, order); err != nil {
+		h.dbFailure(w, r, "list order refunds", err)
+		return
 	}
 	body, err := json.Marshal(detail)
 	if err != nil {

@@ -106,6 +106,19 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 			require.Equal(t, http.StatusCreated, post("k-c1", orderBody("ord_c", 100)).status)
 			return post("k-c2", orderBody("ord_c", 101))
 		},
+		"409 order_not_refundable": func() response {
+			require.Equal(t, http.StatusCreated, post("k-nr", orderBody("ord_nr", 100)).status)
+			return do("POST", "/v1/orders/ord_nr/refunds", b.keyA, "k-nr-refund", refundBody("r1", 50, ""))
+		},
+		"409 refund_conflict": func() response {
+			b.paidOrder(t, "ord_rc", 100)
+			require.Equal(t, http.StatusAccepted, do("POST", "/v1/orders/ord_rc/refunds", b.keyA, "k-rc1", refundBody("r1", 50, "")).status)
+			return do("POST", "/v1/orders/ord_rc/refunds", b.keyA, "k-rc2", refundBody("r1", 60, ""))
+		},
+		"422 refund_exceeds_charge": func() response {
+			b.paidOrder(t, "ord_rx", 100)
+			return do("POST", "/v1/orders/ord_rx/refunds", b.keyA, "k-rx", refundBody("r1", 101, ""))
+		},
 		"413 body_too_large": func() response { return post("k-big", `{"order_id":"`+strings.Repeat("x", 64<<10)+`"}`) },
 		"422 idempotency_key_reused": func() response {
 			require.Equal(t, http.StatusCreated, post("k-reuse", orderBody("ord_r", 100)).status)

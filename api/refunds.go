@@ -1,0 +1,418 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/refunds"
+)
+
+// Route patterns of refunds, as they appear in the "route" metric label.
+const (
+	RouteCreateRefund = "POST /v1/orders/{id}/refunds"
+	RouteGetRefund    = "GET /v1/orders/{id}/refunds/{refund_id}"
+)
+
+// States of a refund in RefundView.
+const (
+	// RefundRequested: its start is queued or its run has not reserved it
+	// yet.
+	RefundRequested = "requested"
+	// RefundReserved: it is in the order's ledger; Stripe has not
+	// confirmed it yet.
+	RefundReserved = "reserved"
+	// RefundRefunded: Stripe refunded it.
+	RefundRefunded = "refunded"
+	// RefundFailed: a step failed for good; ErrorCode says which way.
+	RefundFailed = "failed"
+)
+
+// refundMembers are the members of a POST /v1/orders/{id}/refunds body,
+// spelled exactly.
+var refundMembers = []string{"refund_id", "amount_minor", "reason"}
+
+// createRefundRequest is the body of POST /v1/orders/{id}/refunds.
+// Pointers tell a missing member from a zero one.
+type createRefundRequest struct {
+	RefundID    *string `json:"refund_id"`
+	AmountMinor *int64  `json:"amount_minor"`
+	Reason      *string `json:"reason"`
+}
+
+// RefundView is a refund of an order as a tenant sees it: the body of a
+// 202 or 200 answer to POST /v1/orders/{id}/refunds, of GET
+// /v1/orders/{id}/refunds/{refund_id}, and an element of
+// OrderDetail.Refunds.
+type RefundView struct {
+	RefundID    string `json:"refund_id"`
+	OrderID     string `json:"order_id"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+	Reason      string `json:"reason,omitempty"`
+	// State is requested, reserved, refunded or failed.
+	State string `json:"state"`
+	// ErrorCode and Error are set when State is failed: a stable code of
+	// the step that failed (as EffectView shows it) and a plain message.
+	ErrorCode      string `json:"error_code,omitempty"`
+	Error          string `json:"error,omitempty"`
+	StripeRefundID string `json:"stripe_refund_id,omitempty"`
+	WorkflowID     string `json:"workflow_id"`
+	// Start is the state of the refund run's start, or nil once its
+	// outbox row was pruned.
+	Start *StartView `json:"start,omitempty"`
+	// Effects are the refund's effect records.
+	Effects []EffectView `json:"effects"`
+}
+
+// decodeRefund reads one JSON object of known members; refund_id and
+// amount_minor are required, reason is optional.
+func (h *Handler) decodeRefund(w http.ResponseWriter, r *http.Request) (createRefundRequest, *Error) {
+	var req createRefundRequest
+	if r.ContentLength > h.maxBody {
+		return req, tooLarge(h.maxBody)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return req, tooLarge(h.maxBody)
+		}
+		return req, readError(err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
+	}
+	if aerr := checkMembers(body, refundMembers); aerr != nil {
+		return req, aerr
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "unexpected data after the JSON object")
+	}
+	switch {
+	case req.RefundID == nil:
+		return req, newError(http.StatusBadRequest, CodeMissingField, "refund_id", "refund_id is required")
+	case req.AmountMinor == nil:
+		return req, newError(http.StatusBadRequest, CodeMissingField, "amount_minor", "amount_minor is required")
+	}
+	return req, nil
+}
+
+// refundInput validates the request as the refund's input, or answers 400
+// naming the member at fault.
+func refundInput(tenant, orderID string, req createRefundRequest) (refunds.RefundInput, *Error) {
+	reason := ""
+	if req.Reason != nil {
+		reason = *req.Reason
+	}
+	in := refunds.NewInput(tenant, orderID, *req.RefundID, *req.AmountMinor, reason)
+	if _, err := effects.NewKey(tenant, "order", orderID); err != nil {
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "id", "%q is not a valid order ID", orderID)
+	}
+	if _, err := effects.NewKey(tenant, "refund", in.RefundID); err != nil || in.RefundID == "" || len(in.RefundID) > refunds.MaxRefundIDBytes {
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "refund_id",
+			"%q is not a valid refund ID: 1 to %d bytes of printable ASCII, without ':' or spaces", in.RefundID, refunds.MaxRefundIDBytes)
+	}
+	if in.AmountMinor <= 0 || in.AmountMinor > refunds.MaxAmountMinor {
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "amount_minor",
+			"%d is not a positive amount in minor units of at most %d", in.AmountMinor, refunds.MaxAmountMinor)
+	}
+	if err := in.Validate(); err != nil {
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "reason",
+			"reason must be at most %d bytes of printable characters", refunds.MaxReasonBytes)
+	}
+	return in, nil
+}
+
+// refundHash is the fingerprint of a refund request: the route, the order
+// and the validated refund, so that member order and whitespace do not
+// matter but every value does.
+func refundHash(in refunds.RefundInput) string {
+	canon, _ := json.Marshal(struct {
+		Route       string `json:"route"`
+		OrderID     string `json:"order_id"`
+		RefundID    string `json:"refund_id"`
+		AmountMinor int64  `json:"amount_minor"`
+		Reason      string `json:"reason"`
+	}{RouteCreateRefund, in.OrderID, in.RefundID, in.AmountMinor, in.Reason})
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:])
+}
+
+func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, tenant string) {
+	key, aerr := idempotencyKey(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	req, aerr := h.decodeRefund(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	in, aerr := refundInput(tenant, r.PathValue("id"), req)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	h.idempotent(w, r, tenant, key, refundHash(in), "request refund", func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
+		return h.refundTx(ctx, claim, in)
+	})
+}
+
+// refundTx checks the refund against its order and records its start and
+// the stored response in one transaction: all of them or none. A refusal
+// comes back as an *Error, and writes nothing.
+func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds.RefundInput) (stored, *Error, error) {
+	var resp stored
+	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+		order, created, err := refunds.RequestTx(ctx, tx, h.store, in)
+		if err != nil {
+			return err
+		}
+		view, err := h.refundView(ctx, tx, order, in.RefundID)
+		if err != nil {
+			return err
+		}
+		body, err := json.Marshal(view)
+		if err != nil {
+			return fmt.Errorf("encode response: %w", err)
+		}
+		resp = stored{status: http.StatusOK, body: append(body, '\n')}
+		if created {
+			resp.status = http.StatusAccepted
+		}
+		return h.idem.finishTx(ctx, tx, claim, resp)
+	})
+	var exceeds *refunds.ExceedsError
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		return resp, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", in.OrderID), nil
+	case errors.Is(err, refunds.ErrConflict):
+		return resp, newError(http.StatusConflict, CodeRefundConflict, "refund_id",
+			"refund %q of order %q was requested with another amount or reason; use a new refund_id for a new refund", in.RefundID, in.OrderID), nil
+	case errors.Is(err, refunds.ErrNotRefundable):
+		return resp, newError(http.StatusConflict, CodeOrderNotRefundable, "id",
+			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID), nil
+	case errors.As(err, &exceeds):
+		return resp, newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
+			"a refund of %d exceeds what is left of the charge: %d charged, %d refunded, %d left (minor units)",
+			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor), nil
+	}
+	return resp, nil, err
+}
+
+// idempotent runs do under the request's Idempotency-Key (hash being the
+// request's fingerprint), as POST /v1/orders does: a replay answers the
+// stored response, another body under the key 422, a running request 409.
+// do returns the response to store and send, a refusal (*Error: nothing
+// was written, the key is released), or a failure (released, 503/500).
+func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string,
+	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
+	ikey, err := requestKey(tenant, key)
+	if err != nil {
+		h.dbFailure(w, r, "claim idempotency key", err)
+		return
+	}
+	owner, _ := r.Context().Value(requestIDKey).(string)
+	owner += "/" + randomHex(6)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
+	defer cancel()
+	claim, prev, err := h.idem.claim(ctx, ikey, hash, owner)
+	switch {
+	case errors.Is(err, errKeyReused):
+		h.metrics.idem("key_reused")
+		writeError(w, newError(http.StatusUnprocessableEntity, CodeIdempotencyKeyReused, HeaderIdempotencyKey,
+			"Idempotency-Key %q was first used with a different request body; use a new key for a new request", key))
+		return
+	case errors.Is(err, errInProgress):
+		h.metrics.idem("in_progress")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
+			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
+		return
+	case err != nil:
+		h.release(ctx, ikey, owner)
+		h.dbFailure(w, r, "claim idempotency key", err)
+		return
+	case prev != nil:
+		h.metrics.idem("replayed")
+		w.Header().Set(HeaderReplayed, "true")
+		writeJSON(w, prev.status, prev.body)
+		return
+	case claim.Mode == effects.ModeTakeover:
+		h.metrics.idem("takeover")
+	default:
+		h.metrics.idem("new")
+	}
+	resp, refusal, err := do(ctx, claim)
+	switch {
+	case refusal != nil:
+		h.release(ctx, ikey, owner)
+		writeError(w, refusal)
+	case errors.Is(err, errLeaseLost):
+		h.release(ctx, ikey, owner)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
+			"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
+	case err != nil:
+		h.release(ctx, ikey, owner)
+		h.dbFailure(w, r, what, err)
+	default:
+		writeJSON(w, resp.status, resp.body)
+	}
+}
+
+func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant string) {
+	id, refundID := r.PathValue("id"), r.PathValue("refund_id")
+	if _, err := effects.NewKey(tenant, "order", id, "refund", refundID); err != nil {
+		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "refund_id", "%q of order %q is not a valid refund ID", refundID, id))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
+	defer cancel()
+	order, err := h.store.Get(ctx, tenant, id)
+	if errors.Is(err, orders.ErrNotFound) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
+		return
+	}
+	if err != nil {
+		h.dbFailure(w, r, "get refund", err)
+		return
+	}
+	view, err := h.refundView(ctx, h.db, order, refundID)
+	if errors.Is(err, refunds.ErrNotFound) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "refund_id", "no refund %q of order %q", refundID, id))
+		return
+	}
+	if err != nil {
+		h.dbFailure(w, r, "get refund", err)
+		return
+	}
+	body, err := json.Marshal(view)
+	if err != nil {
+		h.dbFailure(w, r, "encode refund", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, append(body, '\n'))
+}
+
+// refundView reads the order's refund refundID through db (the request's
+// transaction, or the pool) and returns the tenant's view of it. It
+// returns an error wrapping refunds.ErrNotFound when there is no such
+// refund.
+func (h *Handler) refundView(ctx context.Context, db effects.DB, order *orders.Order, refundID string) (*RefundView, error) {
+	ledger, err := refunds.NewLedger(db)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := ledger.Refund(ctx, order.TenantID, order.ID, refundID)
+	if err != nil {
+		return nil, err
+	}
+	return h.viewOf(ctx, db, order, *ref)
+}
+
+// viewOf completes ref's view with its start and its effect records.
+func (h *Handler) viewOf(ctx context.Context, db effects.DB, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
+	in := refunds.NewInput(order.TenantID, order.ID, ref.RefundID, ref.AmountMinor, ref.Reason)
+	v := &RefundView{RefundID: ref.RefundID, OrderID: order.ID, AmountMinor: ref.AmountMinor, Currency: order.Currency,
+		Reason: ref.Reason, State: RefundRequested, WorkflowID: in.WorkflowID(), Effects: []EffectView{}}
+	start, err := h.startOf(ctx, db, v.WorkflowID)
+	if err != nil {
+		return nil, err
+	}
+	v.Start = start
+	prefix, err := effects.NewKey(order.TenantID, "order", order.ID, "refund", ref.RefundID)
+	if err != nil {
+		return nil, fmt.Errorf("refund %s: %w", v.WorkflowID, err)
+	}
+	recs, err := h.effects.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		v.Effects = append(v.Effects, effectView(rec))
+	}
+	setRefundState(v, ref)
+	return v, nil
+}
+
+// setRefundState sets v's State from how far ref got and its effects: a
+// Stripe refund makes it refunded, a ledger row reserved; before Stripe
+// refunded it, a step that failed for good makes it failed with that
+// step's code and message.
+func setRefundState(v *RefundView, ref refunds.Refund) {
+	switch {
+	case ref.Stripe != nil:
+		v.State, v.StripeRefundID = RefundRefunded, ref.Stripe.RefundID
+		return
+	case ref.Entry != nil:
+		v.State = RefundReserved
+	}
+	for _, e := range v.Effects {
+		if e.State == effects.StateFailedTerminal {
+			v.State, v.ErrorCode, v.Error = RefundFailed, e.ErrorCode, e.Error
+			return
+		}
+	}
+}
+
+// startOf returns the tenant's view of the workflow's start, or nil when
+// its outbox row is gone.
+func (h *Handler) startOf(ctx context.Context, db effects.DB, workflowID string) (*StartView, error) {
+	entry, err := outbox.Get(ctx, db, workflowID)
+	if errors.Is(err, outbox.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if entry.LastError != "" {
+		h.logger.DebugContext(ctx, "start error withheld from the tenant", "workflow_id", entry.WorkflowID, "last_error", entry.LastError)
+	}
+	return startView(entry), nil
+}
+
+// orderRefunds returns the tenant's view of each of the order's refunds,
+// oldest first, and what the refunds in the ledger sum to.
+func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order) ([]RefundView, int64, error) {
+	ledger, err := refunds.NewLedger(h.db)
+	if err != nil {
+		return nil, 0, err
+	}
+	refs, err := ledger.Refunds(ctx, order.TenantID, order.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	views := make([]RefundView, 0, len(refs))
+	var refunded int64
+	for _, ref := range refs {
+		v, err := h.viewOf(ctx, h.db, order, ref)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ref.Entry != nil {
+			refunded += ref.Entry.AmountMinor
+		}
+		views = append(views, *v)
+	}
+	return views, refunded, nil
+}

@@ -1,0 +1,279 @@
+package refunds
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+)
+
+// ErrNotRefundable means the order is not paid (pending, failed) or is
+// refunded in full already: there is nothing to refund.
+var ErrNotRefundable = errors.New("order is not refundable")
+
+// Keys of the outbox.Request.Meta that StartRequest writes: the refund's
+// currency and amount, which starters put in the run's summary without
+// loading the order.
+const (
+	MetaAmountMinor = orders.MetaAmountMinor
+	MetaCurrency    = orders.MetaCurrency
+)
+
+// StartRequest returns the outbox request that starts in's refund run:
+// workflow type WorkflowName, workflow ID in.WorkflowID(), in as the
+// payload and the refund's amount with currency in the Meta. It returns an
+// error wrapping outbox.ErrInvalid when in does not validate.
+func StartRequest(in RefundInput, currency string) (outbox.Request, error) {
+	if err := in.Validate(); err != nil {
+		return outbox.Request{}, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	payload, err := json.Marshal(in)
+	if err != nil {
+		return outbox.Request{}, fmt.Errorf("encode input of %s: %w", in.WorkflowID(), err)
+	}
+	return outbox.Request{WorkflowType: WorkflowName, WorkflowID: in.WorkflowID(), TenantID: in.TenantID, Payload: payload,
+		Meta: map[string]string{MetaAmountMinor: strconv.FormatInt(in.AmountMinor, 10), MetaCurrency: currency}}, nil
+}
+
+// FromStartRequest reads back what StartRequest wrote: the refund's input
+// and its currency ("" when the Meta carries none). It returns an error
+// wrapping outbox.ErrInvalid when req is not a refund run's or its payload
+// does not decode to a valid input.
+func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
+	if req.WorkflowType != WorkflowName {
+		return RefundInput{}, "", fmt.Errorf("%w: %s is a %s run, not a refund run", outbox.ErrInvalid, req.WorkflowID, req.WorkflowType)
+	}
+	var in RefundInput
+	if err := json.Unmarshal(req.Payload, &in); err != nil {
+		return RefundInput{}, "", fmt.Errorf("%w: decode input of %s: %w", outbox.ErrInvalid, req.WorkflowID, err)
+	}
+	if err := in.Validate(); err != nil {
+		return RefundInput{}, "", fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	return in, req.Meta[MetaCurrency], nil
+}
+
+// RequestTx checks in against its order and the ledger and records the
+// start of its refund run in the outbox (StartRequest), inside the caller's
+// transaction, so that the refund request and whatever else tx writes (an
+// API's stored response) commit together. It returns the order and
+// created=true when it recorded the start, or created=false when the same
+// refund (same ID, amount and reason) was requested already, in which case
+// it writes nothing: the request collapses into the first.
+//
+// The checks are a courtesy to the caller, made without the order's lock:
+// Reserve makes them again under it and is the authority. It returns an
+// error wrapping ErrInvalidInput (or the key's) for an input that does not
+// Validate, orders.ErrNotFound for an unknown order, ErrConflict when the
+// refund ID was requested with another amount or reason, ErrNotRefundable
+// for an order that is not paid or is refunded in full, an *ExceedsError
+// when the amount is more than the order's amount minus its ledger's sum,
+// and database errors, wrapped. On an error the caller must roll tx back.
+func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInput) (order *orders.Order, created bool, err error) {
+	if err := in.Validate(); err != nil {
+		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
+	}
+	order, err = store.GetTx(ctx, tx, in.TenantID, in.OrderID)
+	if err != nil {
+		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
+	}
+	if found, err := sameRequest(ctx, tx, in); err != nil || found {
+		return order, false, err
+	}
+	if !order.Status.Refundable() {
+		return nil, false, fmt.Errorf("request refund %s: order is %s: %w", in.WorkflowID(), order.Status, ErrNotRefundable)
+	}
+	var l Ledger
+	refunded, err := l.RefundedTx(ctx, tx, in.TenantID, in.OrderID)
+	if err != nil {
+		return nil, false, err
+	}
+	if refunded+in.AmountMinor > order.AmountMinor {
+		return nil, false, &ExceedsError{AmountMinor: in.AmountMinor, ChargedMinor: order.AmountMinor, RefundedMinor: refunded}
+	}
+	req, err := StartRequest(in, order.Currency)
+	if err != nil {
+		return nil, false, err
+	}
+	enqueued, err := outbox.EnqueueTx(ctx, tx, req)
+	if err != nil {
+		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
+	}
+	if !enqueued { // a concurrent request of the same refund committed first
+		if _, err := sameRequest(ctx, tx, in); err != nil {
+			return nil, false, err
+		}
+	}
+	return order, enqueued, nil
+}
+
+// sameRequest reports whether in's refund was requested already (its
+// ledger row, else its outbox row), and returns an error wrapping
+// ErrConflict when it was, with another amount or reason.
+func sameRequest(ctx context.Context, db effects.DB, in RefundInput) (bool, error) {
+	prev, err := requested(ctx, db, in.TenantID, in.OrderID, in.RefundID)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if prev.AmountMinor != in.AmountMinor || prev.Reason != in.Reason {
+		return false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), ErrConflict)
+	}
+	return true, nil
+}
+
+// Refund is a refund as requested, and how far it got: its ledger row once
+// Reserve wrote it, and Stripe's answer once RefundAtStripe recorded it.
+type Refund struct {
+	RefundID    string `json:"refund_id"`
+	AmountMinor int64  `json:"amount_minor"`
+	Reason      string `json:"reason,omitempty"`
+	// RequestedAt is when the refund's start was queued, or, once the
+	// outbox row is pruned, when it was reserved.
+	RequestedAt time.Time `json:"requested_at"`
+	// Entry is the ledger row, nil until Reserve wrote it.
+	Entry *Entry `json:"ledger,omitempty"`
+	// Stripe is the Stripe refund, nil until RefundAtStripe recorded it.
+	Stripe *StripeResult `json:"stripe,omitempty"`
+}
+
+// Refund returns the order's refund refundID as requested (see Refund). It
+// returns an error wrapping ErrNotFound when neither the ledger nor the
+// outbox knows it, and database errors, wrapped.
+func (l *Ledger) Refund(ctx context.Context, tenantID, orderID, refundID string) (*Refund, error) {
+	r, err := requested(ctx, l.db, tenantID, orderID, refundID)
+	if err != nil {
+		return nil, err
+	}
+	return r, l.addStripe(ctx, r, tenantID, orderID)
+}
+
+// Refunds returns the order's refunds as requested (see Refund), oldest
+// request first: those in the ledger and those only requested so far. It
+// returns database errors, wrapped.
+func (l *Ledger) Refunds(ctx context.Context, tenantID, orderID string) ([]Refund, error) {
+	entries, err := l.List(ctx, tenantID, orderID)
+	if err != nil {
+		return nil, err
+	}
+	queued, err := queuedRefunds(ctx, l.db, tenantID, orderID)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*Refund, len(queued))
+	for i := range queued {
+		byID[queued[i].RefundID] = &queued[i]
+	}
+	var extra []Refund
+	for i := range entries {
+		e := &entries[i]
+		if r, ok := byID[e.RefundID]; ok {
+			r.Entry = e
+			continue
+		}
+		extra = append(extra, Refund{RefundID: e.RefundID, AmountMinor: e.AmountMinor, Reason: e.Reason, RequestedAt: e.CreatedAt, Entry: e})
+	}
+	out := append(queued, extra...)
+	for i := range out {
+		if err := l.addStripe(ctx, &out[i], tenantID, orderID); err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
+	return out, nil
+}
+
+func (l *Ledger) addStripe(ctx context.Context, r *Refund, tenantID, orderID string) error {
+	if r.Entry == nil {
+		return nil
+	}
+	s, found, err := l.StripeOutcome(ctx, tenantID, orderID, r.RefundID)
+	if found {
+		r.Stripe = &s
+	}
+	return err
+}
+
+// requested returns the refund from its ledger row, else from its outbox
+// row (whose time is kept as RequestedAt when both exist). It returns an
+// error wrapping ErrNotFound when neither exists.
+func requested(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (*Refund, error) {
+	in := RefundInput{TenantID: tenantID, OrderID: orderID, RefundID: refundID}
+	queued, qerr := queuedRefund(ctx, db, in.WorkflowID())
+	if qerr != nil && !errors.Is(qerr, ErrNotFound) {
+		return nil, qerr
+	}
+	e, err := get(ctx, db, tenantID, orderID, refundID)
+	switch {
+	case err == nil && queued != nil:
+		queued.Entry = e
+		return queued, nil
+	case err == nil:
+		return &Refund{RefundID: refundID, AmountMinor: e.AmountMinor, Reason: e.Reason, RequestedAt: e.CreatedAt, Entry: e}, nil
+	case errors.Is(err, ErrNotFound) && queued != nil:
+		return queued, nil
+	}
+	return nil, err
+}
+
+// outboxColumns reads a refund's outbox row.
+const outboxColumns = `payload, created_at`
+
+func scanQueued(row pgx.Row) (*Refund, error) {
+	var payload []byte
+	var at time.Time
+	if err := row.Scan(&payload, &at); err != nil {
+		return nil, err
+	}
+	var in RefundInput
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, fmt.Errorf("decode refund request: %w", err)
+	}
+	return &Refund{RefundID: in.RefundID, AmountMinor: in.AmountMinor, Reason: in.Reason, RequestedAt: at}, nil
+}
+
+// queuedRefund reads the refund's outbox row (kept for outbox.DefaultRetention
+// after its start). It returns an error wrapping ErrNotFound when there is none.
+func queuedRefund(ctx context.Context, db effects.DB, workflowID string) (*Refund, error) {
+	r, err := scanQueued(db.QueryRow(ctx, `SELECT `+outboxColumns+` FROM keyed_outbox
+WHERE workflow_id = $1 AND workflow_type = $2`, workflowID, WorkflowName))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("refund request %s: %w", workflowID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read refund request %s: %w", workflowID, err)
+	}
+	return r, nil
+}
+
+// queuedRefunds reads the order's refund requests in the outbox, oldest
+// first.
+func queuedRefunds(ctx context.Context, db effects.DB, tenantID, orderID string) ([]Refund, error) {
+	rows, err := db.Query(ctx, `SELECT `+outboxColumns+` FROM keyed_outbox
+WHERE workflow_type = $1 AND tenant_id = $2 AND payload->>'order_id' = $3 ORDER BY id`, WorkflowName, tenantID, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("list refund requests of order %s/%s: %w", tenantID, orderID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refund, error) {
+		q, err := scanQueued(r)
+		if err != nil {
+			return Refund{}, err
+		}
+		return *q, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list refund requests of order %s/%s: %w", tenantID, orderID, err)
+	}
+	return out, nil
+}
