@@ -18,6 +18,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/reconcile"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // exitFindings is reconcile's exit status when it found disagreements.
@@ -33,11 +34,14 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 			"that carry an effect_key, and prints every disagreement: extra_charges (one effect key charged more\n"+
 			"than once), missing_record (Stripe charged; keyed has no succeeded record), mismatch (the stored\n"+
 			"payment intent, amount or status differs from Stripe's) and missing_at_provider (keyed recorded a\n"+
-			"charge Stripe does not have). It only reads. Run it daily with --since 25h: the overlap with the\n"+
-			"previous run is harmless and catches charges that straddle the boundary.\n"+
+			"charge Stripe does not have). It compares the refund ledger with the refunds Stripe made likewise:\n"+
+			"double_refund (one refund made twice), unrecorded_refund (Stripe refunded; keyed has no ledger row or\n"+
+			"no recorded answer), refund_mismatch (amount, refund or payment intent differs) and\n"+
+			"refund_missing_at_provider (keyed shows a refund Stripe never made). It only reads. Run it daily with\n"+
+			"--since 25h: the overlap with the previous run is harmless and catches what straddles the boundary.\n"+
 			"\n"+
 			"Besides DATABASE_URL it needs STRIPE_SECRET_KEY, from the environment only (a restricted key that\n"+
-			"can read PaymentIntents is enough), and optionally STRIPE_API_BASE (default "+activities.DefaultStripeAPIBase+").\n"+
+			"can read PaymentIntents and Refunds is enough), and optionally STRIPE_API_BASE (default "+activities.DefaultStripeAPIBase+").\n"+
 			"\n"+
 			"Exit status: 0 when keyed and Stripe agree, 3 when there are findings, 1 when Postgres or Stripe\n"+
 			"failed, 2 for bad input.",
@@ -154,7 +158,9 @@ func printReport(w io.Writer, rep *reconcile.Report) error {
 	fmt.Fprintf(tw, "window\t%s to %s\n", rep.Window.From.UTC().Format(time.RFC3339), rep.Window.To.UTC().Format(time.RFC3339))
 	fmt.Fprintf(tw, "charge records\t%d\n", rep.Records)
 	fmt.Fprintf(tw, "payment intents\t%d (at Stripe, with an effect_key)\n", rep.PaymentIntents)
-	fmt.Fprintf(tw, "in flight\t%d (skipped: a live claim; the next run checks them)\n", rep.InFlight)
+	fmt.Fprintf(tw, "refunds\t%d (in the ledger)\n", rep.Refunds)
+	fmt.Fprintf(tw, "stripe refunds\t%d (at Stripe, with an effect_key)\n", rep.StripeRefunds)
+	fmt.Fprintf(tw, "in flight\t%d (skipped: still running; the next run checks them)\n", rep.InFlight)
 	fmt.Fprintf(tw, "findings\t%d\n", len(rep.Findings))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -171,12 +177,17 @@ func printReport(w io.Writer, rep *reconcile.Report) error {
 		switch {
 		case f.Record != nil:
 			record = charge(*f.Record)
+		case f.Refund != nil:
+			record = findingLedgerRow(*f.Refund)
 		case f.RecordState != "":
 			record = string(f.RecordState)
 		}
-		stripe := make([]string, len(f.Provider))
-		for i, p := range f.Provider {
-			stripe[i] = charge(p)
+		var stripe []string
+		for _, p := range f.Provider {
+			stripe = append(stripe, charge(p))
+		}
+		for _, p := range f.ProviderRefunds {
+			stripe = append(stripe, findingRefund(p))
 		}
 		if len(stripe) == 0 {
 			stripe = []string{"none"}
@@ -184,6 +195,21 @@ func printReport(w io.Writer, rep *reconcile.Report) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, f.TenantID, f.EffectKey, record, strings.Join(stripe, ", "), f.Detail)
 	}
 	return tw.Flush()
+}
+
+// findingLedgerRow renders a refund's ledger row as "refund r1 4.00 USD", and
+// its recorded Stripe answer after it.
+func findingLedgerRow(r reconcile.RefundRecord) string {
+	s := "refund " + r.RefundID + " " + activities.FormatAmount(r.AmountMinor, r.Currency)
+	if r.Stripe != nil {
+		s += " as " + findingRefund(*r.Stripe)
+	}
+	return s
+}
+
+// findingRefund renders a Stripe refund as "re_… succeeded 4.00 USD of pi_…".
+func findingRefund(r refunds.StripeResult) string {
+	return r.RefundID + " " + r.Status + " " + activities.FormatAmount(r.AmountMinor, r.Currency) + " of " + r.PaymentIntentID
 }
 
 // charge renders a charge outcome as "pi_… succeeded 19.99 USD".
