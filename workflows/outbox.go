@@ -4,10 +4,13 @@ import (
 	"context"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // ConfigureOutboxStart returns the temporalstart.ConfigureFunc that gives an
@@ -21,9 +24,13 @@ import (
 // wrapping orders.ErrFinal, as Start refuses it. Requests of other workflow
 // types pass through untouched, so one relay can start them too. It returns
 // an error wrapping outbox.ErrInvalid for an order request whose payload
-// does not decode to a valid input.
+// does not decode to a valid input. A refund run (refunds.WorkflowName)
+// gets what ConfigureRefundStart gives it.
 func ConfigureOutboxStart(store *orders.Store) temporalstart.ConfigureFunc {
 	return func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
+		if req.WorkflowType == refunds.WorkflowName {
+			return ConfigureRefundStart(ctx, req, o)
+		}
 		if req.WorkflowType != orders.WorkflowName {
 			return nil
 		}
@@ -43,4 +50,25 @@ func ConfigureOutboxStart(store *orders.Store) temporalstart.ConfigureFunc {
 		o.StaticSummary = so.StaticSummary
 		return nil
 	}
+}
+
+// ConfigureRefundStart gives a refund run started from the outbox the
+// TenantID and OrderID search attributes of its order, so that a search
+// for an order finds its refunds too, and a static summary such as "refund
+// r1 of order 9f3a · 5.00 USD" (the amount only when the row's Meta
+// carries the currency, as refunds.StartRequest writes it). It returns an
+// error wrapping outbox.ErrInvalid when req's payload does not decode to a
+// valid refund input.
+func ConfigureRefundStart(_ context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
+	in, currency, err := refunds.FromStartRequest(req)
+	if err != nil {
+		return err
+	}
+	summary := "refund " + in.RefundID + " of order " + in.OrderID
+	if currency != "" {
+		summary += " · " + activities.FormatAmount(in.AmountMinor, currency)
+	}
+	o.TypedSearchAttributes = temporal.NewSearchAttributes(SearchAttrTenantID.ValueSet(in.TenantID), SearchAttrOrderID.ValueSet(in.OrderID))
+	o.StaticSummary = summary
+	return nil
 }
