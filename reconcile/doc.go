@@ -69,14 +69,17 @@
 //     window under the same key is seen. A refund whose ledger row was
 //     reserved before the window is read by key.
 //
-// Refunds without metadata effect_key are not keyed's and are skipped. The
-// refund findings are:
+// A refund without metadata effect_key is not keyed's, unless it refunds a
+// keyed charge (its PaymentIntent carries an effect key): then it was made
+// outside keyed and is reported under the charge's key. The refund findings
+// are:
 //
 //   - KindDoubleRefund: two or more Stripe refunds (not failed or canceled)
 //     carry one refund's key. The customer got the money back more than
 //     once.
 //   - KindUnrecordedRefund: Stripe refunded under a key with no ledger row
-//     (money out without a record), or with a ledger row whose step never
+//     (money out without a record), or refunded a keyed charge without a
+//     key, or refunded under a key whose ledger row's step never
 //     recorded Stripe's answer and is neither running nor younger than
 //     Opts.RefundGrace (the workflow stalled after Stripe refunded).
 //   - KindRefundMismatch: the ledger's amount, or the recorded refund ID,

@@ -30,7 +30,9 @@ const (
 	// KindUnrecordedRefund: Stripe refunded under an effect key that has no
 	// row in refund_ledger, or whose refund_stripe step never recorded
 	// Stripe's answer (and is neither running nor younger than
-	// Opts.RefundGrace). Money went out without a record.
+	// Opts.RefundGrace). Money went out without a record. A refund of a
+	// keyed charge that carries no effect key at all (made from the
+	// Dashboard or the API) is reported under the charge's effect key.
 	KindUnrecordedRefund Kind = "unrecorded_refund"
 	// KindRefundMismatch: the ledger row or the recorded Stripe outcome and
 	// Stripe's refund differ in refund ID, amount, currency or payment
@@ -83,10 +85,15 @@ func (r *Reconciler) refundPass(ctx context.Context, w Window, dbNow time.Time, 
 		return err
 	}
 	rep.Refunds = len(sides)
-	made, err := r.refundsMadeIn(ctx, w)
+	made, outside, err := r.refundsMadeIn(ctx, w)
 	if err != nil {
 		return err
 	}
+	found, err := r.refundsOutsideKeyed(ctx, outside, pis)
+	if err != nil {
+		return err
+	}
+	rep.Findings = append(rep.Findings, found...)
 	for key, res := range made {
 		rep.StripeRefunds += len(res)
 		if sides[key] == nil {
@@ -156,28 +163,78 @@ WHERE `+where, args...)
 	return out, nil
 }
 
-// refundsMadeIn returns the refunds carrying an effect key that Stripe
-// created in w, by effect key, oldest first.
-func (r *Reconciler) refundsMadeIn(ctx context.Context, w Window) (map[string][]*stripe.Refund, error) {
+// refundsMadeIn returns the refunds that Stripe created in w: those
+// carrying an effect key by key, and the others (made outside keyed) in a
+// list.
+func (r *Reconciler) refundsMadeIn(ctx context.Context, w Window) (made map[string][]*stripe.Refund, outside []*stripe.Refund, err error) {
 	params := &stripe.RefundListParams{CreatedRange: &stripe.RangeQueryParams{
 		GreaterThanOrEqual: ceilUnix(w.From), LesserThan: ceilUnix(w.To)}}
 	params.Context, params.Limit = ctx, stripe.Int64(r.pageSize)
-	out := map[string][]*stripe.Refund{}
+	made = map[string][]*stripe.Refund{}
 	seen := map[string]bool{}
 	it := r.stripe.Refunds.List(params)
 	for it.Next() {
 		re := it.Refund()
-		key := re.Metadata[MetadataEffectKey]
-		if key == "" || seen[re.ID] {
-			continue // not keyed's, or repeated across pages
+		if seen[re.ID] {
+			continue // repeated across pages
 		}
 		seen[re.ID] = true
-		out[key] = append(out[key], re)
+		if key := re.Metadata[MetadataEffectKey]; key != "" {
+			made[key] = append(made[key], re)
+		} else {
+			outside = append(outside, re)
+		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list Stripe refunds: %w", err)
+		return nil, nil, fmt.Errorf("list Stripe refunds: %w", err)
 	}
-	return out, nil
+	return made, outside, nil
+}
+
+// refundsOutsideKeyed returns a KindUnrecordedRefund finding for each
+// keyed charge that Stripe refunded, in refunds without an effect key: made
+// outside keyed, from the Dashboard or the API. The charge is keyed's when
+// its PaymentIntent carries an effect key; pis, the charge pass's, spare a
+// request for most.
+func (r *Reconciler) refundsOutsideKeyed(ctx context.Context, outside []*stripe.Refund, pis map[string][]*stripe.PaymentIntent) ([]Finding, error) {
+	known := map[string]*stripe.PaymentIntent{}
+	for _, list := range pis {
+		for _, pi := range list {
+			known[pi.ID] = pi
+		}
+	}
+	byKey := map[string][]*stripe.Refund{}
+	charges := map[string]*stripe.PaymentIntent{}
+	for _, re := range outside {
+		if re.PaymentIntent == nil || re.PaymentIntent.ID == "" {
+			continue
+		}
+		pi, ok := known[re.PaymentIntent.ID]
+		if !ok {
+			var err error
+			if pi, err = r.paymentIntent(ctx, re.PaymentIntent.ID); err != nil {
+				return nil, err
+			}
+			known[re.PaymentIntent.ID] = pi
+		}
+		if pi == nil || pi.Metadata[MetadataEffectKey] == "" {
+			continue // not a keyed charge
+		}
+		key := pi.Metadata[MetadataEffectKey]
+		byKey[key], charges[key] = append(byKey[key], re), pi
+	}
+	var found []Finding
+	for key, res := range byKey {
+		slices.SortStableFunc(res, func(a, b *stripe.Refund) int { return cmp.Compare(a.Created, b.Created) })
+		f := Finding{Kind: KindUnrecordedRefund, TenantID: tenantOf(key, nil, []*stripe.PaymentIntent{charges[key]}), EffectKey: key,
+			Detail: fmt.Sprintf("Stripe refunded %s of payment intent %s without an effect_key: made outside keyed, so refund_ledger has no row for it",
+				refundIDs(res), charges[key].ID)}
+		for _, re := range res {
+			f.ProviderRefunds = append(f.ProviderRefunds, refundOutcome(re))
+		}
+		found = append(found, f)
+	}
+	return found, nil
 }
 
 // sideOf returns keyed's side of a refund Stripe made under key, whose

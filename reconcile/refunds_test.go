@@ -111,8 +111,8 @@ func TestCleanWithPartialRefunds(t *testing.T) {
 	b.refund(t, old, "old", "r1", 900, from.Add(-time.Minute), from.Add(time.Second))
 	// Reserved at the end of the window, refunded after it.
 	b.refund(t, pi, "1", "r3", 99, b.window.To.Add(-time.Second), b.window.To.Add(time.Second))
-	// Not keyed's: no effect_key.
-	b.stripeRefund(t, pi, "", "dashboard", 1, from.Add(5*time.Hour))
+	// Not keyed's: a charge and its refund without an effect_key.
+	b.stripeRefund(t, b.pi(t, "someone-else", "", 4200, "pm_card_visa", from.Add(5*time.Hour)), "", "dashboard", 100, from.Add(5*time.Hour))
 
 	rep := b.run(t)
 	require.True(t, rep.Clean(), "%+v", rep.Findings)
@@ -144,14 +144,28 @@ func TestUnrecordedRefundIsMoneyOutWithoutARecord(t *testing.T) {
 	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET lease_until = now() - interval '1 second' WHERE key = $1`, diedKey)
 	require.NoError(t, err)
 	b.stripeRefund(t, pi, diedKey, diedKey, 200, from.Add(4*time.Hour))
+	// Refunded from the Dashboard, without an effect key, twice: of a keyed
+	// charge in the window, and of one before it.
+	dash := b.stripeRefund(t, pi, "", "dashboard-1", 50, from.Add(5*time.Hour))
+	old := b.order(t, "acme", "old", 900, from.Add(-72*time.Hour))
+	b.stripeRefund(t, old, "", "dashboard-2", 60, from.Add(6*time.Hour))
+	// Not keyed's at all: no finding.
+	b.stripeRefund(t, b.pi(t, "someone-else", "", 4200, "pm_card_visa", from.Add(7*time.Hour)), "", "dashboard-3", 70, from.Add(7*time.Hour))
 
 	rep := b.run(t)
 	require.Equal(t, []string{
+		"unrecorded_refund acme:order:1:charge",
 		"unrecorded_refund acme:order:1:manual",
 		"unrecorded_refund " + diedKey,
 		"unrecorded_refund " + lostKey,
+		"unrecorded_refund acme:order:old:charge",
 	}, kinds(rep))
-	f := finding(t, rep, reconcile.KindUnrecordedRefund, lostKey)
+	f := finding(t, rep, reconcile.KindUnrecordedRefund, "acme:order:1:charge")
+	require.Equal(t, "acme", f.TenantID)
+	require.Equal(t, []refunds.StripeResult{refundResult(dash)}, f.ProviderRefunds)
+	require.Contains(t, f.Detail, "Stripe refunded "+dash.ID+" of payment intent "+pi.ID+" without an effect_key")
+	require.Len(t, finding(t, rep, reconcile.KindUnrecordedRefund, "acme:order:old:charge").ProviderRefunds, 1)
+	f = finding(t, rep, reconcile.KindUnrecordedRefund, lostKey)
 	require.Equal(t, "acme", f.TenantID)
 	require.Nil(t, f.Refund)
 	require.Empty(t, f.RecordState)
@@ -163,7 +177,7 @@ func TestUnrecordedRefundIsMoneyOutWithoutARecord(t *testing.T) {
 	require.EqualValues(t, 200, f.Refund.AmountMinor)
 	require.Nil(t, f.Refund.Stripe)
 	require.Contains(t, f.Detail, "keyed recorded no Stripe answer (the refund_stripe step is claimed)")
-	require.Equal(t, 3.0, b.gauge(t, reconcile.KindUnrecordedRefund))
+	require.Equal(t, 5.0, b.gauge(t, reconcile.KindUnrecordedRefund))
 
 	out, err := json.Marshal(rep)
 	require.NoError(t, err)
