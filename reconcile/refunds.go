@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -102,13 +103,7 @@ func (r *Reconciler) refundPass(ctx context.Context, w Window, dbNow time.Time, 
 			}
 		}
 	}
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range sides {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	keys := slices.Sorted(maps.Keys(sides))
 	listed := map[string][]*stripe.Refund{}
 	for _, key := range keys {
 		s := sides[key]
@@ -264,9 +259,10 @@ func (r *Reconciler) sideOf(ctx context.Context, key string, made []*stripe.Refu
 }
 
 // complete reads the rest of s: the refund_stripe step's record, the
-// order's charged payment intent and every Stripe refund under s.key, on
-// the payment intents the refund may be on. listed caches the refunds of
-// each payment intent listed so far.
+// order's charged payment intent and every Stripe refund under s.key, made
+// (those Stripe made in the window) and those on the payment intents the
+// refund may be on. listed caches the refunds of each payment intent listed
+// so far.
 func (r *Reconciler) complete(ctx context.Context, s *refundSide, made []*stripe.Refund,
 	pis map[string][]*stripe.PaymentIntent, listed map[string][]*stripe.Refund) error {
 	var err error
@@ -287,12 +283,8 @@ func (r *Reconciler) complete(ctx context.Context, s *refundSide, made []*stripe
 			on = append(on, re.PaymentIntent.ID)
 		}
 	}
-	seen := map[string]bool{}
-	for _, re := range made {
-		seen[re.ID] = true
-		s.stripe = append(s.stripe, re)
-	}
-	for _, pi := range on {
+	s.stripe = slices.Clone(made)
+	for _, pi := range slices.Compact(slices.Sorted(slices.Values(on))) {
 		if pi == "" {
 			continue
 		}
@@ -304,8 +296,7 @@ func (r *Reconciler) complete(ctx context.Context, s *refundSide, made []*stripe
 			listed[pi] = res
 		}
 		for _, re := range res {
-			if re.Metadata[MetadataEffectKey] == s.key && !seen[re.ID] {
-				seen[re.ID] = true
+			if re.Metadata[MetadataEffectKey] == s.key && !slices.ContainsFunc(s.stripe, func(o *stripe.Refund) bool { return o.ID == re.ID }) {
 				s.stripe = append(s.stripe, re)
 			}
 		}
