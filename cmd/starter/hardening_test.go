@@ -29,6 +29,7 @@ func TestEveryCommandsHelp(t *testing.T) {
 		"attention": {"--migrate"},
 		"show":      {"--migrate"},
 		"start":     {"--migrate"},
+		"refund":    {"--migrate"},
 	}
 	code, top, _ := starter(t, nil, "help")
 	require.Equal(t, 0, code)

@@ -5,6 +5,7 @@
 //	    --email ann@example.com --payment-method pm_card_visa
 //	starter start --tenant acme --order 9f3a
 //	starter show --tenant acme --order 9f3a
+//	starter refund --tenant acme --order 9f3a --refund r1 --amount 500 --reason damaged
 //	starter resolve --key acme:order:9f3a:receipt --as retry --reason "…"
 //	starter reconcile --since 25h
 //	starter doctor --rules deploy/prometheus/keyed.rules.yml
@@ -66,7 +67,8 @@ func commands() []command {
 	return []command{
 		{"create", "create an order in Postgres and start its checkout", runCreate},
 		{"start", "start (or join) the checkout of an existing order", runStart},
-		{"show", "show an order, each of its effects, and the workflow's view of each step", runShow},
+		{"refund", "request a refund of a paid order and start its refund run", runRefund},
+		{"show", "show an order, each of its effects and refunds, and the workflow's view of each step", runShow},
 		{"migrate", "apply keyed's database migrations", runMigrate},
 		{"relay", "run an outbox relay on its own", runRelay},
 		{"reconcile", "compare keyed's charge records with Stripe's payment intents", runReconcile},

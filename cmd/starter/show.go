@@ -13,6 +13,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // queryTimeout bounds the workflow query of show: it needs a worker, and
@@ -24,6 +25,19 @@ type showResult struct {
 	Order    *orders.Order     `json:"order"`
 	Effects  []*effects.Record `json:"effects"`
 	Workflow workflowView      `json:"workflow"`
+	// Refunds are the order's refunds, oldest request first, and
+	// RefundedMinor what those in its ledger sum to.
+	Refunds       []shownRefund `json:"refunds"`
+	RefundedMinor int64         `json:"refunded_minor"`
+}
+
+// shownRefund is a refund as show prints it: how far it got, as State
+// says (requested, reserved or refunded; a failed step shows in the
+// effects), and its run's workflow ID.
+type shownRefund struct {
+	refunds.Refund
+	State      string `json:"state"`
+	WorkflowID string `json:"workflow_id"`
 }
 
 type workflowView struct {
@@ -36,8 +50,8 @@ type workflowView struct {
 
 func runShow(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "show", "--tenant ID --order ID [--json] [flags]",
-		"Shows the order row, each of its effect records (key, state, attempts, stored outcome or error)\n"+
-			"and, when a worker can answer, the workflow's own view of each step. Stored text that holds control\n"+
+		"Shows the order row, each of its effect records (key, state, attempts, stored outcome or error),\n"+
+			"its refunds (amount, state, Stripe refund ID) and, when a worker can answer, the workflow's own view of each step. Stored text that holds control\n"+
 			"or invisible characters is printed quoted, with those characters escaped (\\x1b, \\u202e).",
 		config.MigrateFlag)
 	tenant, order := orderFlags(f)
@@ -71,6 +85,9 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		res := showResult{Order: o, Effects: recs, Workflow: queryWorkflow(ctx, tc, orders.WorkflowID(*tenant, *order))}
 		if res.Effects == nil {
 			res.Effects = []*effects.Record{}
+		}
+		if res.Refunds, res.RefundedMinor, err = showRefunds(ctx, pool, o); err != nil {
+			return err
 		}
 		if *asJSON {
 			return writeJSON(e.stdout, res)
@@ -122,6 +139,10 @@ func printShow(w io.Writer, res showResult) error {
 		}
 	}
 
+	if err := printRefunds(w, res); err != nil {
+		return err
+	}
+
 	fmt.Fprintf(w, "\nworkflow %s\n", clean(res.Workflow.WorkflowID))
 	if res.Workflow.Error != "" {
 		fmt.Fprintf(w, "  query unavailable: %s\n", clean(res.Workflow.Error))
@@ -147,4 +168,50 @@ func outcome(r *effects.Record) string {
 		return fmt.Sprintf("claimed by %s until %s", clean(r.Owner), r.LeaseUntil.UTC().Format(time.RFC3339))
 	}
 	return "-"
+}
+
+// showRefunds returns the order's refunds and what its ledger sums to.
+func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order) ([]shownRefund, int64, error) {
+	ledger, err := refunds.NewLedger(pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	refs, err := ledger.Refunds(ctx, o.TenantID, o.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]shownRefund, 0, len(refs))
+	var sum int64
+	for _, r := range refs {
+		s := shownRefund{Refund: r, State: "requested",
+			WorkflowID: refunds.NewInput(o.TenantID, o.ID, r.RefundID, r.AmountMinor, r.Reason).WorkflowID()}
+		switch {
+		case r.Stripe != nil:
+			s.State = "refunded"
+		case r.Entry != nil:
+			s.State = "reserved"
+		}
+		if r.Entry != nil {
+			sum += r.Entry.AmountMinor
+		}
+		out = append(out, s)
+	}
+	return out, sum, nil
+}
+
+func printRefunds(w io.Writer, res showResult) error {
+	fmt.Fprintf(w, "\nrefunds (%d, %d %s refunded)\n", len(res.Refunds), res.RefundedMinor, clean(res.Order.Currency))
+	if len(res.Refunds) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  REFUND\tAMOUNT\tSTATE\tSTRIPE REFUND\tREASON\n")
+	for _, r := range res.Refunds {
+		stripeID := "-"
+		if r.Stripe != nil {
+			stripeID = r.Stripe.RefundID + " (" + r.Stripe.Status + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", clean(r.RefundID), r.AmountMinor, r.State, clean(stripeID), clean(r.Reason))
+	}
+	return tw.Flush()
 }
