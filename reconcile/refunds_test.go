@@ -299,3 +299,10 @@ func TestARecentRefundWithoutAStripeRefundIsInFlight(t *testing.T) {
 	require.Equal(t, []string{"refund_missing_at_provider " + stripeKey(t, "acme", "1", "stale")}, kinds(rep))
 	require.Equal(t, 1, rep.InFlight, "reserved a minute ago, within the default grace of an hour")
 }
+
+func TestNewRefusesANegativeRefundGrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{RefundGrace: -time.Second})
+	require.ErrorContains(t, err, "refund grace -1s is negative")
+}
