@@ -1,7 +1,8 @@
 // Command demo runs keyed's order pipeline end to end on this machine: a
 // Temporal dev server with its Web UI, Postgres, the real worker binary, and
 // fake Stripe and SendGrid (or the real ones when their keys are set). It
-// creates a handful of orders, fires duplicate starts at them, and prints
+// creates a handful of orders, fires duplicate starts at them, refunds two
+// of them (one in part, one in full) and refuses a third refund, and prints
 // what happened. Run it through `make demo`.
 //
 // With -keep (make demo KEEP=1) everything stays up until Ctrl-C, and the
@@ -81,7 +82,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err := st.runScenarios(ctx, list, o.duplicates); err != nil {
 		return err
 	}
-	if err := st.report(ctx, list, o.duplicates); err != nil {
+	refundList := refundScenarios(list)
+	if err := st.runRefunds(ctx, refundList, o.duplicates); err != nil {
+		return err
+	}
+	if err := st.report(ctx, list, refundList, o.duplicates); err != nil {
 		return err
 	}
 	if !o.keep {

@@ -46,6 +46,28 @@ func TestReportFitsAHundredColumnsAndExplainsItself(t *testing.T) {
 	require.Contains(t, out, "  re-run    ended CardDeclined")
 }
 
+func TestRefundReportFitsAHundredColumnsAndExplainsItself(t *testing.T) {
+	t.Parallel()
+	rows := []refundRow{
+		{refund: "R1", order: "B-150405.3", scenario: "partial refund", amount: "9.99 EUR", runs: 1, duplicates: 5,
+			outcome: "refunded, email sent", refunds: 1, details: [][2]string{{"workflow", "refund:demo:B-150405.3:R1"},
+				{"effects", strings.Repeat("refund_reserve=succeeded refund_stripe=succeeded ", 4)}}},
+		{refund: "R2", order: "B-150405.3", scenario: "more than is left", amount: "49.99 EUR", outcome: "refused",
+			details: [][2]string{{"forced", "refund:demo:B-150405.3:R2 started anyway: InvalidState at Reserve"}}},
+	}
+	var b bytes.Buffer
+	require.NoError(t, printRefunds(&b, rows, 5, true))
+	out := b.String()
+	for i, line := range strings.Split(out, "\n") {
+		require.LessOrEqual(t, utf8.RuneCountInString(line), maxWidth, "line %d is too wide:\n%s", i+1, line)
+	}
+	require.Regexp(t, `(?m)^REFUND\s+OF ORDER\s+SCENARIO\s+AMOUNT\s+NEW\s+DUPLICATE\s+OUTCOME\s+REFUNDS$`, out)
+	require.Regexp(t, `(?m)^R1\s+B-150405\.3\s+partial refund\s+9\.99 EUR\s+1\s+5\s+refunded, email sent\s+1$`, out)
+	require.Regexp(t, `(?m)^R2\s+B-150405\.3\s+more than is left\s+49\.99 EUR\s+0\s+0\s+refused\s+0$`, out)
+	require.Contains(t, out, "REFUNDS counts the refunds the fake Stripe made")
+	require.Contains(t, out, "  forced    refund:demo:B-150405.3:R2 started anyway: InvalidState at Reserve")
+}
+
 func TestSuppressedReadsTheMetricByKind(t *testing.T) {
 	t.Parallel()
 	body := []byte("# TYPE keyed_effect_duplicates_suppressed_total counter\n" +
@@ -132,6 +154,13 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	require.NotContains(t, report, "http://", "without keep the demo links to no stopped server")
 	require.Contains(t, report, "make demo KEEP=1")
 	require.Contains(t, report, "DUPLICATE counts the starts Temporal suppressed")
+	require.Regexp(t, `(?m)^R1\s+B-\S+\s+partial refund\s+9\.99 EUR\s+1\s+\d+\s+refunded, email sent\s+1$`, report)
+	require.Regexp(t, `(?m)^R1\s+C-\S+\s+full refund\s+3\.00 EUR\s+1\s+\d+\s+refunded, email sent\s+1$`, report)
+	require.Regexp(t, `(?m)^R2\s+B-\S+\s+more than is left\s+49\.99 EUR\s+0\s+0\s+refused\s+0$`, report)
+	require.Contains(t, report, "InvalidState at Reserve")
+	require.Contains(t, report, "partially_refunded after it")
+	require.Contains(t, report, "refunded after it")
+	require.Contains(t, report, "made 3 charges and 2 refunds")
 	require.NoFileExists(t, envPath())
 	for i, line := range strings.Split(report, "\n") {
 		require.LessOrEqual(t, utf8.RuneCountInString(line), maxWidth, "line %d: %s", i+1, line)

@@ -16,14 +16,21 @@ import (
 // maxWidth is the widest line the report prints.
 const maxWidth = 100
 
-// report prints the table of the scenarios' outcomes, their details, and
-// the totals.
-func (s *stack) report(ctx context.Context, list []*demoOrder, dups int) error {
+// report prints the table of the scenarios' outcomes, their details, the
+// refunds' table and details, and the totals.
+func (s *stack) report(ctx context.Context, list []*demoOrder, refundList []*demoRefund, dups int) error {
 	rows, err := s.rows(ctx, list)
 	if err != nil {
 		return err
 	}
 	if err := printReport(s.out, rows, dups, s.stripeFake != nil); err != nil {
+		return err
+	}
+	refundRows, err := s.refundRows(ctx, refundList)
+	if err != nil {
+		return err
+	}
+	if err := printRefunds(s.out, refundRows, dups, s.stripeFake != nil); err != nil {
 		return err
 	}
 	return s.printTotals(ctx)
@@ -131,7 +138,8 @@ func (s *stack) printTotals(ctx context.Context) error {
 	var b strings.Builder
 	b.WriteString("\n")
 	if s.stripeFake != nil {
-		fmt.Fprintf(&b, "Stripe saw %d create requests and made %d charges.\n", s.stripeFake.Requests(), s.stripeFake.Charges())
+		fmt.Fprintf(&b, "Stripe saw %d create requests and made %d charges and %d refunds.\n", s.stripeFake.Requests(),
+			s.stripeFake.Charges(), s.stripeFake.Refunds())
 	}
 	if counts, err := scrapeSuppressed(ctx, "http://"+s.metricsAddr+"/metrics"); err != nil {
 		fmt.Fprintf(&b, "The worker's metrics could not be read: %v\n", err)
@@ -237,6 +245,7 @@ func printKeep(w io.Writer, path string, vars []string, order, logPath string) e
 	fmt.Fprintf(&b, "  bin/starter show --tenant \"$KEYED_DEMO_TENANT\" --order %s\n", order)
 	b.WriteString("  bin/starter create --tenant \"$KEYED_DEMO_TENANT\" --order E-1 --amount 1999 --currency eur \\\n" +
 		"      --email ada@example.com --payment-method pm_card_visa\n")
+	fmt.Fprintf(&b, "  bin/starter refund --tenant \"$KEYED_DEMO_TENANT\" --order %s --refund R1 --amount 250 --reason damaged\n", order)
 	fmt.Fprintf(&b, "The demo's runs in the Temporal Web UI: KEYED_DEMO_WEB_UI above. Worker log: %s\n", logPath)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/workflows"
@@ -175,9 +176,28 @@ func (s *stack) effectStates(ctx context.Context, orderID string) (string, error
 	if err != nil {
 		return "", err
 	}
+	states, err := s.statesUnder(ctx, prefix)
+	if err != nil {
+		return "", err
+	}
+	// The order's refunds have their own lines.
+	var own []string
+	for st := range strings.FieldsSeq(states) {
+		if !strings.HasPrefix(st, "refund") {
+			own = append(own, st)
+		}
+	}
+	return strings.Join(own, " "), nil
+}
+
+// statesUnder lists the effect records under prefix as "charge=succeeded …".
+func (s *stack) statesUnder(ctx context.Context, prefix effects.Key) (string, error) {
 	recs, err := s.fxc.List(ctx, prefix)
 	if err != nil {
-		return "", fmt.Errorf("list effects of %s: %w", orderID, err)
+		return "", fmt.Errorf("list effects of %s: %w", prefix, err)
+	}
+	if len(recs) == 0 {
+		return "none", nil
 	}
 	states := make([]string, len(recs))
 	for i, rec := range recs {
