@@ -1,9 +1,11 @@
 // Package api is keyed's HTTP API: create an order and queue its checkout,
-// and read an order with each of its effects.
+// refund it, and read an order with each of its effects and refunds.
 //
-//	POST /v1/orders       create an order and queue its checkout
-//	GET  /v1/orders/{id}  the order, its workflow start, and each effect's key, state and outcome
-//	GET  /healthz         200 when the database answers, 503 when not
+//	POST /v1/orders                          create an order and queue its checkout
+//	GET  /v1/orders/{id}                     the order, its workflow start, each effect's key, state and outcome, and its refunds
+//	POST /v1/orders/{id}/refunds             request a refund of a paid order and queue its run
+//	GET  /v1/orders/{id}/refunds/{refund_id} the refund: amount, state, Stripe refund ID, start and effects
+//	GET  /healthz                            200 when the database answers, 503 when not
 //
 // # Authentication
 //
