@@ -22,8 +22,6 @@ package activities
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,12 +148,6 @@ func heartbeatEvery(ctx context.Context) time.Duration {
 		return 0
 	}
 	return max(hb/3, 100*time.Millisecond)
-}
-
-// fingerprint hashes a step's deterministic inputs for effects.ClaimParams.
-func fingerprint(parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return "sha256:" + hex.EncodeToString(h[:16])
 }
 
 // zeroDecimal lists Stripe's zero-decimal currencies: their minor unit is

@@ -103,7 +103,7 @@ func (a *Activities) createCharge(ctx context.Context, r *Step) (*stripe.Payment
 	params.AddMetadata("order_id", o.ID)
 	pi, err := a.stripe.PaymentIntents.New(params)
 	if err != nil {
-		return nil, stripeError("charge "+r.Key.String(), err)
+		return nil, StripeError("charge "+r.Key.String(), err)
 	}
 	return pi, nil
 }
@@ -128,7 +128,7 @@ func (a *Activities) findCharge(ctx context.Context, r *Step) (*stripe.PaymentIn
 		return pi, nil
 	}
 	if err := it.Err(); err != nil {
-		return nil, stripeError("search charges for "+r.Key.String(), err)
+		return nil, StripeError("search charges for "+r.Key.String(), err)
 	}
 	return nil, nil
 }

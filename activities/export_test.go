@@ -8,10 +8,6 @@ import (
 	"github.com/keyedhq/keyed/orders"
 )
 
-// Fingerprint exposes the claim fingerprint to the external tests, so that
-// they can leave behind the claim of a crashed attempt.
-var Fingerprint = fingerprint
-
 // DemoDefinitions returns the activities of the example files (README,
 // "Adding a keyed activity") bound to a, for the tests to register beside
 // Definitions.

@@ -4,20 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.temporal.io/sdk/activity"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/tracing"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
 
 // Keyed is the declaration of a keyed order activity whose stored outcome
 // is T, and the helper that runs it: Run does what every keyed activity
-// repeats, so that the activity's body is only its effect.
+// repeats, so that the activity's body is only its effect. It is
+// KeyedOf for orders.CheckoutInput, plus loading the order.
 type Keyed[T any] struct{ Declaration }
 
 // Bind returns k bound to fn, the activity's function, for Register.
@@ -46,8 +44,21 @@ type Step struct {
 	// Log names the effect key, step, tenant and order.
 	Log *slog.Logger
 
-	step  string
-	every time.Duration // how often to renew the lease and heartbeat
+	step string
+	call *Call[orderInput]
+}
+
+// orderInput is an orders.CheckoutInput as an Input.
+type orderInput struct{ orders.CheckoutInput }
+
+// LogAttrs names the tenant and the order.
+func (in orderInput) LogAttrs() []any {
+	return []any{"tenant_id", in.TenantID, "order_id", in.OrderID}
+}
+
+// newStep returns the Step of the call c.
+func newStep(c *Call[orderInput]) *Step {
+	return &Step{In: c.In.CheckoutInput, Key: c.Key, Owner: c.Owner, Log: c.Log, step: c.step, call: c}
 }
 
 // Message returns a notify.Message for an irreversible send of this step:
@@ -55,8 +66,7 @@ type Step struct {
 // order as entity, the claim owner, and the heartbeat. Pass it to
 // notify.Sender.Send, which claims the key.
 func (s *Step) Message(template, to, subject, text string) notify.Message {
-	return notify.Message{Template: template, To: to, Subject: subject, Text: text, Key: s.Key, Entity: s.In.OrderID,
-		Owner: s.Owner, Heartbeat: heartbeat, HeartbeatEvery: s.every}
+	return s.call.Message(template, to, subject, text, s.In.OrderID)
 }
 
 // Effect is what differs between keyed activities.
@@ -76,11 +86,11 @@ type Effect[T any] struct {
 	Do func(ctx context.Context, s *Step) (T, error)
 }
 
-// Run runs e as a keyed activity of in. It validates in, derives the effect
-// key from the declared step (so the key claimed always matches the
-// declaration) and the owner from the workflow ID, names the key on the
-// activity's trace span, loads the order (unless e.Lazy), runs e.Check,
-// then claims the key and runs e.Do according to the declared class:
+// Run runs e as a keyed activity of in, as KeyedOf.Run does, loading the
+// order (unless e.Lazy) before e.Check: it validates in, derives the effect
+// key from the declared step and the owner from the workflow ID, names the
+// key on the activity's trace span, loads the order, runs e.Check, then
+// claims the key and runs e.Do according to the declared class:
 //
 //   - external create: through effects.Do, renewing the lease and
 //     recording a Temporal heartbeat three times per heartbeat timeout;
@@ -96,89 +106,46 @@ type Effect[T any] struct {
 // OrderNotFound before the claim, then the claim's errors (InProgress,
 // LeaseLost, KeyReused) and e's.
 func (k Keyed[T]) Run(ctx context.Context, a *Activities, in orders.CheckoutInput, e Effect[T]) (T, error) {
-	res, err := k.run(ctx, a, in, e)
-	return res, ToTemporal(err)
-}
-
-func (k Keyed[T]) run(ctx context.Context, a *Activities, in orders.CheckoutInput, e Effect[T]) (T, error) {
-	var zero T
-	if e.Do == nil {
-		return zero, fmt.Errorf("%s: activity %s declares no effect (Effect.Do is nil)", k.Step, k.Name)
-	}
-	s, err := a.prepare(ctx, in, k.Step)
-	if err != nil {
-		return zero, err
-	}
-	if !e.Lazy {
-		if s.Order, err = a.orders.Get(ctx, in.TenantID, in.OrderID); err != nil {
-			return zero, loadOrderError(s, err)
+	var s *Step
+	ge := EffectOf[orderInput, T]{Check: func(ctx context.Context, c *Call[orderInput]) error {
+		s = newStep(c)
+		if !e.Lazy {
+			var err error
+			if s.Order, err = a.orders.Get(ctx, in.TenantID, in.OrderID); err != nil {
+				return loadOrderError(s, err)
+			}
 		}
-	}
-	if e.Check != nil {
-		if err := e.Check(s); err != nil {
-			return zero, err
+		if e.Check != nil {
+			return e.Check(s)
 		}
-	}
-	p := effects.ClaimParams{Key: s.Key, Kind: k.Step, Owner: s.Owner}
+		return nil
+	}}
 	if e.Fingerprint != nil {
-		p.Fingerprint = fingerprint(e.Fingerprint(s)...)
+		ge.Fingerprint = func(*Call[orderInput]) []string { return e.Fingerprint(s) }
 	}
-	res, err := k.claim(ctx, a, s, p, e.Do)
-	if err != nil {
-		s.Log.WarnContext(ctx, "step failed", "error", err)
-		return zero, err
+	if e.Do != nil {
+		ge.Do = func(ctx context.Context, c *Call[orderInput]) (T, error) {
+			s.Claim, s.Tx = c.Claim, c.Tx
+			return e.Do(ctx, s)
+		}
 	}
-	s.Log.InfoContext(ctx, "step done", "outcome", res)
-	return res, nil
+	return KeyedOf[orderInput, T](k).Run(ctx, a.runner(), orderInput{in}, ge)
 }
 
-// claim runs do under the claim p as the declared class requires.
-func (k Keyed[T]) claim(ctx context.Context, a *Activities, s *Step, p effects.ClaimParams,
-	do func(context.Context, *Step) (T, error)) (T, error) {
-	switch k.Class {
-	case effects.ClassAbsoluteWrite, effects.ClassRelativeWrite:
-		var out T
-		err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-			res, err := effects.DoTx(ctx, a.claims, tx, p, func(ctx context.Context, tx pgx.Tx, c *effects.Claim) (T, error) {
-				s.Tx, s.Claim = tx, c
-				return do(ctx, s)
-			})
-			out = res
-			return err
-		})
-		return out, err
-	case effects.ClassIrreversibleSend:
-		return do(ctx, s)
-	default:
-		return effects.Do(ctx, a.claims, p, func(ctx context.Context, c *effects.Claim) (T, error) {
-			s.Claim = c
-			return do(ctx, s)
-		}, &effects.DoOpts{Heartbeat: heartbeat, ExtendEvery: s.every})
-	}
+// runner returns what KeyedOf.Run claims with.
+func (a *Activities) runner() Runner {
+	return Runner{DB: a.db, Effects: a.claims, Logger: a.logger}
 }
 
 // prepare validates in and derives step's effect key and owner, without
 // touching the database. Errors: invalid input, or no workflow in the
 // activity info.
 func (a *Activities) prepare(ctx context.Context, in orders.CheckoutInput, step string) (*Step, error) {
-	if err := in.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: check input: %w", step, err)
-	}
-	key, err := in.EffectKey(step)
+	c, err := newCall(ctx, a.logger, orderInput{in}, step)
 	if err != nil {
-		return nil, fmt.Errorf("%s: derive effect key: %w", step, err)
+		return nil, err
 	}
-	// The activity's span (when tracing) names the key, and so is the
-	// parent of the provider calls the step makes.
-	tracing.SetEffectKey(ctx, key.String())
-	wfID := activity.GetInfo(ctx).WorkflowExecution.ID
-	if wfID == "" {
-		return nil, &Error{Type: ErrTypeInvalidInput, kind: ErrInvalidInput,
-			Message: fmt.Sprintf("%s %s: not started by a workflow; the claim owner is the workflow ID", step, key)}
-	}
-	s := &Step{In: in, Key: key, Owner: wfID + "/" + step, step: step, every: heartbeatEvery(ctx)}
-	s.Log = a.logger.With("effect_key", key.String(), "step", step, "tenant_id", in.TenantID, "order_id", in.OrderID)
-	return s, nil
+	return newStep(c), nil
 }
 
 func loadOrderError(s *Step, err error) error {

@@ -58,19 +58,21 @@ func NewStripeClient(secretKey, apiBase string, httpClient *http.Client) (*strip
 	}), nil
 }
 
-// stripeError classifies an error from a Stripe call. It never wraps the
-// *stripe.Error itself, whose text includes the whole payment intent.
+// StripeError classifies err, the error of the Stripe call op (such as
+// "charge acme:order:9f3a:charge"), as a keyed activity returns it: an
+// *Error whose message starts with op. It never wraps the *stripe.Error
+// itself, whose text includes the whole payment intent.
 //
 //   - No answer (timeout, reset, EOF), 429, 5xx, and 409 (idempotency key in
-//     use, lock timeout): transient. The charge may or may not have
-//     happened; the retry sends the same idempotency key, so Stripe answers
-//     with the first outcome instead of charging again.
+//     use, lock timeout): ErrTypeTransient, marked effects.Transient. The
+//     call may or may not have acted; the retry sends the same idempotency
+//     key, so Stripe answers with the first outcome instead of acting again.
 //   - card_error: ErrTypeCardDeclined.
 //   - idempotency_error: ErrTypeKeyReused (the key came back with other
 //     parameters).
-//   - Anything else (invalid_request_error, authentication): terminal
-//     ErrTypeProviderRejected.
-func stripeError(op string, err error) error {
+//   - Anything else (invalid_request_error such as charge_already_refunded,
+//     authentication): terminal ErrTypeProviderRejected.
+func StripeError(op string, err error) error {
 	var se *stripe.Error
 	if !errors.As(err, &se) {
 		reason := err.Error()

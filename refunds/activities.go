@@ -2,17 +2,11 @@ package refunds
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
-	"go.temporal.io/sdk/activity"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
@@ -37,11 +31,27 @@ const EmailTemplate = "refund"
 // key steps and, for the email, its delivery policy. The workflow takes
 // each step's Temporal options from its declaration.
 var (
-	DeclReserve = activities.Declaration{Name: NameReserve, Class: effects.ClassAbsoluteWrite, Step: StepReserve}
-	DeclStripe  = activities.Declaration{Name: NameRefundAtStripe, Class: effects.ClassExternalCreate, Step: StepStripe}
-	DeclMark    = activities.Declaration{Name: NameMarkRefunded, Class: effects.ClassAbsoluteWrite, Step: StepMark}
-	DeclEmail   = activities.Declaration{Name: NameSendRefundEmail, Class: effects.ClassIrreversibleSend, Step: StepEmail,
-		Policy: notify.AtMostOnce}
+	DeclReserve = activities.KeyedOf[RefundInput, ReserveResult]{Declaration: activities.Declaration{Name: NameReserve,
+		Class: effects.ClassAbsoluteWrite, Step: StepReserve}}
+	DeclStripe = activities.KeyedOf[RefundInput, StripeResult]{Declaration: activities.Declaration{Name: NameRefundAtStripe,
+		Class: effects.ClassExternalCreate, Step: StepStripe}}
+	DeclMark = activities.KeyedOf[RefundInput, MarkResult]{Declaration: activities.Declaration{Name: NameMarkRefunded,
+		Class: effects.ClassAbsoluteWrite, Step: StepMark}}
+	DeclEmail = activities.KeyedOf[RefundInput, EmailResult]{Declaration: activities.Declaration{Name: NameSendRefundEmail,
+		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce}}
+)
+
+// Declarations returns the declarations of the refund activities, in the
+// order of Definitions.
+func Declarations() []activities.Declaration {
+	return []activities.Declaration{DeclReserve.Declaration, DeclStripe.Declaration, DeclMark.Declaration, DeclEmail.Declaration}
+}
+
+// call and effect are activities' keyed-activity helpers for a
+// RefundInput.
+type (
+	call          = activities.Call[RefundInput]
+	effect[T any] = activities.EffectOf[RefundInput, T]
 )
 
 // Deps is what the refund activities need. Every field is required except
@@ -60,13 +70,12 @@ type Deps struct {
 // Activities implements the refund workflow's activities. A nil
 // *Activities is only good for naming them.
 type Activities struct {
-	db     *pgxpool.Pool
+	run    activities.Runner
 	claims *effects.Client
 	orders *orders.Store
 	ledger *Ledger
 	stripe *stripeclient.API
 	sender *notify.Sender
-	logger *slog.Logger
 }
 
 // New returns Activities over d. It returns an error naming the first
@@ -88,11 +97,8 @@ func New(d Deps) (*Activities, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := d.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Activities{db: d.DB, claims: d.Effects, orders: d.Orders, ledger: ledger, stripe: d.Stripe, sender: d.Sender, logger: logger}, nil
+	return &Activities{run: activities.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects, orders: d.Orders,
+		ledger: ledger, stripe: d.Stripe, sender: d.Sender}, nil
 }
 
 // Definitions returns the refund activities bound to a, for
@@ -106,84 +112,12 @@ func (a *Activities) Definitions() []activities.Definition {
 	}
 }
 
-// call is one run of a refund activity: its input, effect key, claim owner
-// and logger.
-type call struct {
-	in    RefundInput
-	key   effects.Key
-	owner string
-	step  string
-	log   *slog.Logger
-	every time.Duration // how often to renew the lease and heartbeat
-}
-
-// run validates in, derives d's effect key and the claim owner
-// ("<workflow ID>/<step>"), runs fn, logs its outcome and returns its error
-// through activities.ToTemporal.
-func run[T any](ctx context.Context, a *Activities, d activities.Declaration, in RefundInput, fn func(context.Context, *call) (T, error)) (T, error) {
-	var zero T
-	c, err := a.prepare(ctx, in, d.Step)
-	if err != nil {
-		return zero, activities.ToTemporal(err)
-	}
-	res, err := fn(ctx, c)
-	if err != nil {
-		c.log.WarnContext(ctx, "step failed", "error", err)
-		return zero, activities.ToTemporal(err)
-	}
-	c.log.InfoContext(ctx, "step done", "outcome", res)
-	return res, nil
-}
-
-func (a *Activities) prepare(ctx context.Context, in RefundInput, step string) (*call, error) {
-	if err := in.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: check input: %w", step, err)
-	}
-	key, err := in.EffectKey(step)
-	if err != nil {
-		return nil, fmt.Errorf("%s: derive effect key: %w", step, err)
-	}
-	info := activity.GetInfo(ctx)
-	if info.WorkflowExecution.ID == "" {
-		return nil, &activities.Error{Type: activities.ErrTypeInvalidInput,
-			Message: fmt.Sprintf("%s %s: not started by a workflow; the claim owner is the workflow ID", step, key)}
-	}
-	c := &call{in: in, key: key, owner: info.WorkflowExecution.ID + "/" + step, step: step}
-	if hb := info.HeartbeatTimeout; hb > 0 {
-		c.every = max(hb/3, 100*time.Millisecond)
-	}
-	c.log = a.logger.With("effect_key", key.String(), "step", step, "tenant_id", in.TenantID,
-		"order_id", in.OrderID, "refund_id", in.RefundID)
-	return c, nil
-}
-
-// fail returns a terminal error of type typ naming c's step and key.
-func (c *call) fail(typ, format string, args ...any) error {
-	return &activities.Error{Type: typ, Message: strings.ReplaceAll(c.step, "_", " ") + " " + c.key.String() + ": " + fmt.Sprintf(format, args...)}
-}
-
-// doOpts renews the claim's lease and records a Temporal heartbeat three
-// times per heartbeat timeout.
-func (c *call) doOpts() *effects.DoOpts {
-	return &effects.DoOpts{Heartbeat: recordHeartbeat, ExtendEvery: c.every}
-}
-
-// recordHeartbeat records a Temporal heartbeat; effects.Do and the Sender
-// call it after every lease renewal.
-func recordHeartbeat(ctx context.Context) { activity.RecordHeartbeat(ctx) }
-
 // entry returns the refund's ledger row, or an InvalidState error when it
 // was not reserved.
 func (a *Activities) entry(ctx context.Context, c *call) (*Entry, error) {
-	e, err := a.ledger.Get(ctx, c.in.TenantID, c.in.OrderID, c.in.RefundID)
+	e, err := a.ledger.Get(ctx, c.In.TenantID, c.In.OrderID, c.In.RefundID)
 	if errors.Is(err, ErrNotFound) {
-		return nil, c.fail(activities.ErrTypeInvalidState, "refund %s is not in the ledger; Reserve must run first", c.in.RefundID)
+		return nil, c.Fail(activities.ErrTypeInvalidState, "refund %s is not in the ledger; Reserve must run first", c.In.RefundID)
 	}
 	return e, err
-}
-
-// fingerprint hashes a step's deterministic inputs for effects.ClaimParams.
-func fingerprint(parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return "sha256:" + hex.EncodeToString(h[:16])
 }

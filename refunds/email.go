@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/notify"
 )
 
 // SendRefundEmail emails the customer that the refund was made, once.
@@ -26,34 +25,35 @@ import (
 // Ambiguous, ProviderRejected, KeyReused and Terminal are non-retryable;
 // Transient, InProgress and LeaseLost are retryable.
 func (a *Activities) SendRefundEmail(ctx context.Context, in RefundInput) (EmailResult, error) {
-	return run(ctx, a, DeclEmail, in, func(ctx context.Context, c *call) (EmailResult, error) {
-		o, err := a.orders.Get(ctx, in.TenantID, in.OrderID)
-		if err != nil {
-			return EmailResult{}, fmt.Errorf("refund email %s: load order: %w", c.key, err)
+	return DeclEmail.Run(ctx, a.run, in, effect[EmailResult]{Do: a.sendEmail})
+}
+
+// sendEmail checks that the refund was made and sends its email.
+func (a *Activities) sendEmail(ctx context.Context, c *call) (EmailResult, error) {
+	in := c.In
+	o, err := a.orders.Get(ctx, in.TenantID, in.OrderID)
+	if err != nil {
+		return EmailResult{}, fmt.Errorf("%s: load order: %w", c, err)
+	}
+	e, err := a.entry(ctx, c)
+	if err != nil {
+		return EmailResult{}, err
+	}
+	if _, found, err := a.ledger.StripeOutcome(ctx, in.TenantID, in.OrderID, in.RefundID); err != nil || !found {
+		if err == nil {
+			err = c.Fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", in.RefundID)
 		}
-		e, err := a.entry(ctx, c)
-		if err != nil {
-			return EmailResult{}, err
-		}
-		if _, found, err := a.ledger.StripeOutcome(ctx, in.TenantID, in.OrderID, in.RefundID); err != nil || !found {
-			if err == nil {
-				err = c.fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", in.RefundID)
-			}
-			return EmailResult{}, err
-		}
-		text := fmt.Sprintf("We refunded %s of your order %s to your card.\n\nReference: %s\n",
-			activities.FormatAmount(e.AmountMinor, o.Currency), o.ID, c.key)
-		res, err := a.sender.Send(ctx, notify.Message{
-			Template: EmailTemplate, To: o.CustomerEmail, Subject: "Your refund for order " + o.ID, Text: text,
-			Key: c.key, Entity: o.ID + "/" + e.RefundID, Owner: c.owner,
-			Heartbeat: recordHeartbeat, HeartbeatEvery: c.every,
-			// A refund reserved long ago may have lost its record to the
-			// prune: ask SendGrid before sending.
-			LookUpFirst: time.Since(e.CreatedAt) > activities.RecordHorizon,
-		})
-		if err != nil {
-			return EmailResult{}, err
-		}
-		return EmailResult{MessageID: res.MessageID, Collapsed: res.Collapsed}, nil
-	})
+		return EmailResult{}, err
+	}
+	text := fmt.Sprintf("We refunded %s of your order %s to your card.\n\nReference: %s\n",
+		activities.FormatAmount(e.AmountMinor, o.Currency), o.ID, c.Key)
+	msg := c.Message(EmailTemplate, o.CustomerEmail, "Your refund for order "+o.ID, text, o.ID+"/"+e.RefundID)
+	// A refund reserved long ago may have lost its record to the prune: ask
+	// SendGrid before sending.
+	msg.LookUpFirst = time.Since(e.CreatedAt) > activities.RecordHorizon
+	res, err := a.sender.Send(ctx, msg)
+	if err != nil {
+		return EmailResult{}, err
+	}
+	return EmailResult{MessageID: res.MessageID, Collapsed: res.Collapsed}, nil
 }

@@ -105,6 +105,12 @@ func (in RefundInput) EffectKey(step string) (effects.Key, error) {
 	return effects.NewKey(in.TenantID, "order", in.OrderID, "refund", in.RefundID, step)
 }
 
+// LogAttrs names the tenant, order and refund in the step's log records
+// (activities.Input).
+func (in RefundInput) LogAttrs() []any {
+	return []any{"tenant_id", in.TenantID, "order_id", in.OrderID, "refund_id", in.RefundID}
+}
+
 // OrderKey returns the order's key, "acme:order:9f3a": the entity Reserve
 // and MarkRefunded lock.
 func (in RefundInput) OrderKey() (effects.Key, error) {

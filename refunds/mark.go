@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -31,45 +29,35 @@ import (
 // or the order is not paid) are non-retryable; Transient and InProgress are
 // retryable.
 func (a *Activities) MarkRefunded(ctx context.Context, in RefundInput) (MarkResult, error) {
-	return run(ctx, a, DeclMark, in, func(ctx context.Context, c *call) (MarkResult, error) {
-		p := effects.ClaimParams{Key: c.key, Kind: StepMark, Owner: c.owner}
-		var out MarkResult
-		err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-			res, err := effects.DoTx(ctx, a.claims, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (MarkResult, error) {
-				return a.markTx(ctx, tx, c)
-			})
-			out = res
-			return err
-		})
-		return out, err
-	})
+	return DeclMark.Run(ctx, a.run, in, effect[MarkResult]{Do: a.markTx})
 }
 
-// markTx moves the order to the status its ledger says, in tx.
-func (a *Activities) markTx(ctx context.Context, tx pgx.Tx, c *call) (MarkResult, error) {
-	orderKey, err := c.in.OrderKey()
+// markTx moves the order to the status its ledger says, in c.Tx.
+func (a *Activities) markTx(ctx context.Context, c *call) (MarkResult, error) {
+	tx := c.Tx
+	orderKey, err := c.In.OrderKey()
 	if err != nil {
 		return MarkResult{}, err
 	}
 	if err := effects.LockEntityTx(ctx, tx, orderKey); err != nil {
 		return MarkResult{}, err
 	}
-	tenant, id := c.in.TenantID, c.in.OrderID
-	if to, found, err := a.orders.EventTransitionTx(ctx, tx, tenant, id, c.key.String()); err != nil || found {
+	tenant, id := c.In.TenantID, c.In.OrderID
+	if to, found, err := a.orders.EventTransitionTx(ctx, tx, tenant, id, c.Key.String()); err != nil || found {
 		return MarkResult{Status: string(to)}, err
 	}
-	if _, found, err := a.ledger.stripeOutcome(ctx, tx, tenant, id, c.in.RefundID); err != nil || !found {
+	if _, found, err := a.ledger.stripeOutcome(ctx, tx, tenant, id, c.In.RefundID); err != nil || !found {
 		if err == nil {
-			err = c.fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", c.in.RefundID)
+			err = c.Fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", c.In.RefundID)
 		}
 		return MarkResult{}, err
 	}
 	o, err := a.orders.GetTx(ctx, tx, tenant, id)
 	if err != nil {
-		return MarkResult{}, fmt.Errorf("mark refunded %s: load order: %w", c.key, err)
+		return MarkResult{}, fmt.Errorf("mark refunded %s: load order: %w", c.Key, err)
 	}
 	if !o.Status.WasPaid() {
-		return MarkResult{}, c.fail(activities.ErrTypeInvalidState, "order is %s, not paid", o.Status)
+		return MarkResult{}, c.Fail(activities.ErrTypeInvalidState, "order is %s, not paid", o.Status)
 	}
 	refunded, err := a.ledger.RefundedTx(ctx, tx, tenant, id)
 	if err != nil {
@@ -79,8 +67,8 @@ func (a *Activities) markTx(ctx context.Context, tx pgx.Tx, c *call) (MarkResult
 	if refunded >= o.AmountMinor {
 		to = orders.StatusRefunded
 	}
-	if _, err := a.orders.TransitionTx(ctx, tx, tenant, id, o.Status, to, c.key.String()); err != nil {
-		return MarkResult{}, fmt.Errorf("mark refunded %s: %w", c.key, err)
+	if _, err := a.orders.TransitionTx(ctx, tx, tenant, id, o.Status, to, c.Key.String()); err != nil {
+		return MarkResult{}, fmt.Errorf("mark refunded %s: %w", c.Key, err)
 	}
 	return MarkResult{Status: string(to)}, nil
 }

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/effects"
 )
 
 // Reserve appends the refund to the order's ledger, once, if what is left
@@ -33,46 +30,37 @@ import (
 // non-retryable; Transient (a lost connection, a lock or serialization
 // failure) and InProgress are retryable.
 func (a *Activities) Reserve(ctx context.Context, in RefundInput) (ReserveResult, error) {
-	return run(ctx, a, DeclReserve, in, func(ctx context.Context, c *call) (ReserveResult, error) {
-		p := effects.ClaimParams{Key: c.key, Kind: StepReserve, Owner: c.owner,
-			Fingerprint: fingerprint(strconv.FormatInt(in.AmountMinor, 10), in.Reason)}
-		var out ReserveResult
-		err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-			res, err := effects.DoTx(ctx, a.claims, tx, p, func(ctx context.Context, tx pgx.Tx, _ *effects.Claim) (ReserveResult, error) {
-				return a.reserveTx(ctx, tx, c)
-			})
-			out = res
-			return err
-		})
-		return out, err
+	return DeclReserve.Run(ctx, a.run, in, effect[ReserveResult]{
+		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(in.AmountMinor, 10), in.Reason} },
+		Do:          a.reserveTx,
 	})
 }
 
-// reserveTx checks the order and appends the refund to its ledger in tx.
-func (a *Activities) reserveTx(ctx context.Context, tx pgx.Tx, c *call) (ReserveResult, error) {
-	o, err := a.orders.GetTx(ctx, tx, c.in.TenantID, c.in.OrderID)
+// reserveTx checks the order and appends the refund to its ledger in c.Tx.
+func (a *Activities) reserveTx(ctx context.Context, c *call) (ReserveResult, error) {
+	o, err := a.orders.GetTx(ctx, c.Tx, c.In.TenantID, c.In.OrderID)
 	if err != nil {
-		return ReserveResult{}, fmt.Errorf("reserve %s: load order: %w", c.key, err)
+		return ReserveResult{}, fmt.Errorf("reserve %s: load order: %w", c.Key, err)
 	}
 	// A refunded order passes: its ledger has nothing left, so ReserveTx
 	// refuses a new refund and finds a repeat's own row.
 	if !o.Status.WasPaid() {
-		return ReserveResult{}, c.fail(activities.ErrTypeInvalidState, "order is %s, not paid: nothing to refund", o.Status)
+		return ReserveResult{}, c.Fail(activities.ErrTypeInvalidState, "order is %s, not paid: nothing to refund", o.Status)
 	}
-	e := Entry{TenantID: c.in.TenantID, OrderID: c.in.OrderID, RefundID: c.in.RefundID,
-		AmountMinor: c.in.AmountMinor, Reason: c.in.Reason, EffectKey: c.key.String()}
-	refunded, err := a.ledger.ReserveTx(ctx, tx, e, o.AmountMinor)
+	e := Entry{TenantID: c.In.TenantID, OrderID: c.In.OrderID, RefundID: c.In.RefundID,
+		AmountMinor: c.In.AmountMinor, Reason: c.In.Reason, EffectKey: c.Key.String()}
+	refunded, err := a.ledger.ReserveTx(ctx, c.Tx, e, o.AmountMinor)
 	var exceeds *ExceedsError
 	switch {
 	case errors.As(err, &exceeds):
-		return ReserveResult{}, c.fail(activities.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded, %s left",
+		return ReserveResult{}, c.Fail(activities.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded, %s left",
 			activities.FormatAmount(exceeds.AmountMinor, o.Currency), activities.FormatAmount(exceeds.ChargedMinor, o.Currency),
 			activities.FormatAmount(exceeds.RefundedMinor, o.Currency),
 			activities.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, o.Currency))
 	case errors.Is(err, ErrConflict):
-		return ReserveResult{}, c.fail(activities.ErrTypeKeyReused, "refund %s is in the ledger with another amount or reason", c.in.RefundID)
+		return ReserveResult{}, c.Fail(activities.ErrTypeKeyReused, "refund %s is in the ledger with another amount or reason", c.In.RefundID)
 	case err != nil:
-		return ReserveResult{}, fmt.Errorf("reserve %s: %w", c.key, err)
+		return ReserveResult{}, fmt.Errorf("reserve %s: %w", c.Key, err)
 	}
 	return ReserveResult{AmountMinor: e.AmountMinor, Currency: o.Currency, RefundedMinor: refunded, ChargedMinor: o.AmountMinor}, nil
 }

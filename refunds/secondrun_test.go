@@ -100,7 +100,7 @@ func TestRefundAtStripeTakesOverAnExpiredClaim(t *testing.T) {
 	var charge orders.ChargeResult
 	require.NoError(t, json.Unmarshal(rec.Result, &charge))
 	_, err = b.claims.Claim(context.Background(), effects.ClaimParams{Key: key, Owner: "vanished/refund_stripe", Lease: time.Second,
-		Fingerprint: refunds.Fingerprint("400", charge.PaymentIntentID)})
+		Fingerprint: activities.Fingerprint("400", charge.PaymentIntentID)})
 	require.NoError(t, err)
 	time.Sleep(1100 * time.Millisecond)
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -41,20 +40,20 @@ import (
 // (timeouts, resets, 429, 5xx, 409), InProgress and LeaseLost are
 // retryable with the same key.
 func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (StripeResult, error) {
-	return run(ctx, a, DeclStripe, in, func(ctx context.Context, c *call) (StripeResult, error) {
-		e, err := a.entry(ctx, c)
-		if err != nil {
-			return StripeResult{}, err
-		}
-		charge, err := a.charge(ctx, c)
-		if err != nil {
-			return StripeResult{}, err
-		}
-		p := effects.ClaimParams{Key: c.key, Kind: StepStripe, Owner: c.owner,
-			Fingerprint: fingerprint(strconv.FormatInt(e.AmountMinor, 10), charge.PaymentIntentID)}
-		return effects.Do(ctx, a.claims, p, func(ctx context.Context, claim *effects.Claim) (StripeResult, error) {
-			return a.refund(ctx, c, claim, e, charge)
-		}, c.doOpts())
+	var e *Entry
+	var charge orders.ChargeResult
+	return DeclStripe.Run(ctx, a.run, in, effect[StripeResult]{
+		Check: func(ctx context.Context, c *call) (err error) {
+			if e, err = a.entry(ctx, c); err != nil {
+				return err
+			}
+			charge, err = a.charge(ctx, c)
+			return err
+		},
+		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(e.AmountMinor, 10), charge.PaymentIntentID} },
+		Do: func(ctx context.Context, c *call) (StripeResult, error) {
+			return a.refund(ctx, c, e, charge)
+		},
 	})
 }
 
@@ -65,7 +64,7 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (Stripe
 // did not succeed or neither knows it.
 func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, error) {
 	var res orders.ChargeResult
-	key, err := orders.NewCheckoutInput(c.in.TenantID, c.in.OrderID).EffectKey(orders.StepCharge)
+	key, err := orders.NewCheckoutInput(c.In.TenantID, c.In.OrderID).EffectKey(orders.StepCharge)
 	if err != nil {
 		return res, err
 	}
@@ -74,12 +73,12 @@ func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, 
 	case errors.Is(err, effects.ErrNotFound):
 		return a.searchCharge(ctx, c, key)
 	case err != nil:
-		return res, fmt.Errorf("refund %s: read charge: %w", c.key, err)
+		return res, fmt.Errorf("refund %s: read charge: %w", c.Key, err)
 	case rec.State != effects.StateSucceeded:
-		return res, c.fail(activities.ErrTypeInvalidState, "charge %s is %s, not succeeded", key, rec.State)
+		return res, c.Fail(activities.ErrTypeInvalidState, "charge %s is %s, not succeeded", key, rec.State)
 	}
 	if err := json.Unmarshal(rec.Result, &res); err != nil || res.PaymentIntentID == "" {
-		return res, c.fail(activities.ErrTypeInvalidState, "charge %s stores no payment intent", key)
+		return res, c.Fail(activities.ErrTypeInvalidState, "charge %s stores no payment intent", key)
 	}
 	return res, nil
 }
@@ -95,51 +94,51 @@ func (a *Activities) searchCharge(ctx context.Context, c *call, key effects.Key)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return orders.ChargeResult{}, stripeError(c, "search the charge "+key.String(), err)
+		return orders.ChargeResult{}, activities.StripeError(c.String()+": search the charge "+key.String(), err)
 	}
-	return orders.ChargeResult{}, c.fail(activities.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
+	return orders.ChargeResult{}, c.Fail(activities.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
 }
 
-// refund makes the refund once under claim.
-func (a *Activities) refund(ctx context.Context, c *call, claim *effects.Claim, e *Entry, charge orders.ChargeResult) (StripeResult, error) {
-	if claim.Mode != effects.ModeNew || time.Since(e.CreatedAt) > activities.RecordHorizon {
+// refund makes the refund once under c.Claim.
+func (a *Activities) refund(ctx context.Context, c *call, e *Entry, charge orders.ChargeResult) (StripeResult, error) {
+	if c.Claim.Mode != effects.ModeNew || time.Since(e.CreatedAt) > activities.RecordHorizon {
 		r, err := a.findRefund(ctx, c, charge.PaymentIntentID)
 		if err != nil {
 			return StripeResult{}, err
 		}
 		if r != nil {
-			c.log.InfoContext(ctx, "found the refund of an earlier attempt; not refunding again", "mode", string(claim.Mode), "stripe_refund", r.ID)
+			c.Log.InfoContext(ctx, "found the refund of an earlier attempt; not refunding again", "mode", string(c.Claim.Mode), "stripe_refund", r.ID)
 			return a.record(ctx, c, e, r, charge)
 		}
 	}
 	params := &stripe.RefundParams{PaymentIntent: stripe.String(charge.PaymentIntentID), Amount: stripe.Int64(e.AmountMinor)}
 	params.Context = ctx
-	params.SetIdempotencyKey(c.key.String())
-	params.AddMetadata("effect_key", c.key.String())
+	params.SetIdempotencyKey(c.Key.String())
+	params.AddMetadata("effect_key", c.Key.String())
 	params.AddMetadata("refund_id", e.RefundID)
 	params.AddMetadata("tenant_id", e.TenantID)
 	params.AddMetadata("order_id", e.OrderID)
 	r, err := a.stripe.Refunds.New(params)
 	if err != nil {
-		return StripeResult{}, stripeError(c, "create refund", err)
+		return StripeResult{}, activities.StripeError(c.String()+": create refund", err)
 	}
-	c.log.InfoContext(ctx, "refunded", "stripe_refund", r.ID, "status", string(r.Status), "mode", string(claim.Mode))
+	c.Log.InfoContext(ctx, "refunded", "stripe_refund", r.ID, "status", string(r.Status), "mode", string(c.Claim.Mode))
 	return a.record(ctx, c, e, r, charge)
 }
 
 // record checks Stripe's answer and stores it in refund_stripe_outcomes.
 func (a *Activities) record(ctx context.Context, c *call, e *Entry, r *stripe.Refund, charge orders.ChargeResult) (StripeResult, error) {
 	if r.Status == stripe.RefundStatusFailed || r.Status == stripe.RefundStatusCanceled {
-		return StripeResult{}, c.fail(activities.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
+		return StripeResult{}, c.Fail(activities.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
 	}
 	if r.Amount != e.AmountMinor {
-		return StripeResult{}, c.fail(activities.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
+		return StripeResult{}, c.Fail(activities.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
 	}
 	res := StripeResult{RefundID: r.ID, PaymentIntentID: charge.PaymentIntentID, Status: string(r.Status), AmountMinor: r.Amount, Currency: string(r.Currency)}
 	if res.Currency == "" {
 		res.Currency = charge.Currency
 	}
-	if err := a.ledger.RecordStripe(ctx, e, res, c.key.String()); err != nil {
+	if err := a.ledger.RecordStripe(ctx, e, res, c.Key.String()); err != nil {
 		return StripeResult{}, effects.Transient(err) // Stripe refunded; the retry finds it by metadata.
 	}
 	return res, nil
@@ -152,33 +151,12 @@ func (a *Activities) findRefund(ctx context.Context, c *call, paymentIntentID st
 	params.Context = ctx
 	it := a.stripe.Refunds.List(params)
 	for it.Next() {
-		if r := it.Refund(); r.Metadata["effect_key"] == c.key.String() {
+		if r := it.Refund(); r.Metadata["effect_key"] == c.Key.String() {
 			return r, nil
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, stripeError(c, "list refunds of "+paymentIntentID, err)
+		return nil, activities.StripeError(c.String()+": list refunds of "+paymentIntentID, err)
 	}
 	return nil, nil
-}
-
-// stripeError classifies an error of a Stripe call as activities does for
-// charges: no answer, 429, 5xx and 409 are transient (the retry sends the
-// same idempotency key); idempotency_error is KeyReused; anything else,
-// such as charge_already_refunded or amount_too_large, is ProviderRejected.
-// It never wraps the *stripe.Error itself.
-func stripeError(c *call, op string, err error) error {
-	var se *stripe.Error
-	if !errors.As(err, &se) {
-		return effects.Transient(c.fail(activities.ErrTypeTransient, "%s: no answer from Stripe: %v", op, err))
-	}
-	detail := fmt.Sprintf("%s: status %d %s/%s: %s", op, se.HTTPStatusCode, se.Type, se.Code, se.Msg)
-	switch {
-	case se.HTTPStatusCode == http.StatusTooManyRequests, se.HTTPStatusCode >= 500, se.HTTPStatusCode == http.StatusConflict,
-		se.Type == stripe.ErrorTypeAPI:
-		return effects.Transient(c.fail(activities.ErrTypeTransient, "%s", detail))
-	case se.Type == stripe.ErrorTypeIdempotency:
-		return c.fail(activities.ErrTypeKeyReused, "%s", detail)
-	}
-	return c.fail(activities.ErrTypeProviderRejected, "%s", detail)
 }

@@ -41,7 +41,8 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (Result, error) {
 		decl activities.Declaration
 		out  any
 	}{
-		{DeclReserve, &out.Reserve}, {DeclStripe, &out.Stripe}, {DeclMark, &out.Mark}, {DeclEmail, &out.Email},
+		{DeclReserve.Declaration, &out.Reserve}, {DeclStripe.Declaration, &out.Stripe}, {DeclMark.Declaration, &out.Mark},
+		{DeclEmail.Declaration, &out.Email},
 	}
 	status := make([]orders.StepStatus, len(steps))
 	for i, s := range steps {
