@@ -422,17 +422,32 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 		return
 	}
 
-	hash := requestHash(RouteCreateOrder, no)
+	h.idempotent(w, r, tenant, key, requestHash(RouteCreateOrder, no), "create order", func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
+		resp, err := h.createTx(ctx, tenant, claim, no)
+		if errors.Is(err, orders.ErrConflict) {
+			return resp, newError(http.StatusConflict, CodeOrderConflict, "order_id", "order %q exists with different details", no.ID), nil
+		}
+		return resp, nil, err
+	})
+}
+
+// idempotent runs do under the request's Idempotency-Key (hash being the
+// request's fingerprint), for every POST: a replay answers the stored
+// response, another body under the key 422, a running request 409. do
+// returns the response to store and send, a refusal (*Error: nothing was
+// written, the key is released), or a failure (released, 503/500, or 409
+// when the request lost its key). Every database call shares one deadline
+// and runs to the end even if the client goes away, so that its retry
+// finds the response stored rather than a claim to wait out.
+func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string,
+	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
 	ikey, err := requestKey(tenant, key)
 	if err != nil {
 		h.dbFailure(w, r, "claim idempotency key", err)
 		return
 	}
 	owner, _ := r.Context().Value(requestIDKey).(string)
-	owner += "/" + randomHex(6) // request IDs come from clients; owners must be unique
-	// Every database call from here on shares one deadline, and runs to the
-	// end even if the client goes away, so that its retry finds the
-	// response stored rather than a claim to wait out.
+	owner += "/" + randomHex(6)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
 	defer cancel()
 	claim, prev, err := h.idem.claim(ctx, ikey, hash, owner)
@@ -449,7 +464,7 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
 		return
 	case err != nil:
-		h.release(ctx, ikey, owner) // the claim may have committed before the error
+		h.release(ctx, ikey, owner)
 		h.dbFailure(w, r, "claim idempotency key", err)
 		return
 	case prev != nil:
@@ -462,24 +477,22 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 	default:
 		h.metrics.idem("new")
 	}
-
-	resp, err := h.createTx(ctx, tenant, claim, no)
-	if err != nil {
+	resp, refusal, err := do(ctx, claim)
+	switch {
+	case refusal != nil:
 		h.release(ctx, ikey, owner)
-		switch {
-		case errors.Is(err, orders.ErrConflict):
-			writeError(w, newError(http.StatusConflict, CodeOrderConflict, "order_id",
-				"order %q exists with different details", no.ID))
-		case errors.Is(err, errLeaseLost):
-			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-			writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
-				"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
-		default:
-			h.dbFailure(w, r, "create order", err)
-		}
-		return
+		writeError(w, refusal)
+	case errors.Is(err, errLeaseLost):
+		h.release(ctx, ikey, owner)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
+			"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
+	case err != nil:
+		h.release(ctx, ikey, owner)
+		h.dbFailure(w, r, what, err)
+	default:
+		writeJSON(w, resp.status, resp.body)
 	}
-	writeJSON(w, resp.status, resp.body)
 }
 
 // release frees owner's claim on key after a failure that wrote nothing,

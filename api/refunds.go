@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,7 +133,10 @@ func refundInput(tenant, orderID string, req createRefundRequest) (refunds.Refun
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "amount_minor",
 			"%d is not a positive amount in minor units of at most %d", in.AmountMinor, refunds.MaxAmountMinor)
 	}
-	if err := in.Validate(); err != nil {
+	if err := in.Validate(); errors.Is(err, effects.ErrInvalidKey) {
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "refund_id",
+			"%q is too long for this order: its effect keys would be over %d bytes", in.RefundID, effects.MaxKeyLen)
+	} else if err != nil {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "reason",
 			"reason must be at most %d bytes of printable characters", refunds.MaxReasonBytes)
 	}
@@ -217,67 +219,6 @@ func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds
 			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor), nil
 	}
 	return resp, nil, err
-}
-
-// idempotent runs do under the request's Idempotency-Key (hash being the
-// request's fingerprint), as POST /v1/orders does: a replay answers the
-// stored response, another body under the key 422, a running request 409.
-// do returns the response to store and send, a refusal (*Error: nothing
-// was written, the key is released), or a failure (released, 503/500).
-func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string,
-	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
-	ikey, err := requestKey(tenant, key)
-	if err != nil {
-		h.dbFailure(w, r, "claim idempotency key", err)
-		return
-	}
-	owner, _ := r.Context().Value(requestIDKey).(string)
-	owner += "/" + randomHex(6)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
-	defer cancel()
-	claim, prev, err := h.idem.claim(ctx, ikey, hash, owner)
-	switch {
-	case errors.Is(err, errKeyReused):
-		h.metrics.idem("key_reused")
-		writeError(w, newError(http.StatusUnprocessableEntity, CodeIdempotencyKeyReused, HeaderIdempotencyKey,
-			"Idempotency-Key %q was first used with a different request body; use a new key for a new request", key))
-		return
-	case errors.Is(err, errInProgress):
-		h.metrics.idem("in_progress")
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
-			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
-		return
-	case err != nil:
-		h.release(ctx, ikey, owner)
-		h.dbFailure(w, r, "claim idempotency key", err)
-		return
-	case prev != nil:
-		h.metrics.idem("replayed")
-		w.Header().Set(HeaderReplayed, "true")
-		writeJSON(w, prev.status, prev.body)
-		return
-	case claim.Mode == effects.ModeTakeover:
-		h.metrics.idem("takeover")
-	default:
-		h.metrics.idem("new")
-	}
-	resp, refusal, err := do(ctx, claim)
-	switch {
-	case refusal != nil:
-		h.release(ctx, ikey, owner)
-		writeError(w, refusal)
-	case errors.Is(err, errLeaseLost):
-		h.release(ctx, ikey, owner)
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
-			"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
-	case err != nil:
-		h.release(ctx, ikey, owner)
-		h.dbFailure(w, r, what, err)
-	default:
-		writeJSON(w, resp.status, resp.body)
-	}
 }
 
 func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant string) {
