@@ -13,7 +13,6 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
-	"github.com/keyedhq/keyed/orders"
 )
 
 // Default activity timeouts, per effect class (see Declaration.ActivityOptions).
@@ -64,9 +63,11 @@ type Options struct {
 }
 
 // Declaration declares a keyed activity. It is the single source of the
-// activity's registered name, its effect class, the step of the effect key
-// it claims ("<tenant>:order:<order>:<step>"), its delivery policy when it
-// is an irreversible send, and its Temporal activity options (defaulted per
+// activity's registered name, its effect class, the step its effect keys
+// end with (an order's "<tenant>:order:<order>:<step>", a refund's
+// "<tenant>:order:<order>:refund:<refund_id>:<step>": the input's
+// EffectKey decides the rest), its delivery policy when it is an
+// irreversible send, and its Temporal activity options (defaulted per
 // class, see ActivityOptions). Register, the workflow, LongestRun, the
 // status query and `starter doctor` all read it.
 type Declaration struct {
@@ -137,7 +138,7 @@ func (d Declaration) Validate() error {
 		problem = "has a negative timeout"
 	}
 	if problem == "" {
-		if _, err := orders.NewCheckoutInput("tenant", "order").EffectKey(d.Step); err != nil {
+		if _, err := effects.NewKey("tenant", d.Step); err != nil {
 			problem = fmt.Sprintf("has Step %q, which cannot end an effect key: %v", d.Step, err)
 		}
 	}
@@ -162,7 +163,9 @@ func (d Declaration) Bind(fn any) Definition { return Definition{Declaration: d,
 // of them first and registers none if one does not Validate, has a Fn that
 // is not a function, or shares its Name or its Step with another (two
 // activities claiming the same effect key): an activity whose effect has
-// not been classified does not run.
+// not been classified does not run. The check covers one call: register
+// every pipeline of a worker in one call (as the worker does with the order
+// and refund pipelines).
 func Register(r worker.ActivityRegistry, defs ...Definition) error {
 	if r == nil {
 		return errors.New("activities: Register: registry is nil")

@@ -96,12 +96,12 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision activity: %w", err)
 	}
-	if err := workflows.RegisterActivities(w, in.Activities, decider); err != nil {
-		return nil, fmt.Errorf("register activities: %w", err)
-	}
 	refunds.Register(w)
-	if err := refunds.RegisterActivities(w, in.Refunds); err != nil {
-		return nil, fmt.Errorf("register refund activities: %w", err)
+	// One Register call for both pipelines, so that it refuses a name or an
+	// effect key step that an order and a refund activity both claim.
+	defs := append(append(in.Activities.Definitions(), decider.Definition()), in.Refunds.Definitions()...)
+	if err := activities.Register(w, defs...); err != nil {
+		return nil, fmt.Errorf("register activities: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
