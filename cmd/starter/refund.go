@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,10 @@ import (
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
+
+// refundStartTimeout bounds refund's direct start: the refund is queued by
+// then, and the worker's relay starts it when Temporal is back.
+const refundStartTimeout = 10 * time.Second
 
 // refundResult is what refund prints with --json.
 type refundResult struct {
@@ -45,8 +50,9 @@ func runRefund(ctx context.Context, e *env, args []string) error {
 			"then commits the request as the refund run's outbox row in one transaction, so the worker's\n"+
 			"relay starts it even if this command dies, and starts the run. The refund ID is the business\n"+
 			"event: the same refund again starts nothing new; the same ID with another amount is refused.\n"+
-			"Prints the workflow ID. A refund over what is left of the charge, or of an order that is not\n"+
-			"paid, is refused (exit 2) and writes nothing.",
+			"Prints the workflow ID; when Temporal cannot be reached the start stays queued for the relay.\n"+
+			"A refund over what is left of the charge, or of an order that is not paid, is refused (exit 2)\n"+
+			"and writes nothing.",
 		config.MigrateFlag)
 	tenant, order := orderFlags(f)
 	refundID := f.String("refund", "", "refund `ID` within the order, such as r1 (required)")
@@ -117,6 +123,8 @@ func refundRefusal(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 func startRefund(ctx context.Context, cfg *config.Config, tc client.Client, store *orders.Store, in refunds.RefundInput, currency string, res *refundResult) {
 	req, err := refunds.StartRequest(in, currency)
 	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, refundStartTimeout)
+		defer cancel()
 		starter := fxapp.TemporalStarter(tc, store, &workflows.StartOpts{TaskQueue: cfg.Temporal.TaskQueue})
 		st, serr := starter.Start(ctx, req)
 		if serr == nil {

@@ -103,3 +103,32 @@ func TestRefundThenShowAgainstAWorker(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 }
+
+// With Temporal unreachable the refund is still queued, in the outbox, for
+// the worker's relay: refund says so and succeeds.
+func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := dbtest.Connect(t, url)
+	ctx := context.Background()
+	store, err := orders.NewStore(pool)
+	require.NoError(t, err)
+	_, _, err = store.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "o1", AmountMinor: 900, Currency: "usd",
+		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE orders SET status = 'paid' WHERE tenant_id = 'acme' AND id = 'o1'`)
+	require.NoError(t, err)
+	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	began := time.Now()
+	code, out, errOut := starter(t, env, "refund", "--tenant", "acme", "--order", "o1", "--refund", "r1", "--amount", "900", "--json")
+	require.Equal(t, 0, code, errOut)
+	t.Logf("refund with Temporal down answered in %s", time.Since(began).Round(time.Millisecond))
+	var res refundResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, "queued", res.Start)
+	require.True(t, res.Requested)
+	require.Contains(t, res.StartError, "127.0.0.1:1")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE workflow_id = 'refund:acme:o1:r1'`).Scan(&n))
+	require.Equal(t, 1, n)
+}
