@@ -16,6 +16,8 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // healthy fills d's schema with what a healthy deployment has: recent
@@ -26,6 +28,9 @@ func (d *deployment) healthy(t *testing.T) {
 	at := time.Now().Add(-time.Hour)
 	for i, step := range []string{"charge", "mark_paid", "receipt", "mark_failed"} {
 		d.record(t, "acme:order:h"+string(rune('0'+i))+":"+step, at, time.Second, 1)
+	}
+	for _, step := range []string{refunds.StepReserve, refunds.StepStripe, refunds.StepMark, refunds.StepEmail} {
+		d.record(t, "acme:order:h0:refund:r1:"+step, at, time.Second, 1)
 	}
 	d.reconciled(t, time.Now().Add(-time.Hour), 0)
 }
@@ -57,6 +62,43 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 	require.Contains(t, one(t, rep, doctor.CheckClassified, "Charge").Evidence,
 		"class external_create, step charge; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:charge")
 	require.Contains(t, one(t, rep, doctor.CheckDeadLetters, "runs").Evidence, "replay path: list them with `starter attention`")
+	require.Contains(t, one(t, rep, doctor.CheckClassified, refunds.NameRefundAtStripe).Evidence,
+		"class external_create, step refund_stripe; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:refund:{refund_id}:refund_stripe")
+}
+
+// The worker registers both pipelines in one activities.Register call, which
+// refuses a name or step two activities share; doctor lists the same
+// declarations, each with its pipeline's key shape and workflow.
+func TestDeclaredListsBothPipelinesWithDistinctNamesAndSteps(t *testing.T) {
+	t.Parallel()
+	names, steps := map[string]bool{}, map[string]bool{}
+	byName := map[string]doctor.Activity{}
+	for _, a := range doctor.Declared() {
+		require.False(t, names[a.Name], "activity %s is declared twice", a.Name)
+		require.False(t, steps[a.Step], "step %s is claimed twice", a.Step)
+		names[a.Name], steps[a.Step], byName[a.Name] = true, true, a
+	}
+	require.Equal(t, "{tenant}:order:{order}:charge", byName["Charge"].KeyShape)
+	require.Equal(t, orders.WorkflowName, byName["Charge"].Workflow)
+	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+		a, ok := byName[name]
+		require.True(t, ok, "doctor lists %s", name)
+		require.Equal(t, "{tenant}:order:{order}:refund:{refund_id}:"+a.Step, a.KeyShape)
+		require.Equal(t, refunds.WorkflowName, a.Workflow)
+		require.NotZero(t, a.Options.StartToCloseTimeout)
+	}
+}
+
+func TestClassifiedFailsForARefundClaimedUnderAnOrderShapedKey(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	at := time.Now().Add(-time.Minute)
+	d.record(t, "acme:order:9f3a:refund:r1:refund_reserve", at, time.Second, 1)
+	d.record(t, "acme:order:9f3a:refund_reserve", at, time.Second, 1)
+	c := one(t, d.run(t, nil, doctor.CheckClassified), doctor.CheckClassified, refunds.NameReserve)
+	require.Equal(t, doctor.StatusFail, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "1 of 2 sampled claims (last 7d) have keys not of the shape "+
+		"{tenant}:order:{order}:refund:{refund_id}:refund_reserve, such as acme:order:9f3a:refund_reserve")
 }
 
 func TestClassifiedFailsForAnUndeclaredClassOrStepAndForAMisshapedKey(t *testing.T) {

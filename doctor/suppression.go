@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -72,11 +73,11 @@ func suppressedText(n int, source string) string {
 	return fmt.Sprintf("%s (%s)", plural(n, "duplicate"), source)
 }
 
-// temporalRetries reads the histories of up to HistorySample order runs
-// started in the window and sums, per activity type, the attempts after
-// the first.
+// temporalRetries reads the histories of up to HistorySample runs of the
+// activities' workflows (Activity.Workflow) started in the window and
+// sums, per activity type, the attempts after the first.
 func (r *run) temporalRetries(ctx context.Context) (map[string]int, int, error) {
-	q := fmt.Sprintf("WorkflowType = '%s' AND StartTime >= '%s'", orders.WorkflowName, r.since().UTC().Format(time.RFC3339))
+	q := fmt.Sprintf("(%s) AND StartTime >= '%s'", r.workflowTypes(), r.since().UTC().Format(time.RFC3339))
 	retries := map[string]int{}
 	runs := 0
 	var token []byte
@@ -100,6 +101,24 @@ func (r *run) temporalRetries(ctx context.Context) (map[string]int, int, error) 
 		}
 	}
 	return retries, runs, nil
+}
+
+// workflowTypes returns the visibility query that matches the runs of
+// the activities' workflows: "WorkflowType = 'OrderWorkflow' OR …".
+func (r *run) workflowTypes() string {
+	seen := map[string]bool{}
+	var terms []string
+	for _, a := range r.o.Activities {
+		wf := cmp.Or(a.Workflow, orders.WorkflowName)
+		if !seen[wf] {
+			seen[wf] = true
+			terms = append(terms, fmt.Sprintf("WorkflowType = '%s'", wf))
+		}
+	}
+	if len(terms) == 0 {
+		terms = append(terms, fmt.Sprintf("WorkflowType = '%s'", orders.WorkflowName))
+	}
+	return strings.Join(terms, " OR ")
 }
 
 func (r *run) countRetries(ctx context.Context, id, runID string, retries map[string]int) error {

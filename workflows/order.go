@@ -34,6 +34,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // Step states reported by the status query.
@@ -111,13 +112,19 @@ func RetryWindow(o workflow.ActivityOptions) time.Duration {
 	return total
 }
 
-// LongestRun returns the longest an order run can take while it is retrying
-// its steps: the sum of the RetryWindow of each declared order activity
-// (activities.Declarations). Effect records must be kept at least this long
-// beyond the namespace's retention.
+// LongestRun returns the longest a run of either pipeline can take while it
+// is retrying its steps: the larger of the sums of the RetryWindow of each
+// declared order activity (activities.Declarations) and of each refund
+// activity (refunds.Declarations). Effect records must be kept at least this
+// long beyond the namespace's retention.
 func LongestRun() time.Duration {
+	return max(retryWindows(activities.Declarations()), retryWindows(refunds.Declarations()))
+}
+
+// retryWindows returns the sum of the RetryWindow of each of decls.
+func retryWindows(decls []activities.Declaration) time.Duration {
 	var total time.Duration
-	for _, d := range activities.Declarations() {
+	for _, d := range decls {
 		total += RetryWindow(d.ActivityOptions(""))
 	}
 	return total
