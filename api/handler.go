@@ -557,36 +557,48 @@ func idempotencyKey(r *http.Request) (string, *Error) {
 	return key, nil
 }
 
-// decodeCreate reads one JSON object of known members, all present.
-func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.NewOrder, *Error) {
+// decodeStrict reads the body as one JSON object into a T whose members are
+// exactly members: a body over the limit is 413, and an empty body, a
+// member sent twice or in another case, an unknown member, or data after the
+// object is 400.
+func decodeStrict[T any](h *Handler, w http.ResponseWriter, r *http.Request, members []string) (T, *Error) {
 	// The body is JSON whatever the Content-Type says: curl -d sends
 	// application/x-www-form-urlencoded, and refusing it helps nobody.
-	var no orders.NewOrder
+	var req T
 	if r.ContentLength > h.maxBody {
-		return no, tooLarge(h.maxBody)
+		return req, tooLarge(h.maxBody)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return no, tooLarge(h.maxBody)
+			return req, tooLarge(h.maxBody)
 		}
-		return no, readError(err)
+		return req, readError(err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
+		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
 	}
-	if aerr := checkMembers(body, createMembers); aerr != nil {
-		return no, aerr
+	if aerr := checkMembers(body, members); aerr != nil {
+		return req, aerr
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	var req createOrderRequest
 	if err := dec.Decode(&req); err != nil {
-		return no, jsonError(err)
+		return req, jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return no, newError(http.StatusBadRequest, CodeInvalidJSON, "", "unexpected data after the JSON object")
+		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "unexpected data after the JSON object")
+	}
+	return req, nil
+}
+
+// decodeCreate reads one JSON object of known members, all present.
+func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.NewOrder, *Error) {
+	var no orders.NewOrder
+	req, aerr := decodeStrict[createOrderRequest](h, w, r, createMembers)
+	if aerr != nil {
+		return no, aerr
 	}
 	for _, f := range []struct {
 		name    string

@@ -1,14 +1,12 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
@@ -79,31 +77,9 @@ type RefundView struct {
 // decodeRefund reads one JSON object of known members; refund_id and
 // amount_minor are required, reason is optional.
 func (h *Handler) decodeRefund(w http.ResponseWriter, r *http.Request) (createRefundRequest, *Error) {
-	var req createRefundRequest
-	if r.ContentLength > h.maxBody {
-		return req, tooLarge(h.maxBody)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return req, tooLarge(h.maxBody)
-		}
-		return req, readError(err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
-	}
-	if aerr := checkMembers(body, refundMembers); aerr != nil {
+	req, aerr := decodeStrict[createRefundRequest](h, w, r, refundMembers)
+	if aerr != nil {
 		return req, aerr
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "unexpected data after the JSON object")
 	}
 	switch {
 	case req.RefundID == nil:
