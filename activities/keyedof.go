@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -114,6 +115,13 @@ type EffectOf[In Input, T any] struct {
 	// Do makes the effect once and returns its outcome. Mark failures
 	// worth retrying with effects.Transient; everything else is terminal.
 	Do func(ctx context.Context, c *Call[In]) (T, error)
+	// RecordRefusal, for the write classes, keeps a terminal refusal of Do
+	// (an *Error, such as one from Call.Fail): the transaction rolls back
+	// with everything Do wrote, and then a second one records the effect as
+	// failed with the refusal's code, so that the refusal shows where the
+	// effect's records are read and a repeat gets it without running Do.
+	// Leave it off where a later run of the same key may rightly succeed.
+	RecordRefusal bool
 }
 
 // Run runs e as a keyed activity of in, with r. It validates in, derives
@@ -166,6 +174,9 @@ func (k KeyedOf[In, T]) run(ctx context.Context, r Runner, in In, e EffectOf[In,
 		p.Fingerprint = Fingerprint(e.Fingerprint(c)...)
 	}
 	res, err := k.claim(ctx, r, c, p, e.Do)
+	if err != nil && e.RecordRefusal {
+		err = k.recordRefusal(ctx, r, p, err)
+	}
 	if err != nil {
 		c.Log.WarnContext(ctx, "step failed", "error", err)
 		return zero, err
@@ -197,6 +208,29 @@ func (k KeyedOf[In, T]) claim(ctx context.Context, r Runner, c *Call[In], p effe
 			return do(ctx, c)
 		}, &effects.DoOpts{Heartbeat: heartbeat, ExtendEvery: c.every})
 	}
+}
+
+// recordRefusal records refusal, Do's terminal *Error from a write whose
+// transaction rolled back, as the failed effect p in a transaction of its
+// own, and returns refusal, joined with the error of recording it if that
+// failed. Other errors, and other classes, come back as they are.
+func (k KeyedOf[In, T]) recordRefusal(ctx context.Context, r Runner, p effects.ClaimParams, refusal error) error {
+	var e *Error
+	if !errors.As(refusal, &e) || effects.IsTransient(refusal) ||
+		(k.Class != effects.ClassAbsoluteWrite && k.Class != effects.ClassRelativeWrite) {
+		return refusal
+	}
+	err := pgx.BeginFunc(context.WithoutCancel(ctx), r.DB, func(tx pgx.Tx) error {
+		cl, err := r.Effects.ClaimTx(ctx, tx, p)
+		if err != nil || cl.Done {
+			return err
+		}
+		return r.Effects.FailTx(ctx, tx, cl, refusal)
+	})
+	if err != nil && !errors.Is(err, effects.ErrTerminal) {
+		return errors.Join(refusal, fmt.Errorf("record the refusal of %s: %w", p.Key, err))
+	}
+	return refusal
 }
 
 // newCall validates in and derives step's effect key and owner, without

@@ -192,8 +192,15 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	require.Contains(t, err.Error(), "refund of 12.51 EUR exceeds what is left of the charge: 12.50 EUR charged, 0.00 EUR refunded, 12.50 EUR left")
 	require.Zero(t, b.ledgerRows(t, "o1"))
 	require.Zero(t, b.stripe.Refunds())
-	_, err = b.claims.Get(context.Background(), effects.MustKey(tenant, "order", "o1", "refund", "r1", refunds.StepReserve))
-	require.ErrorIs(t, err, effects.ErrNotFound, "a refused reservation records nothing")
+	// The refusal is kept, so GET and show see it, and a repeat gets it
+	// back without summing the ledger again.
+	rec, err := b.claims.Get(context.Background(), effects.MustKey(tenant, "order", "o1", "refund", "r1", refunds.StepReserve))
+	require.NoError(t, err)
+	require.Equal(t, effects.StateFailedTerminal, rec.State)
+	require.Equal(t, "invalid_state", rec.ErrorCode)
+	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
+	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	require.Zero(t, b.ledgerRows(t, "o1"))
 }
 
 func TestReserveRefusesUnpaidAndDeclinedOrders(t *testing.T) {

@@ -33,6 +33,9 @@ func (a *Activities) Reserve(ctx context.Context, in RefundInput) (ReserveResult
 	return DeclReserve.Run(ctx, a.run, in, effect[ReserveResult]{
 		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(in.AmountMinor, 10), in.Reason} },
 		Do:          a.reserveTx,
+		// A refused refund is refused for good (a new refund ID asks
+		// again): its failed record shows it and answers a repeat.
+		RecordRefusal: true,
 	})
 }
 
