@@ -7,7 +7,7 @@
 // Each activity is declared once, as a Keyed[T] (DeclCharge, DeclMarkPaid,
 // DeclSendReceipt, DeclMarkFailed): name, effect class, key step, delivery
 // policy for a send, activity options. Keyed.Run does what every keyed
-// activity repeats: it validates the versioned orders.CheckoutInput, loads
+// activity repeats: it validates the versioned orders.OrderInput, loads
 // the order's current row, derives the effect key from the declared step
 // (in.EffectKey(step)) and claims it with the owner "<workflow ID>/<step>",
 // so that a later attempt of the same step re-enters its own claim at once

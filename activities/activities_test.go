@@ -119,7 +119,7 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 
 // secondRun runs the activity name twice on in through
 // effectstest.SecondRun: the second run must change no table.
-func (b *bundle) secondRun(t *testing.T, name string, in orders.CheckoutInput) {
+func (b *bundle) secondRun(t *testing.T, name string, in orders.OrderInput) {
 	t.Helper()
 	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
 		_, err := b.env.ExecuteActivity(name, in)
@@ -128,15 +128,15 @@ func (b *bundle) secondRun(t *testing.T, name string, in orders.CheckoutInput) {
 }
 
 // order creates an order and returns its checkout input.
-func (b *bundle) order(t *testing.T, id, paymentMethod string) orders.CheckoutInput {
+func (b *bundle) order(t *testing.T, id, paymentMethod string) orders.OrderInput {
 	t.Helper()
 	_, _, err := b.store.Create(context.Background(), orders.NewOrder{TenantID: "acme", ID: id, AmountMinor: 1250,
 		Currency: "eur", CustomerEmail: email, PaymentMethod: paymentMethod})
 	require.NoError(t, err)
-	return orders.NewCheckoutInput("acme", id)
+	return orders.NewOrderInput("acme", id)
 }
 
-func (b *bundle) charge(t *testing.T, in orders.CheckoutInput) (orders.ChargeResult, error) {
+func (b *bundle) charge(t *testing.T, in orders.OrderInput) (orders.ChargeResult, error) {
 	t.Helper()
 	var res orders.ChargeResult
 	val, err := b.env.ExecuteActivity(activities.NameCharge, in)
@@ -146,7 +146,7 @@ func (b *bundle) charge(t *testing.T, in orders.CheckoutInput) (orders.ChargeRes
 	return res, err
 }
 
-func (b *bundle) markPaid(t *testing.T, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
+func (b *bundle) markPaid(t *testing.T, in orders.OrderInput) (orders.MarkPaidResult, error) {
 	t.Helper()
 	var res orders.MarkPaidResult
 	val, err := b.env.ExecuteActivity(activities.NameMarkPaid, in)
@@ -156,7 +156,7 @@ func (b *bundle) markPaid(t *testing.T, in orders.CheckoutInput) (orders.MarkPai
 	return res, err
 }
 
-func (b *bundle) markFailed(t *testing.T, in orders.CheckoutInput) (orders.MarkFailedResult, error) {
+func (b *bundle) markFailed(t *testing.T, in orders.OrderInput) (orders.MarkFailedResult, error) {
 	t.Helper()
 	var res orders.MarkFailedResult
 	val, err := b.env.ExecuteActivity(activities.NameMarkFailed, in)
@@ -166,7 +166,7 @@ func (b *bundle) markFailed(t *testing.T, in orders.CheckoutInput) (orders.MarkF
 	return res, err
 }
 
-func (b *bundle) receipt(t *testing.T, in orders.CheckoutInput) (orders.ReceiptResult, error) {
+func (b *bundle) receipt(t *testing.T, in orders.OrderInput) (orders.ReceiptResult, error) {
 	t.Helper()
 	var res orders.ReceiptResult
 	val, err := b.env.ExecuteActivity(activities.NameSendReceipt, in)
@@ -176,7 +176,7 @@ func (b *bundle) receipt(t *testing.T, in orders.CheckoutInput) (orders.ReceiptR
 	return res, err
 }
 
-func key(t *testing.T, in orders.CheckoutInput, step string) string {
+func key(t *testing.T, in orders.OrderInput, step string) string {
 	t.Helper()
 	k, err := in.EffectKey(step)
 	require.NoError(t, err)
@@ -323,18 +323,18 @@ func TestMarkFailedTwiceWritesOnce(t *testing.T) {
 func TestMarkFailedNeedsATerminallyFailedCharge(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
-		prepare func(t *testing.T, b *bundle, in orders.CheckoutInput)
+		prepare func(t *testing.T, b *bundle, in orders.OrderInput)
 		want    string
 	}{
-		"no charge": {func(*testing.T, *bundle, orders.CheckoutInput) {}, "no charge recorded"},
-		"charge succeeded": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
+		"no charge": {func(*testing.T, *bundle, orders.OrderInput) {}, "no charge recorded"},
+		"charge succeeded": {func(t *testing.T, b *bundle, in orders.OrderInput) {
 			_, err := b.charge(t, in)
 			require.NoError(t, err)
 		}, "is succeeded, not failed_terminal"},
-		"charge claimed": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
+		"charge claimed": {func(t *testing.T, b *bundle, in orders.OrderInput) {
 			b.leaveClaim(t, in, "someone-else/charge", time.Hour)
 		}, "is claimed, not failed_terminal"},
-		"charge may have happened": {func(t *testing.T, b *bundle, in orders.CheckoutInput) {
+		"charge may have happened": {func(t *testing.T, b *bundle, in orders.OrderInput) {
 			claim, err := b.claims.Claim(context.Background(), effects.ClaimParams{Key: effects.MustKey("acme", "order", "9f3a", "charge"), Owner: "x/charge"})
 			require.NoError(t, err)
 			require.NoError(t, b.claims.Fail(context.Background(), claim, &activities.Error{Type: activities.ErrTypeKeyReused, Message: "other amount"}))
@@ -522,7 +522,7 @@ func TestChargeDeclineIsTerminal(t *testing.T) {
 
 // prior charges the order at Stripe as an earlier owner would have, under
 // the effect key, and returns the payment intent.
-func (b *bundle) prior(t *testing.T, in orders.CheckoutInput) *stripe.PaymentIntent {
+func (b *bundle) prior(t *testing.T, in orders.OrderInput) *stripe.PaymentIntent {
 	t.Helper()
 	k := key(t, in, orders.StepCharge)
 	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(1250), Currency: stripe.String("eur"),
@@ -535,7 +535,7 @@ func (b *bundle) prior(t *testing.T, in orders.CheckoutInput) *stripe.PaymentInt
 }
 
 // leaveClaim leaves the charge claim of a crashed attempt by owner.
-func (b *bundle) leaveClaim(t *testing.T, in orders.CheckoutInput, owner string, lease time.Duration) {
+func (b *bundle) leaveClaim(t *testing.T, in orders.OrderInput, owner string, lease time.Duration) {
 	t.Helper()
 	k, err := in.EffectKey(orders.StepCharge)
 	require.NoError(t, err)
@@ -652,10 +652,10 @@ func TestBadInputIsTerminal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "9f3a", "pm_card_visa")
-	unknown := orders.NewCheckoutInput("acme", "nope")
-	future := orders.NewCheckoutInput("acme", "9f3a")
+	unknown := orders.NewOrderInput("acme", "nope")
+	future := orders.NewOrderInput("acme", "9f3a")
 	future.V = 2
-	badTenant := orders.NewCheckoutInput("ac me", "9f3a")
+	badTenant := orders.NewOrderInput("ac me", "9f3a")
 
 	for _, step := range []string{activities.NameCharge, activities.NameMarkPaid, activities.NameSendReceipt, activities.NameMarkFailed} {
 		_, err := b.env.ExecuteActivity(step, unknown)
@@ -719,7 +719,7 @@ func (r *registry) RegisterDynamicActivity(any, activity.DynamicRegisterOptions)
 
 func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
 	t.Parallel()
-	fn := func(context.Context, orders.CheckoutInput) error { return nil }
+	fn := func(context.Context, orders.OrderInput) error { return nil }
 	decl := func(name string, class effects.Class, step string) activities.Declaration {
 		return activities.Declaration{Name: name, Class: class, Step: step}
 	}

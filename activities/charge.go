@@ -31,7 +31,7 @@ import (
 // and Terminal are non-retryable; Transient (timeouts, resets, 429, 5xx, 409
 // idempotency_key_in_use or lock_timeout), InProgress and LeaseLost are
 // retryable with the same key.
-func (a *Activities) Charge(ctx context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
+func (a *Activities) Charge(ctx context.Context, in orders.OrderInput) (orders.ChargeResult, error) {
 	return DeclCharge.Run(ctx, a, in, Effect[orders.ChargeResult]{
 		// Refuse before claiming, so that the stored outcome of its charge
 		// is never overwritten.

@@ -17,7 +17,7 @@ import (
 var DeclSendSurvey = Keyed[notify.Result]{Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce}}
 
 // SendSurvey emails the customer a survey about the order, once. Errors as SendReceipt's.
-func (a *Activities) SendSurvey(ctx context.Context, in orders.CheckoutInput) (notify.Result, error) {
+func (a *Activities) SendSurvey(ctx context.Context, in orders.OrderInput) (notify.Result, error) {
 	return DeclSendSurvey.Run(ctx, a, in, Effect[notify.Result]{Do: func(ctx context.Context, s *Step) (notify.Result, error) {
 		return a.sender.Send(ctx, s.Message("survey", s.Order.CustomerEmail, "How was order "+s.In.OrderID+"?", "Reply to tell us."))
 	}})

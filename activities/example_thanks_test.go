@@ -12,7 +12,7 @@ import (
 var DeclSendThanks = Keyed[notify.Result]{Declaration{Name: "SendThanks", Class: effects.ClassIrreversibleSend, Step: "thanks", Policy: notify.AtMostOnce}}
 
 // SendThanks emails the customer a thank-you note for the order, once. Errors as SendReceipt's.
-func (a *Activities) SendThanks(ctx context.Context, in orders.CheckoutInput) (notify.Result, error) {
+func (a *Activities) SendThanks(ctx context.Context, in orders.OrderInput) (notify.Result, error) {
 	return DeclSendThanks.Run(ctx, a, in, Effect[notify.Result]{Do: func(ctx context.Context, s *Step) (notify.Result, error) {
 		return a.sender.Send(ctx, s.Message("thanks", s.Order.CustomerEmail, "Thank you for order "+s.In.OrderID, "Thank you!"))
 	}})

@@ -20,7 +20,7 @@ func DemoDefinitions(a *Activities) []Definition {
 
 // chargeStep prepares the charge step of in and loads its order, as
 // Keyed.Run does before the claim.
-func chargeStep(ctx context.Context, a *Activities, in orders.CheckoutInput) (*Step, error) {
+func chargeStep(ctx context.Context, a *Activities, in orders.OrderInput) (*Step, error) {
 	s, err := a.prepare(ctx, in, DeclCharge.Step)
 	if err != nil {
 		return nil, err
@@ -33,7 +33,7 @@ func chargeStep(ctx context.Context, a *Activities, in orders.CheckoutInput) (*S
 
 // CreateChargeForTest makes the Stripe create request Charge makes, without
 // the claim, for the contract test against stripe-mock.
-func CreateChargeForTest(ctx context.Context, a *Activities, in orders.CheckoutInput) (*stripe.PaymentIntent, error) {
+func CreateChargeForTest(ctx context.Context, a *Activities, in orders.OrderInput) (*stripe.PaymentIntent, error) {
 	s, err := chargeStep(ctx, a, in)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func CreateChargeForTest(ctx context.Context, a *Activities, in orders.CheckoutI
 
 // FindChargeForTest makes the Stripe search request Charge makes on a
 // takeover, without the claim.
-func FindChargeForTest(ctx context.Context, a *Activities, in orders.CheckoutInput) (*stripe.PaymentIntent, error) {
+func FindChargeForTest(ctx context.Context, a *Activities, in orders.OrderInput) (*stripe.PaymentIntent, error) {
 	s, err := chargeStep(ctx, a, in)
 	if err != nil {
 		return nil, err

@@ -15,17 +15,17 @@ import (
 // Keyed is the declaration of a keyed order activity whose stored outcome
 // is T, and the helper that runs it: Run does what every keyed activity
 // repeats, so that the activity's body is only its effect. It is
-// KeyedOf for orders.CheckoutInput, plus loading the order.
+// KeyedOf for orders.OrderInput, plus loading the order.
 type Keyed[T any] struct{ Declaration }
 
 // Bind returns k bound to fn, the activity's function, for Register.
-func (k Keyed[T]) Bind(fn func(context.Context, orders.CheckoutInput) (T, error)) Definition {
+func (k Keyed[T]) Bind(fn func(context.Context, orders.OrderInput) (T, error)) Definition {
 	return k.Declaration.Bind(fn)
 }
 
 // Step is one run of a keyed activity, as Keyed.Run hands it to the effect.
 type Step struct {
-	In orders.CheckoutInput
+	In orders.OrderInput
 	// Order is the order's current row, loaded before the claim; nil when
 	// the Effect is Lazy.
 	Order *orders.Order
@@ -48,8 +48,8 @@ type Step struct {
 	call *Call[orderInput]
 }
 
-// orderInput is an orders.CheckoutInput as an Input.
-type orderInput struct{ orders.CheckoutInput }
+// orderInput is an orders.OrderInput as an Input.
+type orderInput struct{ orders.OrderInput }
 
 // LogAttrs names the tenant and the order.
 func (in orderInput) LogAttrs() []any {
@@ -58,7 +58,7 @@ func (in orderInput) LogAttrs() []any {
 
 // newStep returns the Step of the call c.
 func newStep(c *Call[orderInput]) *Step {
-	return &Step{In: c.In.CheckoutInput, Key: c.Key, Owner: c.Owner, Log: c.Log, step: c.step, call: c}
+	return &Step{In: c.In.OrderInput, Key: c.Key, Owner: c.Owner, Log: c.Log, step: c.step, call: c}
 }
 
 // Message returns a notify.Message for an irreversible send of this step:
@@ -105,7 +105,7 @@ type Effect[T any] struct {
 // InvalidInput (a bad input, or no workflow in the activity info) and
 // OrderNotFound before the claim, then the claim's errors (InProgress,
 // LeaseLost, KeyReused) and e's.
-func (k Keyed[T]) Run(ctx context.Context, a *Activities, in orders.CheckoutInput, e Effect[T]) (T, error) {
+func (k Keyed[T]) Run(ctx context.Context, a *Activities, in orders.OrderInput, e Effect[T]) (T, error) {
 	var s *Step
 	ge := EffectOf[orderInput, T]{Check: func(ctx context.Context, c *Call[orderInput]) error {
 		s = newStep(c)
@@ -140,7 +140,7 @@ func (a *Activities) runner() Runner {
 // prepare validates in and derives step's effect key and owner, without
 // touching the database. Errors: invalid input, or no workflow in the
 // activity info.
-func (a *Activities) prepare(ctx context.Context, in orders.CheckoutInput, step string) (*Step, error) {
+func (a *Activities) prepare(ctx context.Context, in orders.OrderInput, step string) (*Step, error) {
 	c, err := newCall(ctx, a.logger, orderInput{in}, step)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 
 // Input is the input of a keyed activity of any pipeline: a versioned
 // business event that names the effect key of each of its steps.
-// orders.CheckoutInput (through Keyed) and refunds.RefundInput are inputs.
+// orders.OrderInput (through Keyed) and refunds.RefundInput are inputs.
 type Input interface {
 	// Validate returns an error saying what is wrong with the input; an
 	// error wrapping ErrInvalidInput, effects.ErrInvalidKey or

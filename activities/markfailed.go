@@ -27,7 +27,7 @@ import (
 // order is neither pending nor already failed by this step) are
 // non-retryable; Transient (a lost connection, a serialization failure) and
 // InProgress are retryable.
-func (a *Activities) MarkFailed(ctx context.Context, in orders.CheckoutInput) (orders.MarkFailedResult, error) {
+func (a *Activities) MarkFailed(ctx context.Context, in orders.OrderInput) (orders.MarkFailedResult, error) {
 	return DeclMarkFailed.Run(ctx, a, in, Effect[orders.MarkFailedResult]{
 		Fingerprint: func(*Step) []string { return []string{string(orders.StatusPending), string(orders.StatusFailed)} },
 		Do:          a.markFailed,

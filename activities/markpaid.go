@@ -26,7 +26,7 @@ import (
 // (no successful charge, or the order is neither pending nor already paid
 // by this step) are non-retryable; Transient (a lost connection, a
 // serialization failure) and InProgress are retryable.
-func (a *Activities) MarkPaid(ctx context.Context, in orders.CheckoutInput) (orders.MarkPaidResult, error) {
+func (a *Activities) MarkPaid(ctx context.Context, in orders.OrderInput) (orders.MarkPaidResult, error) {
 	return DeclMarkPaid.Run(ctx, a, in, Effect[orders.MarkPaidResult]{
 		// The order is not loaded up front: TransitionTx checks its status
 		// and existence inside the transaction, and requireChargedTx reads

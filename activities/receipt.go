@@ -28,7 +28,7 @@ import (
 // non-retryable; Transient (429, 5xx, SendGrid unreachable, an unconfirmed
 // send, a look-up waiting for SendGrid's index or failing), InProgress and
 // LeaseLost are retryable.
-func (a *Activities) SendReceipt(ctx context.Context, in orders.CheckoutInput) (orders.ReceiptResult, error) {
+func (a *Activities) SendReceipt(ctx context.Context, in orders.OrderInput) (orders.ReceiptResult, error) {
 	return DeclSendReceipt.Run(ctx, a, in, Effect[orders.ReceiptResult]{
 		Check: func(s *Step) error {
 			if !s.Order.Status.WasPaid() { // paid, or refunded since

@@ -96,14 +96,14 @@ func TestStripeMockContract(t *testing.T) {
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
 	require.NoError(t, activities.Register(env, acts.Definitions()...))
-	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.CheckoutInput) (string, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.OrderInput) (string, error) {
 		pi, err := activities.CreateChargeForTest(ctx, acts, in)
 		if err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%s %d %s", pi.PaymentMethod.ID, pi.Amount, pi.Currency), nil
 	}, activity.RegisterOptions{Name: "ContractCreate"})
-	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.CheckoutInput) (string, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.OrderInput) (string, error) {
 		pi, err := activities.FindChargeForTest(ctx, acts, in)
 		if err != nil || pi == nil {
 			return "", err

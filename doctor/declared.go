@@ -42,7 +42,7 @@ type keyer interface {
 // between doctor and the declarations in packages activities, workflows and
 // refunds.
 func Declared() []Activity {
-	order := orders.NewCheckoutInput("{tenant}", "{order}")
+	order := orders.NewOrderInput("{tenant}", "{order}")
 	refund := refunds.NewInput("{tenant}", "{order}", "{refund_id}", 0, "")
 	out := declared(workflows.Declarations(), orders.WorkflowName, order)
 	return append(out, declared(refunds.Declarations(), refunds.WorkflowName, refund)...)

@@ -48,7 +48,7 @@ func (r *run) classifiedOne(ctx context.Context, a Activity) Check {
 		c.Status = StatusFail
 		c.Evidence = fmt.Sprintf("%s; %d of %d sampled claims (last %s) have keys not of the shape %s, such as %s",
 			decl, len(bad), len(keys), days(r.o.Window), a.KeyShape, strings.Join(bad[:min(3, len(bad))], ", "))
-		c.Fix = "derive the key from the business event with its input's EffectKey(step) (orders.CheckoutInput, refunds.RefundInput); never from a message ID, an attempt or a fresh UUID"
+		c.Fix = "derive the key from the business event with its input's EffectKey(step) (orders.OrderInput, refunds.RefundInput); never from a message ID, an attempt or a fresh UUID"
 		return c
 	}
 	c.Status = StatusPass

@@ -35,7 +35,7 @@ func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (
 	if err != nil {
 		return nil, false, err
 	}
-	if _, err := EnqueueTx(ctx, tx, NewCheckoutInput(order.TenantID, order.ID), order); err != nil {
+	if _, err := EnqueueTx(ctx, tx, NewOrderInput(order.TenantID, order.ID), order); err != nil {
 		return nil, false, fmt.Errorf("create order %s/%s: %w", order.TenantID, order.ID, err)
 	}
 	return order, created, nil
@@ -49,7 +49,7 @@ func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (
 // same order again is a no-op and returns enqueued=false. It returns an
 // error wrapping outbox.ErrInvalid when in does not validate, and the
 // database error otherwise.
-func EnqueueTx(ctx context.Context, tx pgx.Tx, in CheckoutInput, order *Order) (enqueued bool, err error) {
+func EnqueueTx(ctx context.Context, tx pgx.Tx, in OrderInput, order *Order) (enqueued bool, err error) {
 	req, err := StartRequest(in, order)
 	if err != nil {
 		return false, fmt.Errorf("enqueue order run: %w", err)
@@ -60,7 +60,7 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in CheckoutInput, order *Order) (
 // StartRequest returns the outbox request EnqueueTx records for in and
 // order (which may be nil). It returns an error wrapping outbox.ErrInvalid
 // when in does not validate.
-func StartRequest(in CheckoutInput, order *Order) (outbox.Request, error) {
+func StartRequest(in OrderInput, order *Order) (outbox.Request, error) {
 	if err := in.Validate(); err != nil {
 		return outbox.Request{}, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
@@ -80,16 +80,16 @@ func StartRequest(in CheckoutInput, order *Order) (outbox.Request, error) {
 // TenantID, ID, AmountMinor and Currency are set). It returns an error
 // wrapping outbox.ErrInvalid when req is not an order run's or its payload
 // does not decode to a valid input.
-func FromStartRequest(req outbox.Request) (CheckoutInput, *Order, error) {
+func FromStartRequest(req outbox.Request) (OrderInput, *Order, error) {
 	if req.WorkflowType != WorkflowName {
-		return CheckoutInput{}, nil, fmt.Errorf("%w: %s is a %s run, not an order run", outbox.ErrInvalid, req.WorkflowID, req.WorkflowType)
+		return OrderInput{}, nil, fmt.Errorf("%w: %s is a %s run, not an order run", outbox.ErrInvalid, req.WorkflowID, req.WorkflowType)
 	}
-	var in CheckoutInput
+	var in OrderInput
 	if err := json.Unmarshal(req.Payload, &in); err != nil {
-		return CheckoutInput{}, nil, fmt.Errorf("%w: decode input of %s: %w", outbox.ErrInvalid, req.WorkflowID, err)
+		return OrderInput{}, nil, fmt.Errorf("%w: decode input of %s: %w", outbox.ErrInvalid, req.WorkflowID, err)
 	}
 	if err := in.Validate(); err != nil {
-		return CheckoutInput{}, nil, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+		return OrderInput{}, nil, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
 	amount, err := strconv.ParseInt(req.Meta[MetaAmountMinor], 10, 64)
 	currency := req.Meta[MetaCurrency]

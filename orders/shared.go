@@ -35,35 +35,35 @@ const (
 	StepMarkFailed = "mark_failed"
 )
 
-// CheckoutInputVersion is the only input version this code understands.
-const CheckoutInputVersion = 1
+// OrderInputVersion is the only input version this code understands.
+const OrderInputVersion = 1
 
-// ErrUnsupportedVersion is wrapped by CheckoutInput.Validate for an input
+// ErrUnsupportedVersion is wrapped by OrderInput.Validate for an input
 // version this code does not know.
 var ErrUnsupportedVersion = errors.New("unsupported input version")
 
-// CheckoutInput is the order workflow's input and every activity's input:
+// OrderInput is the order workflow's input and every activity's input:
 // identifiers and a version, never a serialized order. Activities load the
 // order's current state when they run, so a run that starts Friday and
 // retries Monday sees Monday's row, and an input written by older code stays
 // readable.
-type CheckoutInput struct {
+type OrderInput struct {
 	V        int    `json:"v"`
 	TenantID string `json:"tenant_id"`
 	OrderID  string `json:"order_id"`
 }
 
-// NewCheckoutInput returns a current-version input for an order.
-func NewCheckoutInput(tenantID, orderID string) CheckoutInput {
-	return CheckoutInput{V: CheckoutInputVersion, TenantID: tenantID, OrderID: orderID}
+// NewOrderInput returns a current-version input for an order.
+func NewOrderInput(tenantID, orderID string) OrderInput {
+	return OrderInput{V: OrderInputVersion, TenantID: tenantID, OrderID: orderID}
 }
 
 // Validate returns an error wrapping ErrUnsupportedVersion for an unknown
 // version, or one wrapping effects.ErrInvalidKey when the tenant or order ID
 // cannot form an effect key.
-func (in CheckoutInput) Validate() error {
-	if in.V != CheckoutInputVersion {
-		return fmt.Errorf("%w: v=%d (this code understands v=%d)", ErrUnsupportedVersion, in.V, CheckoutInputVersion)
+func (in OrderInput) Validate() error {
+	if in.V != OrderInputVersion {
+		return fmt.Errorf("%w: v=%d (this code understands v=%d)", ErrUnsupportedVersion, in.V, OrderInputVersion)
 	}
 	_, err := in.EffectKey(StepCharge)
 	return err
@@ -71,7 +71,7 @@ func (in CheckoutInput) Validate() error {
 
 // WorkflowID returns the order workflow's ID, derived from the business
 // event so that duplicate starts collapse: "order:acme:9f3a:fulfil".
-func (in CheckoutInput) WorkflowID() string {
+func (in OrderInput) WorkflowID() string {
 	return WorkflowID(in.TenantID, in.OrderID)
 }
 
@@ -83,7 +83,7 @@ func WorkflowID(tenantID, orderID string) string {
 // EffectKey returns the effect key of one step of the order, such as
 // "acme:order:9f3a:charge". It returns an error wrapping effects.ErrInvalidKey
 // when the tenant or order ID is not a valid key part.
-func (in CheckoutInput) EffectKey(step string) (effects.Key, error) {
+func (in OrderInput) EffectKey(step string) (effects.Key, error) {
 	return effects.NewKey(in.TenantID, "order", in.OrderID, step)
 }
 
@@ -121,8 +121,8 @@ type ReceiptResult struct {
 	Collapsed bool   `json:"collapsed,omitempty"`
 }
 
-// CheckoutResult is the order workflow's result.
-type CheckoutResult struct {
+// OrderResult is the order workflow's result.
+type OrderResult struct {
 	Charge  ChargeResult   `json:"charge"`
 	Paid    MarkPaidResult `json:"paid"`
 	Receipt ReceiptResult  `json:"receipt"`

@@ -111,9 +111,9 @@ func TestTransitionIsUniquePerEvent(t *testing.T) {
 	require.ErrorIs(t, err, orders.ErrNotFound)
 }
 
-func TestCheckoutInput(t *testing.T) {
+func TestOrderInput(t *testing.T) {
 	t.Parallel()
-	in := orders.NewCheckoutInput("acme", "9f3a")
+	in := orders.NewOrderInput("acme", "9f3a")
 	require.NoError(t, in.Validate())
 	require.Equal(t, "order:acme:9f3a:fulfil", in.WorkflowID())
 	k, err := in.EffectKey(orders.StepCharge)
@@ -121,5 +121,5 @@ func TestCheckoutInput(t *testing.T) {
 	require.Equal(t, "acme:order:9f3a:charge", k.String())
 	in.V = 2
 	require.ErrorIs(t, in.Validate(), orders.ErrUnsupportedVersion)
-	require.ErrorContains(t, orders.CheckoutInput{V: 1, TenantID: "acme", OrderID: ""}.Validate(), "invalid effect key")
+	require.ErrorContains(t, orders.OrderInput{V: 1, TenantID: "acme", OrderID: ""}.Validate(), "invalid effect key")
 }

@@ -105,7 +105,7 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	var lat []time.Duration
 	offer(b, rate, func(i int) (string, error) {
 		began := time.Now()
-		in := orders.NewCheckoutInput(tenant, fmt.Sprintf("o%06d", i))
+		in := orders.NewOrderInput(tenant, fmt.Sprintf("o%06d", i))
 		_, err := workflows.Start(context.Background(), c, in, &workflows.StartOpts{TaskQueue: queue})
 		mu.Lock()
 		lat = append(lat, time.Since(began))

@@ -98,7 +98,7 @@ func TestRowOfTheOldShapeIsStillStarted(t *testing.T) {
 	_, _, err := b.store.Create(b.ctx, b.newOrder("ord_old"))
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		return enqueueOldShape(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "ord_old"))
+		return enqueueOldShape(b.ctx, tx, orders.NewOrderInput(b.tenant, "ord_old"))
 	}))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE meta IS NULL AND task_queue IS NULL AND amount_minor = 1999`))
 
@@ -141,7 +141,7 @@ func TestMigration0012KeepsOldRowsRelayable(t *testing.T) {
 	require.NotEmpty(t, m0012)
 	require.NoError(t, pgx.BeginFunc(b.ctx, pool, func(tx pgx.Tx) error {
 		for _, id := range []string{"ord_unsent", "ord_sent"} {
-			if err := enqueueOldShape(b.ctx, tx, orders.NewCheckoutInput(b.tenant, id)); err != nil {
+			if err := enqueueOldShape(b.ctx, tx, orders.NewOrderInput(b.tenant, id)); err != nil {
 				return err
 			}
 		}
@@ -164,7 +164,7 @@ func TestMigration0012KeepsOldRowsRelayable(t *testing.T) {
 	require.NoError(t, pool.QueryRow(b.ctx, `SELECT meta::text FROM keyed_outbox WHERE workflow_id = $1`, orders.WorkflowID(b.tenant, "ord_sent")).Scan(&sentMeta))
 	require.Nil(t, sentMeta)
 	require.NoError(t, pgx.BeginFunc(b.ctx, pool, func(tx pgx.Tx) error {
-		return enqueueOldShape(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "ord_after"))
+		return enqueueOldShape(b.ctx, tx, orders.NewOrderInput(b.tenant, "ord_after"))
 	}), "old code's insert works after the migration")
 
 	r, err := outbox.NewRelay(pool, orderStarter(b.temporal, b.taskQueue), &outbox.RelayOpts{Logger: b.logger})
@@ -179,7 +179,7 @@ func TestMigration0012KeepsOldRowsRelayable(t *testing.T) {
 
 // enqueueOldShape is EnqueueTx as it was before migration 0012, statement
 // for statement.
-func enqueueOldShape(ctx context.Context, tx pgx.Tx, in orders.CheckoutInput) error {
+func enqueueOldShape(ctx context.Context, tx pgx.Tx, in orders.OrderInput) error {
 	payload, err := json.Marshal(in)
 	if err != nil {
 		return err

@@ -133,17 +133,17 @@ func TestEnqueueTxValidatesTheRequest(t *testing.T) {
 	require.Zero(t, b.count(t, `SELECT count(*) FROM keyed_outbox`))
 
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := orders.EnqueueTx(b.ctx, tx, orders.CheckoutInput{V: 99, TenantID: b.tenant, OrderID: "o"}, nil)
+		_, err := orders.EnqueueTx(b.ctx, tx, orders.OrderInput{V: 99, TenantID: b.tenant, OrderID: "o"}, nil)
 		return err
 	})
 	require.ErrorIs(t, err, outbox.ErrInvalid)
 	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
 
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		first, err := orders.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"), nil)
+		first, err := orders.EnqueueTx(b.ctx, tx, orders.NewOrderInput(b.tenant, "o"), nil)
 		require.NoError(t, err)
 		require.True(t, first)
-		again, err := orders.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "o"), nil)
+		again, err := orders.EnqueueTx(b.ctx, tx, orders.NewOrderInput(b.tenant, "o"), nil)
 		require.NoError(t, err)
 		require.False(t, again)
 		return nil
@@ -234,7 +234,7 @@ func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
 
 	// EnqueueTx without the order leaves the amount out.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := orders.EnqueueTx(b.ctx, tx, orders.NewCheckoutInput(b.tenant, "no-order-yet"), nil)
+		_, err := orders.EnqueueTx(b.ctx, tx, orders.NewOrderInput(b.tenant, "no-order-yet"), nil)
 		return err
 	})
 	require.NoError(t, err)

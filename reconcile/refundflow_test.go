@@ -59,7 +59,7 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 		CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"})
 	require.NoError(t, err)
 	for _, name := range []string{activities.NameCharge, activities.NameMarkPaid} {
-		_, err := env.ExecuteActivity(name, orders.NewCheckoutInput("acme", "o1"))
+		_, err := env.ExecuteActivity(name, orders.NewOrderInput("acme", "o1"))
 		require.NoError(t, err, name)
 	}
 	r1 := refunds.NewInput("acme", "o1", "r1", 400, "damaged")

@@ -309,7 +309,7 @@ func (r *Reconciler) complete(ctx context.Context, s *refundSide, made []*stripe
 // one its charge record stores, else the succeeded one the charge pass
 // found under the charge's key, else "".
 func (r *Reconciler) chargedIntent(ctx context.Context, tenant, order string, pis map[string][]*stripe.PaymentIntent) (string, error) {
-	key, err := orders.NewCheckoutInput(tenant, order).EffectKey(orders.StepCharge)
+	key, err := orders.NewOrderInput(tenant, order).EffectKey(orders.StepCharge)
 	if err != nil {
 		return "", nil
 	}

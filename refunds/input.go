@@ -42,7 +42,7 @@ var ErrInvalidInput = activities.ErrInvalidInput
 
 // RefundInput is the refund workflow's input and every refund activity's
 // input: the order, the refund's own ID (the business event, unique per
-// order), and what to refund. Unlike orders.CheckoutInput it carries the
+// order), and what to refund. Unlike orders.OrderInput it carries the
 // amount and reason, because a refund has no row before Reserve writes its
 // ledger row: they are the event's immutable parameters, like a request
 // body under an idempotency key. Reserve copies them into the ledger, and

@@ -97,7 +97,7 @@ func (b *bundle) order(t *testing.T, id, pm string) {
 	if pm == "" {
 		return
 	}
-	in := orders.NewCheckoutInput(tenant, id)
+	in := orders.NewOrderInput(tenant, id)
 	if _, err := b.env.ExecuteActivity(activities.NameCharge, in); err != nil {
 		_, merr := b.env.ExecuteActivity(activities.NameMarkFailed, in)
 		require.NoError(t, merr)
@@ -321,7 +321,7 @@ func TestReceiptAfterARefundIsStillSent(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	require.NoError(t, b.refund(t, refunds.NewInput(tenant, "o1", "r1", amount, "")))
-	_, err := b.env.ExecuteActivity(activities.NameSendReceipt, orders.NewCheckoutInput(tenant, "o1"))
+	_, err := b.env.ExecuteActivity(activities.NameSendReceipt, orders.NewOrderInput(tenant, "o1"))
 	require.NoError(t, err)
 	require.Equal(t, 2, b.sendgrid.Count(), "the refund email and the receipt")
 }
@@ -370,7 +370,7 @@ func TestRefundAfterTheChargeRecordWasPruned(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	chargeKey, err := orders.NewCheckoutInput(tenant, "o1").EffectKey(orders.StepCharge)
+	chargeKey, err := orders.NewOrderInput(tenant, "o1").EffectKey(orders.StepCharge)
 	require.NoError(t, err)
 	rec, err := b.claims.Get(context.Background(), chargeKey)
 	require.NoError(t, err)
@@ -393,7 +393,7 @@ func TestRefundAtStripeWithoutACharge(t *testing.T) {
 	in := refunds.NewInput(tenant, "o1", "r1", 300, "")
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
 	require.NoError(t, err)
-	chargeKey, err := orders.NewCheckoutInput(tenant, "o1").EffectKey(orders.StepCharge)
+	chargeKey, err := orders.NewOrderInput(tenant, "o1").EffectKey(orders.StepCharge)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(context.Background(), `DELETE FROM keyed_effects WHERE key = $1`, chargeKey.String())
 	require.NoError(t, err)

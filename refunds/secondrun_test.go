@@ -93,7 +93,7 @@ func TestRefundAtStripeTakesOverAnExpiredClaim(t *testing.T) {
 	require.NoError(t, err)
 	key, err := in.EffectKey(refunds.StepStripe)
 	require.NoError(t, err)
-	chargeKey, err := orders.NewCheckoutInput(tenant, "o1").EffectKey(orders.StepCharge)
+	chargeKey, err := orders.NewOrderInput(tenant, "o1").EffectKey(orders.StepCharge)
 	require.NoError(t, err)
 	rec, err := b.claims.Get(context.Background(), chargeKey)
 	require.NoError(t, err)

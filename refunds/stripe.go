@@ -64,7 +64,7 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (Stripe
 // did not succeed or neither knows it.
 func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, error) {
 	var res orders.ChargeResult
-	key, err := orders.NewCheckoutInput(c.In.TenantID, c.In.OrderID).EffectKey(orders.StepCharge)
+	key, err := orders.NewOrderInput(c.In.TenantID, c.In.OrderID).EffectKey(orders.StepCharge)
 	if err != nil {
 		return res, err
 	}

@@ -122,7 +122,7 @@ type waitingOrder struct {
 func (b *bundle) waitingReceipt(t *testing.T, id string, fault fakesendgrid.Fault) *waitingOrder {
 	t.Helper()
 	o := b.order(t, id, 1500, "pm_card_visa")
-	in := orders.NewCheckoutInput(b.tenant, id)
+	in := orders.NewOrderInput(b.tenant, id)
 	key, err := in.EffectKey(orders.StepReceipt)
 	require.NoError(t, err)
 	fault.Match = key.String()

@@ -26,7 +26,7 @@ import (
 
 // bareWorkflow is the baseline: three no-op activities in a row, with the
 // options keyed's steps use, on the same server.
-func bareWorkflow(ctx workflow.Context, in orders.CheckoutInput) error {
+func bareWorkflow(ctx workflow.Context, in orders.OrderInput) error {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
 	for _, name := range []string{"BareA", "BareB", "BareC"} {
 		if err := workflow.ExecuteActivity(ctx, name, in).Get(ctx, nil); err != nil {
@@ -36,7 +36,7 @@ func bareWorkflow(ctx workflow.Context, in orders.CheckoutInput) error {
 	return nil
 }
 
-func bareActivity(context.Context, orders.CheckoutInput) error { return nil }
+func bareActivity(context.Context, orders.OrderInput) error { return nil }
 
 // benchWorkerOptions are the real worker's defaults, the same for keyed's
 // worker and the baseline's.
@@ -119,14 +119,14 @@ func BenchmarkPipeline(b *testing.B) {
 				bare = append(bare, runBatch(b, n, c, func(i int) error {
 					run, err := world.temporal.ExecuteWorkflow(world.ctx, client.StartWorkflowOptions{
 						ID: fmt.Sprintf("bare:%s:%d:%d", world.tenant, pair, i), TaskQueue: bareQueue,
-					}, "BareWorkflow", orders.NewCheckoutInput(world.tenant, ids[i]))
+					}, "BareWorkflow", orders.NewOrderInput(world.tenant, ids[i]))
 					if err != nil {
 						return err
 					}
 					return run.Get(world.ctx, nil)
 				}))
 				keyed = append(keyed, runBatch(b, n, c, func(i int) error {
-					st, err := workflows.Start(world.ctx, world.temporal, orders.NewCheckoutInput(world.tenant, ids[i]),
+					st, err := workflows.Start(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, ids[i]),
 						&workflows.StartOpts{TaskQueue: world.taskQueue})
 					if err != nil {
 						return err

@@ -25,7 +25,7 @@ type stormAPI struct {
 	world  *bundle
 	srv    *httptest.Server
 	key    string
-	ins    []orders.CheckoutInput
+	ins    []orders.OrderInput
 	mu     sync.Mutex
 	status map[int]int
 }
@@ -55,7 +55,7 @@ func (s *stormAPI) storm(b *testing.B, prefix string) batch {
 	b.Helper()
 	s.ins, s.status = nil, map[int]int{}
 	for k := range stormOrders {
-		s.ins = append(s.ins, orders.NewCheckoutInput(s.world.tenant, fmt.Sprintf("%s-%d", prefix, k)))
+		s.ins = append(s.ins, orders.NewOrderInput(s.world.tenant, fmt.Sprintf("%s-%d", prefix, k)))
 	}
 	return storm(b, func(i int) error {
 		in := s.ins[i%stormOrders]

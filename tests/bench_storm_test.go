@@ -50,16 +50,16 @@ func BenchmarkStorm(b *testing.B) {
 			_, err := world.temporal.ExecuteWorkflow(world.ctx, client.StartWorkflowOptions{
 				ID: bareIDs[i%stormOrders], TaskQueue: bareQueue,
 				WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-			}, "BareWorkflow", orders.NewCheckoutInput(world.tenant, bareIDs[i%stormOrders]))
+			}, "BareWorkflow", orders.NewOrderInput(world.tenant, bareIDs[i%stormOrders]))
 			return err
 		}))
 
 		charges := world.stripe.Charges()
-		ins := make([]orders.CheckoutInput, stormOrders)
+		ins := make([]orders.OrderInput, stormOrders)
 		for k := range ins {
 			id := fmt.Sprintf("storm%d-%d", pair, k)
 			world.order(b, id, 1000+int64(k), "pm_card_visa")
-			ins[k] = orders.NewCheckoutInput(world.tenant, id)
+			ins[k] = orders.NewOrderInput(world.tenant, id)
 		}
 		keyed = append(keyed, storm(b, func(i int) error {
 			_, err := workflows.Start(world.ctx, world.temporal, ins[i%stormOrders], &workflows.StartOpts{TaskQueue: world.taskQueue})

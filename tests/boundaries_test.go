@@ -144,16 +144,16 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 			pm = "pm_card_chargeDeclined"
 		}
 		o := b.order(t, fmt.Sprintf("b%d", i), 1000+int64(i), pm)
-		started = append(started, b.start(t, orders.NewCheckoutInput(b.tenant, o.ID)))
+		started = append(started, b.start(t, orders.NewOrderInput(b.tenant, o.ID)))
 	}
 	for i, st := range started {
 		_, err := b.wait(t, st)
 		id := fmt.Sprintf("b%d", i)
 		o, gerr := b.orders.Get(b.ctx, b.tenant, id)
 		require.NoError(t, gerr)
-		chargeKey, kerr := orders.NewCheckoutInput(b.tenant, id).EffectKey(orders.StepCharge)
+		chargeKey, kerr := orders.NewOrderInput(b.tenant, id).EffectKey(orders.StepCharge)
 		require.NoError(t, kerr)
-		receiptKey, kerr := orders.NewCheckoutInput(b.tenant, id).EffectKey(orders.StepReceipt)
+		receiptKey, kerr := orders.NewOrderInput(b.tenant, id).EffectKey(orders.StepReceipt)
 		require.NoError(t, kerr)
 		if i == n-1 {
 			require.Error(t, err, "the declined order's run fails")

@@ -41,7 +41,7 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	b.mail.SetLookupOutage(true)
 	w := b.waitingReceipt(t, "web1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	b.awaitAttention(t, w.st.WorkflowID)
-	chargeKey, err := orders.NewCheckoutInput(b.tenant, w.id).EffectKey(orders.StepCharge)
+	chargeKey, err := orders.NewOrderInput(b.tenant, w.id).EffectKey(orders.StepCharge)
 	require.NoError(t, err)
 
 	br := newBrowser(t, srv.UIAddress())

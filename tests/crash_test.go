@@ -84,7 +84,7 @@ func TestWorkerKilledAfterCharge(t *testing.T) {
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultHoldResponse, Delay: 20 * time.Second})
 
 	first, out := b.spawnWorker(t, bin)
-	st := b.start(t, orders.NewCheckoutInput(b.tenant, "o5"))
+	st := b.start(t, orders.NewOrderInput(b.tenant, "o5"))
 	require.Eventually(t, func() bool { return b.stripe.Charges() == 1 }, 60*time.Second, 50*time.Millisecond,
 		"the first worker never charged; its output:\n%s", out)
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))

@@ -172,7 +172,7 @@ func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
-	in := orders.NewCheckoutInput(w.tenant, o.id)
+	in := orders.NewOrderInput(w.tenant, o.id)
 	start := func() error {
 		st, err := w.start(ctx, in)
 		if err == nil && st.Created {
@@ -194,7 +194,7 @@ func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
 // start starts in's run like a client that retries a failed call: a
 // loaded dev server times some calls out. Start is idempotent, so a retry
 // collapses into the run a lost call may have started.
-func (w *faultWorld) start(ctx context.Context, in orders.CheckoutInput) (*workflows.Started, error) {
+func (w *faultWorld) start(ctx context.Context, in orders.OrderInput) (*workflows.Started, error) {
 	for try := 1; ; try++ {
 		st, err := workflows.Start(ctx, w.temporal, in, &workflows.StartOpts{TaskQueue: w.taskQueue})
 		if err == nil || try == 10 || ctx.Err() != nil {
@@ -286,7 +286,7 @@ func (w *faultWorld) waitSettled(ctx context.Context) (time.Duration, error) {
 func (w *faultWorld) inspect(t *testing.T, ctx context.Context, plan []*faultOrder) {
 	t.Helper()
 	for _, o := range plan {
-		in := orders.NewCheckoutInput(w.tenant, o.id)
+		in := orders.NewOrderInput(w.tenant, o.id)
 		chargeKey, err := in.EffectKey(orders.StepCharge)
 		require.NoError(t, err)
 		receiptKey, err := in.EffectKey(orders.StepReceipt)

@@ -124,7 +124,7 @@ func (b *bundle) order(t testing.TB, id string, amount int64, pm string) *orders
 	return o
 }
 
-func (b *bundle) start(t *testing.T, in orders.CheckoutInput) *workflows.Started {
+func (b *bundle) start(t *testing.T, in orders.OrderInput) *workflows.Started {
 	t.Helper()
 	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue})
 	require.NoError(t, err)
@@ -132,9 +132,9 @@ func (b *bundle) start(t *testing.T, in orders.CheckoutInput) *workflows.Started
 }
 
 // wait waits for the run to finish and returns its result and error.
-func (b *bundle) wait(t *testing.T, st *workflows.Started) (orders.CheckoutResult, error) {
+func (b *bundle) wait(t *testing.T, st *workflows.Started) (orders.OrderResult, error) {
 	t.Helper()
-	var res orders.CheckoutResult
+	var res orders.OrderResult
 	err := b.temporal.GetWorkflow(b.ctx, st.WorkflowID, st.RunID).Get(b.ctx, &res)
 	return res, err
 }

@@ -26,7 +26,7 @@ func TestHappyPath(t *testing.T) {
 	b.startWorker(t)
 	o := b.order(t, "o1", 1250, "pm_card_visa")
 
-	st := b.start(t, orders.NewCheckoutInput(b.tenant, o.ID))
+	st := b.start(t, orders.NewOrderInput(b.tenant, o.ID))
 	require.True(t, st.Created)
 	require.Equal(t, orders.WorkflowID(b.tenant, "o1"), st.WorkflowID)
 	res, err := b.wait(t, st)
@@ -39,9 +39,9 @@ func TestHappyPath(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, orders.StatusPaid, got.Status)
 	require.Equal(t, 1, b.stripe.ChargesForMetadata("order_id", "o1"))
-	key, _ := orders.NewCheckoutInput(b.tenant, "o1").EffectKey(orders.StepCharge)
+	key, _ := orders.NewOrderInput(b.tenant, "o1").EffectKey(orders.StepCharge)
 	require.Equal(t, 1, b.stripe.ChargesForKey(key.String()), "Stripe must see our effect key as Idempotency-Key")
-	receiptKey, _ := orders.NewCheckoutInput(b.tenant, "o1").EffectKey(orders.StepReceipt)
+	receiptKey, _ := orders.NewOrderInput(b.tenant, "o1").EffectKey(orders.StepReceipt)
 	require.Len(t, b.mail.MessagesFor("effect_key", receiptKey.String()), 1)
 	require.Equal(t, 1, b.mail.Count())
 
@@ -59,7 +59,7 @@ func TestConcurrentStartsCollapse(t *testing.T) {
 	b := setup(t)
 	b.startWorker(t)
 	b.order(t, "o2", 990, "pm_card_visa")
-	in := orders.NewCheckoutInput(b.tenant, "o2")
+	in := orders.NewOrderInput(b.tenant, "o2")
 
 	var wg sync.WaitGroup
 	starts := make(chan string, 10)
@@ -106,7 +106,7 @@ func TestEachActivitySecondRunIsANoop(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o3", 4200, "pm_card_visa")
-	in := orders.NewCheckoutInput(b.tenant, "o3")
+	in := orders.NewOrderInput(b.tenant, "o3")
 	tables := []string{"keyed_effects", "orders", "order_transitions"}
 
 	var suite testsuite.WorkflowTestSuite
@@ -138,7 +138,7 @@ func TestChargeResponseLost(t *testing.T) {
 	// reach our code.
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Times: 2})
 
-	_, err := b.wait(t, b.start(t, orders.NewCheckoutInput(b.tenant, "o4")))
+	_, err := b.wait(t, b.start(t, orders.NewOrderInput(b.tenant, "o4")))
 	require.NoError(t, err)
 	require.Equal(t, 1, b.stripe.Charges())
 	require.GreaterOrEqual(t, b.stripe.Requests(), 2, "the charge must have been attempted again")
@@ -153,7 +153,7 @@ func TestCardDeclineIsTerminal(t *testing.T) {
 	b.startWorker(t)
 	b.order(t, "o6", 500, "pm_card_chargeDeclined")
 
-	_, err := b.wait(t, b.start(t, orders.NewCheckoutInput(b.tenant, "o6")))
+	_, err := b.wait(t, b.start(t, orders.NewOrderInput(b.tenant, "o6")))
 	require.Error(t, err)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "want an application error, got %v", err)
@@ -180,7 +180,7 @@ func TestStaleDuplicateStartAfterCompletion(t *testing.T) {
 	b := setup(t)
 	b.startWorker(t)
 	b.order(t, "o7", 300, "pm_card_visa")
-	in := orders.NewCheckoutInput(b.tenant, "o7")
+	in := orders.NewOrderInput(b.tenant, "o7")
 	first := b.start(t, in)
 	_, err := b.wait(t, first)
 	require.NoError(t, err)
@@ -201,13 +201,13 @@ func TestBadInput(t *testing.T) {
 	b.startWorker(t)
 
 	t.Run("unknown order", func(t *testing.T) {
-		_, err := b.wait(t, b.start(t, orders.NewCheckoutInput(b.tenant, "missing")))
+		_, err := b.wait(t, b.start(t, orders.NewOrderInput(b.tenant, "missing")))
 		require.ErrorContains(t, err, "missing")
 		require.ErrorContains(t, err, "not found")
 	})
 	t.Run("unsupported version", func(t *testing.T) {
 		b.order(t, "o8v", 100, "pm_card_visa")
-		in := orders.NewCheckoutInput(b.tenant, "o8v")
+		in := orders.NewOrderInput(b.tenant, "o8v")
 		in.V = 2
 		run, err := b.temporal.ExecuteWorkflow(b.ctx, workflows.StartOptions(in, &workflows.StartOpts{TaskQueue: b.taskQueue}), orders.WorkflowName, in)
 		require.NoError(t, err)

@@ -21,7 +21,7 @@ func TestWorkerKilledAfterRefund(t *testing.T) {
 	bin := buildWorker(t)
 	first, out := b.spawnWorker(t, bin)
 	b.order(t, "o1", 1999, "pm_card_visa")
-	_, err := b.wait(t, b.start(t, orders.NewCheckoutInput(b.tenant, "o1")))
+	_, err := b.wait(t, b.start(t, orders.NewOrderInput(b.tenant, "o1")))
 	require.NoError(t, err, "worker output:\n%s", out)
 
 	// The refund happens at once; its response is held back long enough

@@ -40,7 +40,7 @@ func (b *bundle) startRefundWorker(t *testing.T) {
 func (b *bundle) paidOrder(t *testing.T, id string, amount int64) {
 	t.Helper()
 	b.order(t, id, amount, "pm_card_visa")
-	_, err := b.wait(t, b.start(t, orders.NewCheckoutInput(b.tenant, id)))
+	_, err := b.wait(t, b.start(t, orders.NewOrderInput(b.tenant, id)))
 	require.NoError(t, err)
 }
 

@@ -28,7 +28,7 @@ func TestResetCompletedOrderRunMakesNoSecondEffect(t *testing.T) {
 	b := setup(t)
 	b.startDecidingWorker(t)
 	b.order(t, "reset1", 2500, "pm_card_visa")
-	in := orders.NewCheckoutInput(b.tenant, "reset1")
+	in := orders.NewOrderInput(b.tenant, "reset1")
 	first := b.start(t, in)
 	want, err := b.wait(t, first)
 	require.NoError(t, err)

@@ -102,7 +102,7 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 	require.Equal(t, "ada", applied.By)
 	require.Equal(t, in.WorkflowID(), applied.WorkflowID)
 	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "ApplyDecision", "SendReceipt"}, b.started)
-	var res orders.CheckoutResult
+	var res orders.OrderResult
 	require.NoError(t, b.env.GetWorkflowResult(&res))
 	require.Equal(t, "msg_123", res.Receipt.MessageID)
 	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, states(b.status(t)))
@@ -125,7 +125,7 @@ func TestChargeRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
 	// may or may not have happened. After the decision it succeeds.
 	retried := false
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(
-		func(_ context.Context, _ orders.CheckoutInput) (orders.ChargeResult, error) {
+		func(_ context.Context, _ orders.OrderInput) (orders.ChargeResult, error) {
 			if !retried {
 				return orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient)
 			}

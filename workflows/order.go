@@ -3,7 +3,7 @@
 //
 // OrderWorkflow runs three steps, each its own activity with its own effect
 // key: charge, mark paid, send receipt. The workflow carries only the
-// versioned orders.CheckoutInput; the activities load the order when they
+// versioned orders.OrderInput; the activities load the order when they
 // run and make their effects exactly once (see package activities). A step
 // that fails terminally fails the workflow; later steps do not run. A charge
 // that fails terminally (a decline) first marks the order failed, through
@@ -159,7 +159,7 @@ func RegisterWithOpts(r worker.WorkflowRegistry, opts *WorkflowOpts) {
 			timeout = opts.DecisionTimeout
 		}
 	}
-	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
+	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in orders.OrderInput) (orders.OrderResult, error) {
 		return orderWorkflow(ctx, in, timeout, then)
 	}, workflow.RegisterOptions{Name: orders.WorkflowName})
 }
@@ -196,13 +196,13 @@ const markFailedChange = "mark-failed-on-decline"
 // runs MarkFailed to move the order from pending to failed, and still
 // returns the charge's error, of the same type (such as
 // activities.ErrTypeCardDeclined), whether or not MarkFailed succeeded.
-func OrderWorkflow(ctx workflow.Context, in orders.CheckoutInput) (orders.CheckoutResult, error) {
+func OrderWorkflow(ctx workflow.Context, in orders.OrderInput) (orders.OrderResult, error) {
 	return orderWorkflow(ctx, in, DefaultDecisionTimeout, nil)
 }
 
-func orderWorkflow(ctx workflow.Context, in orders.CheckoutInput, decisionTimeout time.Duration,
-	then func(workflow.Context, *orderRun) error) (orders.CheckoutResult, error) {
-	var out orders.CheckoutResult
+func orderWorkflow(ctx workflow.Context, in orders.OrderInput, decisionTimeout time.Duration,
+	then func(workflow.Context, *orderRun) error) (orders.OrderResult, error) {
+	var out orders.OrderResult
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("order workflow %s/%s: %v", in.TenantID, in.OrderID, err), activities.ErrTypeInvalidInput, nil)
@@ -246,7 +246,7 @@ var pipeline = []activities.Declaration{
 // orderRun is one run's state: its input, the steps' status and outcomes,
 // and the decision being waited for.
 type orderRun struct {
-	in      orders.CheckoutInput
+	in      orders.OrderInput
 	status  []orders.StepStatus
 	outcome []string
 	wait    *waiting
@@ -254,7 +254,7 @@ type orderRun struct {
 	decisionTimeout time.Duration
 }
 
-func newOrderRun(ctx workflow.Context, in orders.CheckoutInput) (*orderRun, error) {
+func newOrderRun(ctx workflow.Context, in orders.OrderInput) (*orderRun, error) {
 	o := &orderRun{in: in}
 	for _, d := range pipeline {
 		if _, err := o.index(d); err != nil { // Validate checked the key; this cannot happen.

@@ -22,7 +22,7 @@ import (
 )
 
 var (
-	in      = orders.NewCheckoutInput("acme", "9f3a")
+	in      = orders.NewOrderInput("acme", "9f3a")
 	charged = orders.ChargeResult{PaymentIntentID: "pi_123", Status: "succeeded", AmountMinor: 1250, Currency: "eur"}
 	paid    = orders.MarkPaidResult{Status: "paid"}
 	sent    = orders.ReceiptResult{MessageID: "msg_123"}
@@ -81,9 +81,9 @@ func TestHappyPath(t *testing.T) {
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.True(t, b.env.IsWorkflowCompleted())
 	require.NoError(t, b.env.GetWorkflowError())
-	var res orders.CheckoutResult
+	var res orders.OrderResult
 	require.NoError(t, b.env.GetWorkflowResult(&res))
-	require.Equal(t, orders.CheckoutResult{Charge: charged, Paid: paid, Receipt: sent}, res)
+	require.Equal(t, orders.OrderResult{Charge: charged, Paid: paid, Receipt: sent}, res)
 	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started)
 
 	require.Equal(t, []orders.StepStatus{
@@ -244,7 +244,7 @@ func TestAddedStepRunsInNewRuns(t *testing.T) {
 	env := suite.NewTestWorkflowEnvironment()
 	workflows.RegisterWithStepAfterReceipt(env, survey, "send-survey")
 	require.NoError(t, workflows.RegisterActivities(env, nil, nil))
-	require.NoError(t, activities.Register(env, survey.Bind(func(context.Context, orders.CheckoutInput) (notify.Result, error) {
+	require.NoError(t, activities.Register(env, survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
 		return notify.Result{}, nil
 	})))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})

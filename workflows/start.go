@@ -50,7 +50,7 @@ type Started struct {
 // deliberate re-run after a failure), the TenantID and OrderID search
 // attributes, and a static summary such as "tenant acme · order 9f3a ·
 // 12.50 EUR" (the amount only when opts.Order is set).
-func StartOptions(in orders.CheckoutInput, opts *StartOpts) client.StartWorkflowOptions {
+func StartOptions(in orders.OrderInput, opts *StartOpts) client.StartWorkflowOptions {
 	if opts == nil {
 		opts = &StartOpts{}
 	}
@@ -95,7 +95,7 @@ func StartOptions(in orders.CheckoutInput, opts *StartOpts) client.StartWorkflow
 // effects.ErrInvalidKey for a bad input, and one wrapping orders.ErrFinal
 // when opts.Order is a failed order (a failed order is final), before
 // calling Temporal; and the client's error if the start fails otherwise.
-func Start(ctx context.Context, c client.Client, in orders.CheckoutInput, opts *StartOpts) (*Started, error) {
+func Start(ctx context.Context, c client.Client, in orders.OrderInput, opts *StartOpts) (*Started, error) {
 	if err := in.Validate(); err != nil {
 		return nil, fmt.Errorf("start order workflow: %w", err)
 	}
@@ -128,7 +128,7 @@ func Start(ctx context.Context, c client.Client, in orders.CheckoutInput, opts *
 var starts singleflight.Group
 
 // optsOrder returns opts.Order when it is the order in names.
-func optsOrder(in orders.CheckoutInput, opts *StartOpts) *orders.Order {
+func optsOrder(in orders.OrderInput, opts *StartOpts) *orders.Order {
 	if opts == nil || opts.Order == nil || opts.Order.TenantID != in.TenantID || opts.Order.ID != in.OrderID {
 		return nil
 	}
@@ -138,7 +138,7 @@ func optsOrder(in orders.CheckoutInput, opts *StartOpts) *orders.Order {
 // start makes the one start request: conflict policy FAIL with
 // WorkflowExecutionErrorWhenAlreadyStarted, so that the server says whether
 // it created the run (see Start).
-func start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, in orders.CheckoutInput) (*Started, error) {
+func start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, in orders.OrderInput) (*Started, error) {
 	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	o.WorkflowExecutionErrorWhenAlreadyStarted = true
 	run, err := c.ExecuteWorkflow(ctx, o, orders.WorkflowName, in)

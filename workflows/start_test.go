@@ -54,7 +54,7 @@ func TestStartRefusesBadInputBeforeTemporal(t *testing.T) {
 	future.V = 2
 	_, err := workflows.Start(context.Background(), nil, future, nil)
 	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
-	_, err = workflows.Start(context.Background(), nil, orders.NewCheckoutInput("ac me", "1"), nil)
+	_, err = workflows.Start(context.Background(), nil, orders.NewOrderInput("ac me", "1"), nil)
 	require.ErrorIs(t, err, effects.ErrInvalidKey)
 	_, err = workflows.Start(context.Background(), nil, in, nil)
 	require.ErrorContains(t, err, "client is nil")
@@ -64,22 +64,22 @@ func TestStartRefusesBadInputBeforeTemporal(t *testing.T) {
 // which MarkFailed then marks failed.
 type stubs struct{}
 
-func (stubs) Charge(_ context.Context, in orders.CheckoutInput) (orders.ChargeResult, error) {
+func (stubs) Charge(_ context.Context, in orders.OrderInput) (orders.ChargeResult, error) {
 	if in.OrderID == "declined" {
 		return orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)
 	}
 	return charged, nil
 }
 
-func (stubs) MarkPaid(context.Context, orders.CheckoutInput) (orders.MarkPaidResult, error) {
+func (stubs) MarkPaid(context.Context, orders.OrderInput) (orders.MarkPaidResult, error) {
 	return paid, nil
 }
 
-func (stubs) MarkFailed(context.Context, orders.CheckoutInput) (orders.MarkFailedResult, error) {
+func (stubs) MarkFailed(context.Context, orders.OrderInput) (orders.MarkFailedResult, error) {
 	return markedFailed, nil
 }
 
-func (stubs) SendReceipt(context.Context, orders.CheckoutInput) (orders.ReceiptResult, error) {
+func (stubs) SendReceipt(context.Context, orders.OrderInput) (orders.ReceiptResult, error) {
 	return sent, nil
 }
 
@@ -140,7 +140,7 @@ func TestStartAgainstDevServer(t *testing.T) {
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
-	var res orders.CheckoutResult
+	var res orders.OrderResult
 	require.NoError(t, c.GetWorkflow(ctx, first.WorkflowID, first.RunID).Get(ctx, &res))
 	require.Equal(t, charged, res.Charge)
 
@@ -150,7 +150,7 @@ func TestStartAgainstDevServer(t *testing.T) {
 	require.Equal(t, workflows.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *after)
 
 	// A failed order may be re-run deliberately.
-	declined := orders.NewCheckoutInput("acme", "declined")
+	declined := orders.NewOrderInput("acme", "declined")
 	failed, err := workflows.Start(ctx, c, declined, opts)
 	require.NoError(t, err)
 	require.True(t, failed.Created)
@@ -171,7 +171,7 @@ func TestStartAgainstDevServer(t *testing.T) {
 
 	// A storm of concurrent starts of one order in this process is one
 	// request: one start creates the run, every other one joins it.
-	storm := orders.NewCheckoutInput("acme", "storm")
+	storm := orders.NewOrderInput("acme", "storm")
 	counting := &countingClient{Client: c}
 	var wg sync.WaitGroup
 	results := make(chan *workflows.Started, 100)

@@ -21,7 +21,7 @@ type demoOrder struct {
 	amount       int64
 	fault        *fakestripe.Fault
 	started      []*workflows.Started
-	result       orders.CheckoutResult
+	result       orders.OrderResult
 	// err is the run's failure, such as the declined card.
 	err error
 	// later is the start fired after the run finished; rerunErr is how the
@@ -94,7 +94,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 	)
 	for range dups {
 		wg.Go(func() {
-			st, err := workflows.Start(ctx, s.tc, orders.NewCheckoutInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue, Order: ord})
+			st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue, Order: ord})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -112,7 +112,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 // a failed one may start a new run (a deliberate re-run), whose charge step
 // refuses a failed order without calling Stripe.
 func (s *stack) startLater(ctx context.Context, o *demoOrder) error {
-	st, err := workflows.Start(ctx, s.tc, orders.NewCheckoutInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue})
+	st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue})
 	if err != nil {
 		return fmt.Errorf("later start %s: %w", o.id, err)
 	}

@@ -124,7 +124,7 @@ func runStart(ctx context.Context, e *env, args []string) error {
 	if err := requireFlags([][2]string{{"tenant", *tenant}, {"order", *order}}); err != nil {
 		return err
 	}
-	if err := orders.NewCheckoutInput(*tenant, *order).Validate(); err != nil {
+	if err := orders.NewOrderInput(*tenant, *order).Validate(); err != nil {
 		return usagef("invalid --tenant or --order: %v", err)
 	}
 	var (
@@ -158,7 +158,7 @@ type startResult struct {
 }
 
 func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc client.Client, o *orders.Order, created *bool, asJSON bool) error {
-	st, err := workflows.Start(ctx, tc, orders.NewCheckoutInput(o.TenantID, o.ID), &workflows.StartOpts{
+	st, err := workflows.Start(ctx, tc, orders.NewOrderInput(o.TenantID, o.ID), &workflows.StartOpts{
 		TaskQueue: cfg.Temporal.TaskQueue, Order: o,
 	})
 	if err != nil {

@@ -102,7 +102,7 @@ func TestSIGTERMDrainsAnInFlightActivity(t *testing.T) {
 	defer tc.Close()
 
 	deps.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 3 * time.Second})
-	_, err = workflows.Start(ctx, tc, orders.NewCheckoutInput("acme", "drain-1"), &workflows.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
+	_, err = workflows.Start(ctx, tc, orders.NewOrderInput("acme", "drain-1"), &workflows.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return deps.Stripe.Requests() > 0 }, 30*time.Second, 20*time.Millisecond, "the charge reaches Stripe")
 
@@ -116,7 +116,7 @@ func TestSIGTERMDrainsAnInFlightActivity(t *testing.T) {
 	}
 
 	require.Equal(t, 1, deps.Stripe.Charges())
-	key, err := orders.NewCheckoutInput("acme", "drain-1").EffectKey(orders.StepCharge)
+	key, err := orders.NewOrderInput("acme", "drain-1").EffectKey(orders.StepCharge)
 	require.NoError(t, err)
 	fxc, err := effects.NewClient(pool, nil)
 	require.NoError(t, err)

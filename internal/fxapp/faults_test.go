@@ -34,7 +34,7 @@ func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 		o, _, err := w.Orders.Create(ctx, orders.NewOrder{TenantID: "acme", ID: id, AmountMinor: 1000 + int64(i),
 			Currency: "eur", CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
 		require.NoError(t, err)
-		in := orders.NewCheckoutInput("acme", id)
+		in := orders.NewOrderInput("acme", id)
 		for range 2 {
 			wg.Go(func() {
 				sem <- struct{}{}

@@ -209,10 +209,10 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa",
 	})
 	require.NoError(t, err)
-	in := orders.NewCheckoutInput("acme", "tls-1")
+	in := orders.NewOrderInput("acme", "tls-1")
 	st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
 	require.NoError(t, err)
-	var res orders.CheckoutResult
+	var res orders.OrderResult
 	require.NoError(t, w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &res))
 	require.Equal(t, 1, w.Stripe.Charges(), "one charge")
 	require.Len(t, w.SendGrid.Messages(), 1, "one receipt")

@@ -80,7 +80,7 @@ func TestTracingLinksTheOrderRequestToTheStripeCall(t *testing.T) {
 	require.Equal(t, traceID, start.SpanContext.TraceID(), "the relay's start is in the request's trace")
 	require.Equal(t, server.SpanContext.SpanID(), start.Parent.SpanID(), "the start's parent is the request's span")
 
-	in := orders.NewCheckoutInput("acme", "traced-1")
+	in := orders.NewOrderInput("acme", "traced-1")
 	for step, prefix := range map[string]string{orders.StepCharge: stripeHost, orders.StepReceipt: sendgridHost} {
 		key, err := in.EffectKey(step)
 		require.NoError(t, err)

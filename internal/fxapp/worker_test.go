@@ -32,13 +32,13 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.True(t, created)
-	in := orders.NewCheckoutInput("acme", "smoke-1")
+	in := orders.NewOrderInput("acme", "smoke-1")
 	st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
 	require.NoError(t, err)
 	require.True(t, st.Created)
 	require.Equal(t, in.WorkflowID(), st.WorkflowID)
 
-	var res orders.CheckoutResult
+	var res orders.OrderResult
 	require.NoError(t, w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &res))
 	require.NotEmpty(t, res.Charge.PaymentIntentID)
 	require.Equal(t, int64(1999), res.Charge.AmountMinor)
