@@ -675,6 +675,21 @@ func requestHash(route string, no orders.NewOrder) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// loadOrder reads the tenant's order id, or answers 404 when there is none
+// and a database failure (as what) otherwise, and reports whether it did not.
+func (h *Handler) loadOrder(ctx context.Context, w http.ResponseWriter, r *http.Request, tenant, id, what string) (*orders.Order, bool) {
+	order, err := h.store.Get(ctx, tenant, id)
+	if errors.Is(err, orders.ErrNotFound) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
+		return nil, false
+	}
+	if err != nil {
+		h.dbFailure(w, r, what, err)
+		return nil, false
+	}
+	return order, true
+}
+
 func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("id")
 	prefix, err := orders.OrderKey(tenant, id)
@@ -684,13 +699,8 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	order, err := h.store.Get(ctx, tenant, id)
-	if errors.Is(err, orders.ErrNotFound) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
-		return
-	}
-	if err != nil {
-		h.dbFailure(w, r, "get order", err)
+	order, ok := h.loadOrder(ctx, w, r, tenant, id, "get order")
+	if !ok {
 		return
 	}
 	detail := OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}

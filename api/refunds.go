@@ -205,13 +205,8 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	order, err := h.store.Get(ctx, tenant, id)
-	if errors.Is(err, orders.ErrNotFound) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
-		return
-	}
-	if err != nil {
-		h.dbFailure(w, r, "get refund", err)
+	order, ok := h.loadOrder(ctx, w, r, tenant, id, "get refund")
+	if !ok {
 		return
 	}
 	view, err := h.refundView(ctx, h.db, order, refundID)
