@@ -19,7 +19,7 @@ func (o *orderRun) details() string {
 	for i, s := range o.status {
 		b.WriteString("- **" + s.Step + "** " + s.State + " · `" + s.EffectKey + "`")
 		if i < len(o.outcome) && o.outcome[i] != "" {
-			b.WriteString(" · " + o.outcome[i])
+			b.WriteString(" · `" + o.outcome[i] + "`")
 		}
 		if s.Error != "" && s.State != StateDone {
 			b.WriteString("\n  - " + firstLine(s.Error, 300))
