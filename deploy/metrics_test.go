@@ -25,8 +25,8 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
-	"github.com/keyedhq/keyed/workflows"
 )
 
 const dashboardFile = "grafana/keyed.json"
@@ -153,7 +153,7 @@ func describedNames(t *testing.T) map[string]bool {
 	// Temporal SDK's metrics handler, which fxapp exports as <name>_total
 	// (as the scrape shows for the SDK's own counters, such as
 	// temporal_request_total); no run here waits for a decision.
-	for _, name := range []string{workflows.MetricAttentionWaits, workflows.MetricDecisionTimeouts} {
+	for _, name := range []string{pipeline.MetricAttentionWaits, pipeline.MetricDecisionTimeouts} {
 		d.names[name+"_total"] = true
 	}
 	for _, want := range []string{"keyed_effect_takeovers_total", "keyed_outbox_depth", "keyed_api_requests_total", "keyed_reconcile_findings"} {

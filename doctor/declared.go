@@ -6,6 +6,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -54,7 +55,7 @@ func declared(decls []activities.Declaration, wf string, placeholder keyer) []Ac
 	out := make([]Activity, 0, len(decls))
 	for _, d := range decls {
 		act := Activity{Name: d.Name, Class: d.Class, Step: d.Step, Workflow: wf, Options: d.ActivityOptions("")}
-		if d.Step != workflows.StepDecision {
+		if d.Step != pipeline.StepDecision {
 			act.KeyShape = keyShape(placeholder, d.Step)
 		}
 		out = append(out, act)

@@ -7,12 +7,12 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // deadLetterMetrics are the metrics an alert must watch for dead letters:
 // runs that began waiting for a decision, and runs that failed waiting.
-var deadLetterMetrics = []string{workflows.MetricAttentionWaits + "_total", workflows.MetricDecisionTimeouts + "_total"}
+var deadLetterMetrics = []string{pipeline.MetricAttentionWaits + "_total", pipeline.MetricDecisionTimeouts + "_total"}
 
 type ruleGroups struct {
 	Groups []struct {

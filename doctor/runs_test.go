@@ -21,6 +21,7 @@ import (
 	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -39,7 +40,7 @@ func standIn(ctx workflow.Context, mode, key string) error {
 	case modeFail:
 		return temporal.NewNonRetryableApplicationError("boom", "Boom", nil)
 	case modeWait:
-		if err := workflow.UpsertTypedSearchAttributes(ctx, workflows.SearchAttrAttention.ValueSet("receipt:ambiguous")); err != nil {
+		if err := workflow.UpsertTypedSearchAttributes(ctx, pipeline.SearchAttrAttention.ValueSet("receipt:ambiguous")); err != nil {
 			return err
 		}
 		return workflow.Await(ctx, func() bool { return false })

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // searchAttributes checks that each of Opts.SearchAttributes is registered
@@ -58,7 +58,7 @@ func typeName(t enumspb.IndexedValueType) string {
 }
 
 func saConsequence(name string) string {
-	if name == workflows.SearchAttrAttentionName {
+	if name == pipeline.SearchAttrAttentionName {
 		return "runs that need a decision cannot mark themselves, and `KeyedAttention IS NOT NULL` lists nothing"
 	}
 	return "every start of an order run is refused, since it sets this attribute"
@@ -75,7 +75,7 @@ const replayPath = "list them with `starter attention`; decide a waiting run wit
 
 func (r *run) deadRuns(ctx context.Context) Check {
 	const subject = "runs"
-	waiting, err := workflows.ListAttention(ctx, r.deps.Temporal)
+	waiting, err := pipeline.ListAttention(ctx, r.deps.Temporal)
 	if err != nil {
 		return errorCheck(CheckDeadLetters, subject, err, "register the KeyedAttention search attribute (see search_attributes)")
 	}

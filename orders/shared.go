@@ -80,6 +80,18 @@ func WorkflowID(tenantID, orderID string) string {
 	return "order:" + tenantID + ":" + orderID + ":fulfil"
 }
 
+// WorkflowIDOfKey returns the workflow ID of the order run whose step makes
+// the effect k, and that step, when k is an order step's key:
+// "acme:order:9f3a:receipt" gives "order:acme:9f3a:fulfil" and "receipt".
+// ok is false for any other key (a refund's, another pipeline's).
+func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
+	parts := k.Parts()
+	if len(parts) != 3 || parts[0] != "order" {
+		return "", "", false
+	}
+	return WorkflowID(k.Tenant(), parts[1]), parts[2], true
+}
+
 // EffectKey returns the effect key of one step of the order, such as
 // "acme:order:9f3a:charge". It returns an error wrapping effects.ErrInvalidKey
 // when the tenant or order ID is not a valid key part.

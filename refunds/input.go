@@ -98,6 +98,20 @@ func (in RefundInput) WorkflowID() string {
 	return "refund:" + in.TenantID + ":" + in.OrderID + ":" + in.RefundID
 }
 
+// WorkflowIDOfKey returns the workflow ID of the refund run whose step
+// makes the effect k, and that step, when k is a refund step's key:
+// "acme:order:9f3a:refund:r1:refund_email" gives "refund:acme:9f3a:r1" and
+// "refund_email". ok is false for any other key (an order's, another
+// pipeline's).
+func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
+	parts := k.Parts()
+	if len(parts) != 5 || parts[0] != "order" || parts[2] != "refund" {
+		return "", "", false
+	}
+	in := RefundInput{TenantID: k.Tenant(), OrderID: parts[1], RefundID: parts[3]}
+	return in.WorkflowID(), parts[4], true
+}
+
 // EffectKey returns the effect key of one step of the refund, such as
 // "acme:order:9f3a:refund:r1:refund_reserve". It returns an error wrapping
 // effects.ErrInvalidKey when an ID is not a valid key part.

@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // RefundWorkflow refunds part or all of a paid order: Reserve (the ledger
@@ -21,77 +21,91 @@ import (
 // MarkRefunded and SendRefundEmail, each its own activity with its own
 // effect key and the options of its declaration. The workflow carries only
 // the RefundInput; its ID derives from the refund (RefundInput.WorkflowID),
-// so duplicate starts collapse into one run. Its status query
-// (orders.QueryStatus, "status") returns each step's state and effect key
-// as []orders.StepStatus.
+// so duplicate starts collapse into one run. Its steps run through a
+// pipeline.Run: the status query (orders.QueryStatus, "status") returns
+// each step's state and effect key as []orders.StepStatus, and the current
+// details show them with each step's outcome ID (the Stripe refund, the
+// order's status, the message ID).
+//
+// A step that ends with an outcome keyed cannot know (an ambiguous refund
+// email, a reused key, a RefundAtStripe whose retries ran out) does not
+// fail the run: it waits, with KeyedAttention set to such as
+// "refund_email:ambiguous", for an operator's pipeline.Decision sent as the
+// "decide" update, then runs the step again in the same run; with no
+// decision within the decision timeout (DefaultDecisionTimeout unless
+// RegisterWithOpts says otherwise) it fails with the non-retryable
+// pipeline.ErrTypeDecisionTimeout error. A worker running it must register
+// pipeline's ApplyDecision once (workflows.RegisterActivities does).
 //
 // It returns a non-retryable application error of type
 // activities.ErrTypeInvalidInput, before any activity runs, for an input
-// that does not Validate, and the error of the first step that fails for
-// good, in which case later steps do not run: a refund that exceeds what is
-// left of the charge, or of an order that is not paid, ends at Reserve with
-// InvalidState, with no ledger row and no Stripe call.
+// that does not Validate, and, as a non-retryable application error of
+// the step's type with the step's one-line message, the error of the
+// first step that fails for good, in which case later steps do not run: a
+// refund that exceeds what is left of the charge, or of an order that is
+// not paid, ends at Reserve with InvalidState, with no ledger row and no
+// Stripe call; Stripe's refusal ends it at RefundAtStripe.
 func RefundWorkflow(ctx workflow.Context, in RefundInput) (Result, error) {
+	return refundWorkflow(ctx, in, nil)
+}
+
+func refundWorkflow(ctx workflow.Context, in RefundInput, opts *pipeline.Opts) (Result, error) {
 	var out Result
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("refund workflow %s: %v", in.WorkflowID(), err), activities.ErrTypeInvalidInput, nil)
 	}
-	steps := []struct {
-		decl activities.Declaration
-		out  any
-	}{
-		{DeclReserve.Declaration, &out.Reserve}, {DeclStripe.Declaration, &out.Stripe}, {DeclMark.Declaration, &out.Mark},
-		{DeclEmail.Declaration, &out.Email},
-	}
-	status := make([]orders.StepStatus, len(steps))
-	for i, s := range steps {
-		key, err := in.EffectKey(s.decl.Step)
-		if err != nil { // Validate checked the keys; this cannot happen.
-			return out, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
-		}
-		status[i] = orders.StepStatus{Step: s.decl.Step, EffectKey: key.String(), State: StatePending}
-	}
-	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
-		return append([]orders.StepStatus(nil), status...), nil
-	})
+	r, err := pipeline.New(ctx, in, Declarations(), opts)
 	if err != nil {
-		return out, fmt.Errorf("register status query: %w", err)
+		return out, err
 	}
-	for i, s := range steps {
-		st := &status[i]
-		st.State = StateRunning
-		actx := workflow.WithActivityOptions(ctx, s.decl.ActivityOptions(st.EffectKey))
-		if err := workflow.ExecuteActivity(actx, s.decl.Name, in).Get(ctx, s.out); err != nil {
-			st.State, st.Error = StateFailed, err.Error()
-			for j := i + 1; j < len(status); j++ {
-				status[j].State = StateSkipped
-			}
-			workflow.GetLogger(ctx).Error("refund step failed", "step", st.Step, "effect_key", st.EffectKey, "error", err)
-			return out, err
-		}
-		st.State = StateDone
+	if err := step(ctx, r, DeclReserve, &out.Reserve, nil); err != nil {
+		return out, err
 	}
+	if err := step(ctx, r, DeclStripe, &out.Stripe, func(s StripeResult) string { return s.RefundID }); err != nil {
+		return out, err
+	}
+	if err := step(ctx, r, DeclMark, &out.Mark, func(m MarkResult) string { return m.Status }); err != nil {
+		return out, err
+	}
+	if err := step(ctx, r, DeclEmail, &out.Email, func(e EmailResult) string { return e.MessageID }); err != nil {
+		return out, err
+	}
+	r.ShowDetails(ctx)
 	return out, nil
 }
 
-// Step states reported by the status query (orders.QueryStatus), as the
-// order workflow reports them.
-const (
-	StatePending = "pending"
-	StateRunning = "running"
-	StateDone    = "done"
-	StateFailed  = "failed"
-	StateSkipped = "skipped"
-)
+// step runs the refund activity declared by k into out with
+// pipeline.RunStep, which waits for a decision on an unknown outcome and
+// shows outcome(*out) beside the step once it succeeds.
+func step[T any](ctx workflow.Context, r *pipeline.Run, k activities.KeyedOf[RefundInput, T], out *T, outcome func(T) string) error {
+	return pipeline.RunStep(ctx, r, k.Declaration, out, outcome)
+}
 
 // Register registers RefundWorkflow with r under WorkflowName.
 func Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(RefundWorkflow, workflow.RegisterOptions{Name: WorkflowName})
 }
 
+// RegisterWithOpts registers the refund workflow with r under
+// WorkflowName, configured by opts (a nil opts means all defaults, as
+// Register). opts.DecisionTimeout is how long a run waits for an
+// operator's decision (DECISION_TIMEOUT).
+func RegisterWithOpts(r worker.WorkflowRegistry, opts *pipeline.Opts) {
+	var o pipeline.Opts
+	if opts != nil {
+		o = *opts
+	}
+	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in RefundInput) (Result, error) {
+		return refundWorkflow(ctx, in, &o)
+	}, workflow.RegisterOptions{Name: WorkflowName})
+}
+
 // RegisterActivities registers a's activities (Definitions) with r through
-// activities.Register, which refuses an undeclared or duplicate one.
+// activities.Register, which refuses an undeclared or duplicate one. It
+// does not register pipeline's ApplyDecision, which the refund workflow
+// runs on a decision: a worker registers that once for all its pipelines
+// (workflows.RegisterActivities, or pipeline.Decider.Definition).
 func RegisterActivities(r worker.ActivityRegistry, a *Activities) error {
 	return activities.Register(r, a.Definitions()...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 )
 
@@ -51,7 +52,7 @@ func TestRefundWorkflowRefundsInPart(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, status, 4)
 	for _, s := range status {
-		require.Equal(t, refunds.StateDone, s.State, s.Step)
+		require.Equal(t, pipeline.StateDone, s.State, s.Step)
 	}
 	require.Equal(t, refunds.ReserveResult{AmountMinor: 250, Currency: "eur", RefundedMinor: 250, ChargedMinor: amount}, res.Reserve)
 	require.Equal(t, "succeeded", res.Stripe.Status)

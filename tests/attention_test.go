@@ -16,6 +16,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -41,7 +42,7 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 		require.Equal(t, "receipt:ambiguous", a.Attention)
 		require.Equal(t, w.st.RunID, a.RunID)
 		require.Equal(t, b.tenant, a.TenantID)
-		value, runID, err := workflows.AttentionOf(b.ctx, b.temporal, b.tenant, w.id)
+		value, runID, err := pipeline.AttentionOf(b.ctx, b.temporal, w.st.WorkflowID)
 		require.NoError(t, err)
 		require.Equal(t, "receipt:ambiguous", value)
 		require.Equal(t, w.st.RunID, runID)
@@ -50,7 +51,7 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 	require.Empty(t, b.mail.MessagesFor("effect_key", lost.key.String()), "and refused the second")
 
 	// A decision the validator refuses changes nothing.
-	_, err := workflows.SendDecision(b.ctx, b.temporal, b.tenant, sent.id, "", workflows.Decision{Step: "charge", Resolution: "done", By: "ada", Reason: "x"})
+	_, err := pipeline.SendDecision(b.ctx, b.temporal, sent.st.WorkflowID, "", pipeline.Decision{Step: "charge", Resolution: "done", By: "ada", Reason: "x"})
 	require.ErrorContains(t, err, `step "charge" is not waiting`)
 
 	// The operator looks both keys up at SendGrid, answering again.
@@ -58,7 +59,7 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 	msg := b.mail.MessagesFor("effect_key", sent.key.String())[0]
 	result, err := json.Marshal(orders.ReceiptResult{MessageID: msg.MessageID})
 	require.NoError(t, err)
-	res, err := workflows.SendDecision(b.ctx, b.temporal, b.tenant, sent.id, "", workflows.Decision{Step: "receipt",
+	res, err := pipeline.SendDecision(b.ctx, b.temporal, sent.st.WorkflowID, "", pipeline.Decision{Step: "receipt",
 		Resolution: effects.ResolveDone, Result: result, By: "ada", Reason: "found in SendGrid by custom_args"})
 	require.NoError(t, err)
 	require.Equal(t, string(effects.StateSucceeded), res.State)
@@ -66,7 +67,7 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 	bin, err := devserver.FindBinary()
 	require.NoError(t, err)
 	out, err := exec.CommandContext(b.ctx, bin, "workflow", "update", "execute", "--address", temporalAddr,
-		"--workflow-id", lost.st.WorkflowID, "--name", workflows.UpdateDecide,
+		"--workflow-id", lost.st.WorkflowID, "--name", pipeline.UpdateDecide,
 		"--input", `{"step":"receipt","resolution":"retry","by":"ada","reason":"not in SendGrid's activity feed"}`).CombinedOutput()
 	require.NoError(t, err, "temporal workflow update execute:\n%s", out)
 
@@ -100,7 +101,7 @@ func lookupOutageOpts(o *notify.SenderOpts) {
 // ApplyDecision, as every production worker must.
 func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 	t.Helper()
-	d, err := workflows.NewDecider(b.effects)
+	d, err := pipeline.NewDecider(b.effects)
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
@@ -133,25 +134,25 @@ func (b *bundle) waitingReceipt(t *testing.T, id string, fault fakesendgrid.Faul
 }
 
 // awaitAttention waits until ListAttention lists the run of workflowID.
-func (b *bundle) awaitAttention(t *testing.T, workflowID string) workflows.Attention {
+func (b *bundle) awaitAttention(t *testing.T, workflowID string) pipeline.Attention {
 	t.Helper()
-	var found workflows.Attention
+	var found pipeline.Attention
 	require.Eventually(t, func() bool {
-		list, err := workflows.ListAttention(b.ctx, b.temporal)
+		list, err := pipeline.ListAttention(b.ctx, b.temporal)
 		require.NoError(t, err)
-		i := slices.IndexFunc(list, func(a workflows.Attention) bool { return a.WorkflowID == workflowID })
+		i := slices.IndexFunc(list, func(a pipeline.Attention) bool { return a.WorkflowID == workflowID })
 		if i >= 0 {
 			found = list[i]
 		}
 		return i >= 0
-	}, 90*time.Second, 250*time.Millisecond, "%s is listed by %s", workflowID, workflows.AttentionQuery)
+	}, 90*time.Second, 250*time.Millisecond, "%s is listed by %s", workflowID, pipeline.AttentionQuery)
 	return found
 }
 
 // listed reports whether ListAttention lists workflowID.
 func (b *bundle) listed(t *testing.T, workflowID string) bool {
 	t.Helper()
-	list, err := workflows.ListAttention(b.ctx, b.temporal)
+	list, err := pipeline.ListAttention(b.ctx, b.temporal)
 	require.NoError(t, err)
-	return slices.ContainsFunc(list, func(a workflows.Attention) bool { return a.WorkflowID == workflowID })
+	return slices.ContainsFunc(list, func(a pipeline.Attention) bool { return a.WorkflowID == workflowID })
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // An operator works a waiting order in the Temporal Web UI (2.42.1, the dev
@@ -47,7 +47,7 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	br := newBrowser(t, srv.UIAddress())
 	br.openQuery(`OrderID = "` + w.id + `"`)
 	br.waitText(30*time.Second, w.st.WorkflowID, "Running")
-	br.openQuery(workflows.AttentionQuery)
+	br.openQuery(pipeline.AttentionQuery)
 	br.waitText(30*time.Second, w.st.WorkflowID)
 
 	run := "/namespaces/default/workflows/" + url.PathEscape(w.st.WorkflowID) + "/" + w.st.RunID
@@ -64,13 +64,13 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	b.mail.SetLookupOutage(false)
 	msgs := b.mail.MessagesFor("effect_key", w.key.String())
 	require.Len(t, msgs, 1)
-	decision, err := json.Marshal(workflows.Decision{Step: "receipt", Resolution: "done", By: "ada (web UI)",
+	decision, err := json.Marshal(pipeline.Decision{Step: "receipt", Resolution: "done", By: "ada (web UI)",
 		Reason: "found in SendGrid by custom_args", Result: json.RawMessage(`{"message_id":"` + msgs[0].MessageID + `"}`)})
 	require.NoError(t, err)
 	br.click(10*time.Second, "More Actions")
 	br.click(10*time.Second, "Send an Update")
 	const modal = "dialog[open][data-testid=update-confirmation-modal]" // The page holds a closed copy too.
-	br.selectUpdate(modal, workflows.UpdateDecide)
+	br.selectUpdate(modal, pipeline.UpdateDecide)
 	br.insertText(10*time.Second, modal+" .cm-content", string(decision))
 	br.click(10*time.Second, "Submit")
 

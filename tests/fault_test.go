@@ -23,6 +23,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -252,7 +253,7 @@ func (w *faultWorld) waitSettled(ctx context.Context) (time.Duration, error) {
 	deadline := w.began.Add(faultSettle)
 	// A run waiting for an operator's decision has settled: it needs a
 	// person, and inspect counts its order as such.
-	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running' AND %s IS NULL", w.taskQueue, workflows.SearchAttrAttentionName)
+	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running' AND %s IS NULL", w.taskQueue, pipeline.SearchAttrAttentionName)
 	var last string
 	runsDone := false
 	for time.Now().Before(deadline) {

@@ -25,6 +25,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -104,7 +105,7 @@ func (b *bundle) startWorker(t *testing.T) worker.Worker {
 	t.Helper()
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
-	d, err := workflows.NewDecider(b.effects)
+	d, err := pipeline.NewDecider(b.effects)
 	require.NoError(t, err)
 	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
 	require.NoError(t, w.Start())

@@ -10,6 +10,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -27,7 +28,7 @@ func (b *bundle) startRefundWorker(t *testing.T) {
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
-	d, err := workflows.NewDecider(b.effects)
+	d, err := pipeline.NewDecider(b.effects)
 	require.NoError(t, err)
 	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
 	refunds.Register(w)

@@ -11,7 +11,8 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // TestStarterResolveDecidesAWaitingRun: the operator's CLI finds a waiting
@@ -39,9 +40,9 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 		return string(out)
 	}
 
-	var listed []workflows.Attention
+	var listed []pipeline.Attention
 	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
-	require.Contains(t, listed, workflows.Attention{WorkflowID: w.st.WorkflowID, RunID: w.st.RunID, TenantID: b.tenant,
+	require.Contains(t, listed, pipeline.Attention{WorkflowID: w.st.WorkflowID, RunID: w.st.RunID, WorkflowType: orders.WorkflowName, TenantID: b.tenant,
 		OrderID: "cli1", Attention: "receipt:ambiguous", StartTime: listed[indexOf(listed, w.st.WorkflowID)].StartTime})
 
 	b.mail.SetLookupOutage(false)
@@ -57,7 +58,7 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	require.Equal(t, effects.StateSucceeded, rec.State)
 }
 
-func indexOf(as []workflows.Attention, workflowID string) int {
+func indexOf(as []pipeline.Attention, workflowID string) int {
 	for i, a := range as {
 		if a.WorkflowID == workflowID {
 			return i

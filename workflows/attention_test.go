@@ -20,6 +20,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -30,18 +31,18 @@ var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activitie
 type update struct {
 	rejected, completed error
 	accepted            bool
-	result              workflows.DecisionResult
+	result              pipeline.DecisionResult
 }
 
-func (b *bundle) decide(after time.Duration, d workflows.Decision) *update {
+func (b *bundle) decide(after time.Duration, d pipeline.Decision) *update {
 	u := &update{}
 	b.env.RegisterDelayedCallback(func() {
-		b.env.UpdateWorkflow(workflows.UpdateDecide, "", &testsuite.TestUpdateCallback{
+		b.env.UpdateWorkflow(pipeline.UpdateDecide, "", &testsuite.TestUpdateCallback{
 			OnAccept: func() { u.accepted = true },
 			OnReject: func(err error) { u.rejected = err },
 			OnComplete: func(res any, err error) {
 				u.completed = err
-				if r, ok := res.(workflows.DecisionResult); ok {
+				if r, ok := res.(pipeline.DecisionResult); ok {
 					u.result = r
 				}
 			},
@@ -56,7 +57,7 @@ func (b *bundle) expectAttention(t *testing.T, value string) {
 	var got []string
 	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
-		v, ok := sa.GetKeyword(workflows.SearchAttrAttention)
+		v, ok := sa.GetKeyword(pipeline.SearchAttrAttention)
 		if !ok {
 			v = "<unset>"
 		}
@@ -72,11 +73,11 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
-	var applied workflows.DecisionInput
-	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, di workflows.DecisionInput) (workflows.DecisionResult, error) {
+	var applied pipeline.DecisionInput
+	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, di pipeline.DecisionInput) (pipeline.DecisionResult, error) {
 			applied = di
-			return workflows.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution), State: "succeeded", Generation: 3}, nil
+			return pipeline.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution), State: "succeeded", Generation: 3}, nil
 		}).Once()
 	b.expectAttention(t, "receipt:ambiguous")
 
@@ -86,7 +87,7 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 		during = states(b.status(t))
 		details = b.currentDetails(t)
 	}, time.Hour)
-	u := b.decide(2*time.Hour, workflows.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada",
+	u := b.decide(2*time.Hour, pipeline.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada",
 		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_123"}`)})
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 
@@ -131,17 +132,17 @@ func TestChargeRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
 			}
 			return charged, nil
 		})
-	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, _ workflows.DecisionInput) (workflows.DecisionResult, error) {
+	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, _ pipeline.DecisionInput) (pipeline.DecisionResult, error) {
 			retried = true
-			return workflows.DecisionResult{State: "failed_transient"}, nil
+			return pipeline.DecisionResult{State: "failed_transient"}, nil
 		}).Once()
 	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 	b.expectAttention(t, "charge:retries_exhausted")
 
-	bad := b.decide(time.Hour, workflows.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"})
-	good := b.decide(2*time.Hour, workflows.Decision{Step: "charge", Resolution: effects.ResolveRetry, By: "ada", Reason: "no charge at Stripe"})
+	bad := b.decide(time.Hour, pipeline.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"})
+	good := b.decide(2*time.Hour, pipeline.Decision{Step: "charge", Resolution: effects.ResolveRetry, By: "ada", Reason: "no charge at Stripe"})
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 
 	require.Error(t, bad.rejected, "the validator refuses another step")
@@ -159,16 +160,16 @@ func TestDecisionValidatorRefusesBadInput(t *testing.T) {
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
 	b.expectAttention(t, "receipt:ambiguous")
 
-	ok := workflows.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada", Reason: "checked"}
-	cases := map[string]func(d *workflows.Decision){
-		"unknown step":   func(d *workflows.Decision) { d.Step = "refund" },
-		"bad resolution": func(d *workflows.Decision) { d.Resolution = "maybe" },
-		"missing reason": func(d *workflows.Decision) { d.Reason = "  " },
-		"missing by":     func(d *workflows.Decision) { d.By = "" },
-		"oversized result": func(d *workflows.Decision) {
+	ok := pipeline.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada", Reason: "checked"}
+	cases := map[string]func(d *pipeline.Decision){
+		"unknown step":   func(d *pipeline.Decision) { d.Step = "refund" },
+		"bad resolution": func(d *pipeline.Decision) { d.Resolution = "maybe" },
+		"missing reason": func(d *pipeline.Decision) { d.Reason = "  " },
+		"missing by":     func(d *pipeline.Decision) { d.By = "" },
+		"oversized result": func(d *pipeline.Decision) {
 			d.Result = json.RawMessage(`"` + strings.Repeat("x", effects.MaxResultBytes) + `"`)
 		},
-		"result with retry": func(d *workflows.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
+		"result with retry": func(d *pipeline.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
 	}
 	updates := map[string]*update{}
 	for name, edit := range cases {
@@ -187,10 +188,10 @@ func TestDecisionValidatorRefusesBadInput(t *testing.T) {
 	// Nothing was decided: the run waited out DecisionTimeout.
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
+	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
 	require.True(t, app.NonRetryable())
 	require.Contains(t, app.Error(), "acme:order:9f3a:receipt")
-	require.NotContains(t, b.started, workflows.NameApplyDecision)
+	require.NotContains(t, b.started, pipeline.NameApplyDecision)
 	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=failed"}, states(b.status(t)))
 }
 
@@ -201,12 +202,12 @@ func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
 	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, nil).Once()
-	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(workflows.DecisionResult{},
+	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{},
 		temporal.NewNonRetryableApplicationError("claim is live", activities.ErrTypeInvalidState, nil)).Once()
-	b.env.OnActivity(workflows.NameApplyDecision, mock.Anything, mock.Anything).Return(workflows.DecisionResult{State: "failed_transient"}, nil).Once()
+	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{State: "failed_transient"}, nil).Once()
 	b.expectAttention(t, "receipt:ambiguous")
 
-	d := workflows.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "not in SendGrid"}
+	d := pipeline.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "not in SendGrid"}
 	first := b.decide(time.Hour, d)
 	second := b.decide(2*time.Hour, d)
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -255,7 +256,7 @@ func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
+	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
 	require.NotContains(t, b.started, activities.NameMarkFailed, "the card may have been charged")
 	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, states(b.status(t)))
 }
@@ -269,7 +270,7 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	env := suite.NewTestWorkflowEnvironment()
 	workflows.RegisterWithOpts(env, &workflows.WorkflowOpts{DecisionTimeout: time.Hour})
 	var a *activities.Activities
-	var d *workflows.Decider
+	var d *pipeline.Decider
 	require.NoError(t, activities.Register(env, append(a.Definitions(), d.Definition())...))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	env.OnActivity(activities.NameCharge, mock.Anything, in).
@@ -279,6 +280,6 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	env.ExecuteWorkflow(orders.WorkflowName, in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
-	require.Equal(t, workflows.ErrTypeDecisionTimeout, app.Type())
+	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
 	require.Contains(t, app.Error(), "no operator decision within 1h0m0s")
 }

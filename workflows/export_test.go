@@ -5,6 +5,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // RegisterWithStepAfterReceipt registers the order workflow with one more
@@ -13,7 +14,7 @@ import (
 // careless change would add it.
 func RegisterWithStepAfterReceipt(r worker.WorkflowRegistry, d activities.Declaration, changeID string) {
 	k := activities.Keyed[any]{Declaration: d}
-	RegisterWithOpts(r, &WorkflowOpts{then: func(ctx workflow.Context, o *orderRun) error {
+	RegisterWithOpts(r, &WorkflowOpts{then: func(ctx workflow.Context, o *pipeline.Run) error {
 		var out any
 		if changeID == "" {
 			return runStep(ctx, o, k, &out, nil)

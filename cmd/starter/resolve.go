@@ -18,7 +18,8 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
@@ -32,9 +33,10 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused,\n"+
 			"and so is every effect of a failed order (a declined charge): a failed order is final.\n"+
 			"The reason is refused, not stored, when it holds a control or invisible character (newlines too).\n"+
-			"When the order's run waits for this decision (KeyedAttention, see 'starter attention'), resolve sends\n"+
-			"it the decide update instead: the run applies it, fenced and audited with --by, and continues in the\n"+
-			"same run, so no 'starter start' is needed. Otherwise it settles the record alone.",
+			"When the run of the key's order or refund waits for this decision (KeyedAttention, see\n"+
+			"'starter attention'), resolve sends it the decide update instead: the run applies it, fenced and\n"+
+			"audited with --by, and continues in the same run, so no 'starter start' is needed. Otherwise it\n"+
+			"settles the record alone.",
 		config.MigrateFlag)
 	key := f.String("key", "", "the effect `key`, such as acme:order:9f3a:receipt (required)")
 	as := f.String("as", "", "the `outcome`: done (it happened) or retry (it did not) (required)")
@@ -90,44 +92,56 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	}, &pool, &fxc, &store, &tc)
 }
 
-// decideWaitingRun sends the decision to the order's run when it waits on
-// k's step, and returns what the run applied. It returns nil and no error
-// when no run waits (or Temporal cannot be asked, which it reports on
-// stderr), so that the caller settles the record alone; and a usage error
-// when the run waits on another step or refuses the decision.
-func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, p effects.ResolveParams, by string) (*workflows.DecisionResult, error) {
-	parts := k.Parts()
-	if len(parts) != 3 || parts[0] != "order" {
+// decideWaitingRun sends the decision to the run that makes k's effect,
+// an order's or a refund's (runOfKey), when it waits on k's step, and
+// returns what the run applied. It returns nil and no error when no run
+// waits (or Temporal cannot be asked, which it reports on stderr), so that
+// the caller settles the record alone; and a usage error when the run
+// waits on another step or refuses the decision.
+func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, p effects.ResolveParams, by string) (*pipeline.DecisionResult, error) {
+	id, keyStep, ok := runOfKey(k)
+	if !ok {
 		return nil, nil
 	}
 	askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	waits, runID, err := workflows.AttentionOf(askCtx, tc, k.Tenant(), parts[1])
+	waits, runID, err := pipeline.AttentionOf(askCtx, tc, id)
 	var notFound *serviceerror.NotFound
 	switch {
-	case errors.Is(err, workflows.ErrNotWaiting), errors.As(err, &notFound):
+	case errors.Is(err, pipeline.ErrNotWaiting), errors.As(err, &notFound):
 		return nil, nil
 	case err != nil:
-		fmt.Fprintf(e.stderr, "starter resolve: cannot ask Temporal whether the order's run waits (%v); settling the record only\n", err)
+		fmt.Fprintf(e.stderr, "starter resolve: cannot ask Temporal whether the run %s waits (%v); settling the record only\n", id, err)
 		return nil, nil
 	}
 	step, _, _ := strings.Cut(waits, ":")
-	if step != parts[2] {
-		return nil, usagef("the order's run waits on %s (%s), not on %s: decide that step", step, waits, parts[2])
+	if step != keyStep {
+		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, step, waits, keyStep)
 	}
-	d := workflows.Decision{Step: step, Resolution: p.Resolution, Reason: p.Reason, By: by}
+	d := pipeline.Decision{Step: step, Resolution: p.Resolution, Reason: p.Reason, By: by}
 	if raw, ok := p.Result.(json.RawMessage); ok {
 		d.Result = raw
 	}
-	res, err := workflows.SendDecision(ctx, tc, k.Tenant(), parts[1], runID, d)
+	res, err := pipeline.SendDecision(ctx, tc, id, runID, d)
 	if err != nil {
 		return nil, usagef("the waiting run refused the decision: %v", err)
 	}
 	return res, nil
 }
 
+// runOfKey returns the workflow ID of the run whose step makes the effect
+// k, and that step, as the pipeline that owns k's shape derives it: an
+// order's (orders.WorkflowIDOfKey) or a refund's
+// (refunds.WorkflowIDOfKey). ok is false for any other key.
+func runOfKey(k effects.Key) (id, step string, ok bool) {
+	if id, step, ok := orders.WorkflowIDOfKey(k); ok {
+		return id, step, true
+	}
+	return refunds.WorkflowIDOfKey(k)
+}
+
 // printDecision prints a decision the waiting run applied, or err.
-func printDecision(e *env, d *workflows.DecisionResult, err error, asJSON bool) error {
+func printDecision(e *env, d *pipeline.DecisionResult, err error, asJSON bool) error {
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -92,11 +93,11 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
 	workflows.RegisterWithOpts(w, &workflows.WorkflowOpts{DecisionTimeout: in.Tuning.DecisionTimeout})
-	decider, err := workflows.NewDecider(in.Effects)
+	decider, err := pipeline.NewDecider(in.Effects)
 	if err != nil {
 		return nil, fmt.Errorf("decision activity: %w", err)
 	}
-	refunds.Register(w)
+	refunds.RegisterWithOpts(w, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout})
 	// One Register call for both pipelines, so that it refuses a name or an
 	// effect key step that an order and a refund activity both claim.
 	defs := append(append(in.Activities.Definitions(), decider.Definition()), in.Refunds.Definitions()...)

@@ -1,4 +1,4 @@
-package workflows
+package pipeline
 
 import (
 	"context"
@@ -34,23 +34,24 @@ type DecisionInput struct {
 	RunID      string             `json:"run_id"`
 }
 
-// decisionDecl declares ApplyDecision: an absolute write (applying a
+// DeclDecision declares ApplyDecision: an absolute write (applying a
 // decision twice leaves the record as once) of the decided step's record,
 // a database call retried on transient failures for a few minutes.
-var decisionDecl = activities.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
+var DeclDecision = activities.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
 	Options: activities.Options{ScheduleToClose: 5 * time.Minute}}
 
 // DecisionActivityOptions returns ApplyDecision's options, its
 // declaration's, for a decision on the record of key.
 func DecisionActivityOptions(key string) workflow.ActivityOptions {
-	o := decisionDecl.ActivityOptions(key)
+	o := DeclDecision.ActivityOptions(key)
 	o.Summary = "apply decision · effect " + key
 	return o
 }
 
 // Decider applies operators' decisions; its ApplyDecision is the activity
-// the UpdateDecide update runs. Register it with every worker of the order
-// workflow: RegisterActivities does.
+// the UpdateDecide update runs. Register it exactly once with every worker
+// of a workflow that uses Run, whichever pipelines it runs:
+// workflows.RegisterActivities does.
 type Decider struct {
 	claims *effects.Client
 }
@@ -59,15 +60,15 @@ type Decider struct {
 // an error if claims is nil.
 func NewDecider(claims *effects.Client) (*Decider, error) {
 	if claims == nil {
-		return nil, errors.New("workflows: NewDecider: effects client is nil")
+		return nil, errors.New("pipeline: NewDecider: effects client is nil")
 	}
 	return &Decider{claims: claims}, nil
 }
 
-// Definition returns ApplyDecision bound to its declaration, for
-// activities.Register (RegisterActivities does it).
+// Definition returns ApplyDecision bound to its declaration, DeclDecision,
+// for activities.Register (workflows.RegisterActivities does it).
 func (d *Decider) Definition() activities.Definition {
-	return decisionDecl.Bind(d.ApplyDecision)
+	return DeclDecision.Bind(d.ApplyDecision)
 }
 
 // ApplyDecision resolves in.EffectKey with effects.Resolve: "done" stores

@@ -1,4 +1,4 @@
-package workflows
+package pipeline
 
 import (
 	"strings"
@@ -6,28 +6,31 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// showDetails sets the run's current details (workflow.SetCurrentDetails),
+// ShowDetails sets the run's current details (workflow.SetCurrentDetails),
 // shown by the Web UI and `temporal workflow describe`: one markdown line
 // per step with its state, effect key and outcome ID (the payment intent,
-// the message ID), and, while a step waits, what the operator is to do.
-func (o *orderRun) showDetails(ctx workflow.Context) {
-	workflow.SetCurrentDetails(ctx, o.details())
+// the message ID) in backticks, the one-line error of a step that did not
+// succeed, and, while a step waits, what the operator is to do. Run keeps
+// them up to date as its steps run; a workflow calls it after a step's
+// outcome is known, and before it returns.
+func (r *Run) ShowDetails(ctx workflow.Context) {
+	workflow.SetCurrentDetails(ctx, r.details())
 }
 
-func (o *orderRun) details() string {
+func (r *Run) details() string {
 	var b strings.Builder
-	for i, s := range o.status {
+	for i, s := range r.status {
 		b.WriteString("- **" + s.Step + "** " + s.State + " · `" + s.EffectKey + "`")
-		if i < len(o.outcome) && o.outcome[i] != "" {
-			b.WriteString(" · `" + o.outcome[i] + "`")
+		if i < len(r.outcome) && r.outcome[i] != "" {
+			b.WriteString(" · `" + r.outcome[i] + "`")
 		}
 		if s.Error != "" && s.State != StateDone {
 			b.WriteString("\n  - " + firstLine(s.Error, 300))
 		}
 		b.WriteString("\n")
 	}
-	if w := o.wait; w != nil {
-		s := o.status[w.step]
+	if w := r.wait; w != nil {
+		s := r.status[w.step]
 		b.WriteString("\n**Needs a decision** (" + SearchAttrAttentionName + " = `" + s.Step + ":" + w.reason + "`): " +
 			"check the provider for `" + s.EffectKey + "`, then send the `" + UpdateDecide + "` update with " +
 			"`{\"step\":\"" + s.Step + "\",\"resolution\":\"done\"|\"retry\",\"by\":\"…\",\"reason\":\"…\"}` " +

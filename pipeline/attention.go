@@ -1,4 +1,4 @@
-package workflows
+package pipeline
 
 import (
 	"encoding/json"
@@ -14,9 +14,10 @@ import (
 	"github.com/keyedhq/keyed/effects"
 )
 
-// SearchAttrAttentionName is the Keyword search attribute an order run sets
-// while it waits for an operator's decision, such as "receipt:ambiguous",
-// and clears when it goes on. `KeyedAttention IS NOT NULL` lists every run
+// SearchAttrAttentionName is the Keyword search attribute a run of any
+// pipeline sets while it waits for an operator's decision, such as
+// "receipt:ambiguous" or "refund_email:ambiguous", and clears when it goes
+// on. `KeyedAttention IS NOT NULL` lists every run
 // that needs a person. Register it on the namespace with TenantID and
 // OrderID (the dev server in make demo and the tests does).
 const SearchAttrAttentionName = "KeyedAttention"
@@ -24,17 +25,17 @@ const SearchAttrAttentionName = "KeyedAttention"
 // SearchAttrAttention is the typed key of SearchAttrAttentionName.
 var SearchAttrAttention = temporal.NewSearchAttributeKeyKeyword(SearchAttrAttentionName)
 
-// AttentionQuery is the visibility query that lists the order runs waiting
-// for a decision, in the Web UI's search box, with `temporal workflow list
+// AttentionQuery is the visibility query that lists the runs, of every
+// pipeline, waiting for a decision, in the Web UI's search box, with `temporal workflow list
 // --query` and in ListAttention.
 const AttentionQuery = SearchAttrAttentionName + " IS NOT NULL"
 
-// UpdateDecide is the name of the order run's update that delivers an
-// operator's Decision about the step it waits on.
+// UpdateDecide is the name of a run's update that delivers an operator's
+// Decision about the step it waits on.
 const UpdateDecide = "decide"
 
 // DefaultDecisionTimeout is how long a run waits for a decision before it
-// fails with ErrTypeDecisionTimeout, unless WorkflowOpts.DecisionTimeout
+// fails with ErrTypeDecisionTimeout, unless Opts.DecisionTimeout
 // (DECISION_TIMEOUT) says otherwise.
 const DefaultDecisionTimeout = 7 * 24 * time.Hour
 
@@ -56,7 +57,8 @@ const (
 )
 
 // attentionChange is the workflow.GetVersion change ID of waiting for a
-// decision. Runs that reached an unknown outcome before it failed, and
+// decision. Runs that reached an unknown outcome before it (an order run
+// before waiting was added, a refund run before it used Run) failed, and
 // replay so (workflow.DefaultVersion).
 const attentionChange = "wait-for-decision"
 
@@ -134,26 +136,26 @@ func needsAttention(err error) (string, bool) {
 // awaitDecision marks step i waiting, sets KeyedAttention and waits until a
 // decision has been applied (nil) or the decision timeout passes (a
 // non-retryable ErrTypeDecisionTimeout error with cause as its cause).
-func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cause error) error {
-	s := &o.status[i]
+func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause error) error {
+	s := &r.status[i]
 	s.State = StateWaiting
-	o.wait = &waiting{step: i, reason: reason}
+	r.wait = &waiting{step: i, reason: reason}
 	value := s.Step + ":" + reason
 	workflow.GetMetricsHandler(ctx).Counter(MetricAttentionWaits).Inc(1)
-	workflow.GetLogger(ctx).Warn("order step waits for a decision", "step", s.Step, "effect_key", s.EffectKey, "attention", value)
+	workflow.GetLogger(ctx).Warn("step waits for a decision", "step", s.Step, "effect_key", s.EffectKey, "attention", value)
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueSet(value)); err != nil {
 		return fmt.Errorf("set %s: %w", SearchAttrAttentionName, err)
 	}
-	o.showDetails(ctx)
-	w := o.wait
-	decided, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: o.decisionTimeout,
+	r.ShowDetails(ctx)
+	w := r.wait
+	decided, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: r.decisionTimeout,
 		TimerOptions: workflow.TimerOptions{Summary: "decision on " + value + " · effect " + s.EffectKey}},
 		func() bool { return w.decided })
 	if err == nil && !decided && w.applying { // A decision arrived as time ran out: let it finish.
 		err = workflow.Await(ctx, func() bool { return !w.applying })
 		decided = w.decided
 	}
-	o.wait = nil
+	r.wait = nil
 	if uerr := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueUnset()); uerr != nil && err == nil {
 		err = fmt.Errorf("clear %s: %w", SearchAttrAttentionName, uerr)
 	}
@@ -165,8 +167,8 @@ func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cau
 	}
 	workflow.GetMetricsHandler(ctx).Counter(MetricDecisionTimeouts).Inc(1)
 	msg := fmt.Sprintf("%s: %s %s: no operator decision within %s on an unknown outcome (%s: %s) — not retried: "+
-		"check the provider, then `starter resolve` the key and re-run the order",
-		ErrTypeDecisionTimeout, s.Step, s.EffectKey, o.decisionTimeout, reason, stepError(cause))
+		"check the provider, then `starter resolve` the key and start the run again",
+		ErrTypeDecisionTimeout, s.Step, s.EffectKey, r.decisionTimeout, reason, stepError(cause))
 	s.State, s.Error = StateFailed, firstLine(msg, 500)
 	return temporal.NewNonRetryableApplicationError(msg, ErrTypeDecisionTimeout, nil)
 }
@@ -174,9 +176,9 @@ func (o *orderRun) awaitDecision(ctx workflow.Context, i int, reason string, cau
 // setDecideHandler registers the UpdateDecide handler: its validator refuses
 // a decision before it enters history, and the handler applies it through
 // the ApplyDecision activity and lets the waiting step run again.
-func (o *orderRun) setDecideHandler(ctx workflow.Context) error {
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDecide, o.decide,
-		workflow.UpdateHandlerOptions{Validator: o.validateDecision})
+func (r *Run) setDecideHandler(ctx workflow.Context) error {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDecide, r.decide,
+		workflow.UpdateHandlerOptions{Validator: r.validateDecision})
 	if err != nil {
 		return fmt.Errorf("register %s update: %w", UpdateDecide, err)
 	}
@@ -187,15 +189,15 @@ func (o *orderRun) setDecideHandler(ctx workflow.Context) error {
 // decision is being applied, and a decision for another step, with a
 // resolution other than done or retry, without a reason or an operator, or
 // with a result that is not JSON or larger than effects.MaxResultBytes.
-func (o *orderRun) validateDecision(_ workflow.Context, d Decision) error {
-	w := o.wait
+func (r *Run) validateDecision(_ workflow.Context, d Decision) error {
+	w := r.wait
 	switch {
 	case w == nil:
 		return errors.New("no step of this run is waiting for a decision")
 	case w.applying || w.decided:
 		return errors.New("a decision is already being applied")
 	}
-	step := o.status[w.step].Step
+	step := r.status[w.step].Step
 	reason, by := strings.TrimSpace(d.Reason), strings.TrimSpace(d.By)
 	switch {
 	case d.Step != step:
@@ -220,14 +222,14 @@ func (o *orderRun) validateDecision(_ workflow.Context, d Decision) error {
 // ApplyDecision activity. On success the waiting step runs again; on
 // failure (a live claim, a record already succeeded by a retry) the run
 // keeps waiting and the caller gets the error.
-func (o *orderRun) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
-	w := o.wait
+func (r *Run) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
+	w := r.wait
 	if w == nil || w.applying || w.decided { // The validator checked; replay safety only.
 		return DecisionResult{}, errors.New("no step of this run is waiting for a decision")
 	}
 	w.applying = true
 	defer func() { w.applying = false }()
-	s := o.status[w.step]
+	s := r.status[w.step]
 	info := workflow.GetInfo(ctx)
 	in := DecisionInput{
 		EffectKey: s.EffectKey, Step: s.Step, Resolution: d.Resolution, Result: d.Result,

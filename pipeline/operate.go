@@ -1,4 +1,4 @@
-package workflows
+package pipeline
 
 import (
 	"context"
@@ -14,18 +14,21 @@ import (
 	"github.com/keyedhq/keyed/orders"
 )
 
-// ErrNotWaiting means the order's run is not waiting for a decision: it is
-// running a step, closed, or waits on no step.
-var ErrNotWaiting = errors.New("order run is not waiting for a decision")
+// ErrNotWaiting means the run is not waiting for a decision: it is running
+// a step, closed, or waits on no step.
+var ErrNotWaiting = errors.New("run is not waiting for a decision")
 
-// Attention is one order run that waits for an operator's decision.
+// Attention is one run, of any pipeline, that waits for an operator's
+// decision. TenantID and OrderID are the run's search attributes, empty
+// for a run started without them.
 type Attention struct {
-	WorkflowID string    `json:"workflow_id"`
-	RunID      string    `json:"run_id"`
-	TenantID   string    `json:"tenant_id"`
-	OrderID    string    `json:"order_id"`
-	Attention  string    `json:"attention"` // Such as "receipt:ambiguous".
-	StartTime  time.Time `json:"start_time"`
+	WorkflowID   string    `json:"workflow_id"`
+	RunID        string    `json:"run_id"`
+	WorkflowType string    `json:"workflow_type"` // Such as "OrderWorkflow" or "RefundWorkflow".
+	TenantID     string    `json:"tenant_id"`
+	OrderID      string    `json:"order_id"`
+	Attention    string    `json:"attention"` // Such as "receipt:ambiguous".
+	StartTime    time.Time `json:"start_time"`
 }
 
 // ListAttention returns the runs of c's namespace that wait for a decision
@@ -46,7 +49,7 @@ func ListAttention(ctx context.Context, c client.Client) ([]Attention, error) {
 		for _, e := range resp.GetExecutions() {
 			fields := e.GetSearchAttributes().GetIndexedFields()
 			out = append(out, Attention{
-				WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
+				WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(), WorkflowType: e.GetType().GetName(),
 				TenantID: keyword(fields, orders.SearchAttrTenantID), OrderID: keyword(fields, orders.SearchAttrOrderID),
 				Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime(),
 			})
@@ -57,15 +60,16 @@ func ListAttention(ctx context.Context, c client.Client) ([]Attention, error) {
 	}
 }
 
-// AttentionOf returns what the order's current run waits for, such as
-// "receipt:ambiguous", and its run ID. It returns an error wrapping
-// ErrNotWaiting when the run is closed or waits for nothing, and the
-// client's error (such as serviceerror.NotFound) when it cannot describe it.
-func AttentionOf(ctx context.Context, c client.Client, tenantID, orderID string) (value, runID string, err error) {
+// AttentionOf returns what the current run of the workflow id waits for,
+// such as "receipt:ambiguous", and its run ID. The ID is the pipeline's own,
+// such as orders.WorkflowID's or refunds.RefundInput.WorkflowID's. It
+// returns an error wrapping ErrNotWaiting when the run is closed or waits
+// for nothing, and the client's error (such as serviceerror.NotFound) when
+// it cannot describe it.
+func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID string, err error) {
 	if c == nil {
-		return "", "", errors.New("attention of order: client is nil")
+		return "", "", errors.New("attention of run: client is nil")
 	}
-	id := orders.WorkflowID(tenantID, orderID)
 	desc, err := c.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return "", "", fmt.Errorf("describe %s: %w", id, err)
@@ -78,18 +82,17 @@ func AttentionOf(ctx context.Context, c client.Client, tenantID, orderID string)
 	return value, info.GetExecution().GetRunId(), nil
 }
 
-// SendDecision sends d as the UpdateDecide update to the order's run runID
-// (empty means the current run) and waits until it is applied. The
+// SendDecision sends d as the UpdateDecide update to the run runID of the
+// workflow id (empty runID means the current run) and waits until it is applied. The
 // workflow's validator refuses a bad decision before it enters history (no
 // step waiting, another step, an unknown resolution, no reason or operator,
 // an oversized result); ApplyDecision's refusal (a live claim) comes back
 // as its error, and the run keeps waiting. Errors wrap the update's failure
 // or the client's error.
-func SendDecision(ctx context.Context, c client.Client, tenantID, orderID, runID string, d Decision) (*DecisionResult, error) {
+func SendDecision(ctx context.Context, c client.Client, id, runID string, d Decision) (*DecisionResult, error) {
 	if c == nil {
 		return nil, errors.New("send decision: client is nil")
 	}
-	id := orders.WorkflowID(tenantID, orderID)
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: id, RunID: runID, UpdateName: UpdateDecide, Args: []any{d},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
