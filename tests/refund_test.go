@@ -16,13 +16,18 @@ import (
 )
 
 // startRefundWorker runs an in-process worker with the order and refund
-// workflows and all their activities, as the real worker registers them,
-// until the test ends.
-func (b *bundle) startRefundWorker(t *testing.T) {
+// workflows and all their activities, as the real worker registers them
+// (ApplyDecision once), until the test ends. edit changes the refund
+// activities' sender options.
+func (b *bundle) startRefundWorker(t *testing.T, edit ...func(*notify.SenderOpts)) {
 	t.Helper()
 	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
-	sender, err := notify.NewSender(b.effects, b.pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()})
+	so := &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()}
+	for _, e := range edit {
+		e(so)
+	}
+	sender, err := notify.NewSender(b.effects, b.pool, so)
 	require.NoError(t, err)
 	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)

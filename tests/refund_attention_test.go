@@ -1,0 +1,72 @@
+package tests
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/refunds"
+)
+
+// A refund email keyed cannot know about waits for a person instead of
+// failing the refund: SendGrid takes the email and loses the answer, and
+// its Email Activity API is down for longer than keyed waits, so the email
+// step ends ambiguous. The refund run waits with KeyedAttention
+// "refund_email:ambiguous" and is listed with the order runs; the operator,
+// with SendGrid answering again, finds the message and decides "done". The
+// run completes in the same run with that message as its outcome: one
+// Stripe refund, one refund email.
+func TestAmbiguousRefundEmailWaitsForDecisionInTheSameRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRefundWorker(t, lookupOutageOpts)
+	b.paidOrder(t, "o1", 1999)
+
+	in := refunds.NewInput(b.tenant, "o1", "r1", 500, "damaged")
+	emailKey, err := in.EffectKey(refunds.StepEmail)
+	require.NoError(t, err)
+	b.mail.SetLookupOutage(true)
+	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
+	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	require.NoError(t, err)
+
+	a := b.awaitAttention(t, in.WorkflowID())
+	require.Equal(t, "refund_email:ambiguous", a.Attention)
+	require.Equal(t, refunds.WorkflowName, a.WorkflowType)
+	require.Equal(t, run.GetRunID(), a.RunID)
+	value, runID, err := pipeline.AttentionOf(b.ctx, b.temporal, in.WorkflowID())
+	require.NoError(t, err)
+	require.Equal(t, "refund_email:ambiguous", value)
+	require.Equal(t, run.GetRunID(), runID)
+	require.Equal(t, 1, b.stripe.Refunds(), "the money went back before the email")
+	msgs := b.mail.MessagesFor(notify.CustomArgEffectKey, emailKey.String())
+	require.Len(t, msgs, 1, "SendGrid took the email")
+
+	// The operator looks the key up at SendGrid, answering again.
+	b.mail.SetLookupOutage(false)
+	result, err := json.Marshal(refunds.EmailResult{MessageID: msgs[0].MessageID})
+	require.NoError(t, err)
+	res, err := pipeline.SendDecision(b.ctx, b.temporal, in.WorkflowID(), "", pipeline.Decision{Step: refunds.StepEmail,
+		Resolution: effects.ResolveDone, Result: result, By: "ada", Reason: "found in SendGrid by custom_args"})
+	require.NoError(t, err)
+	require.Equal(t, string(effects.StateSucceeded), res.State)
+
+	var out refunds.Result
+	require.NoError(t, run.Get(b.ctx, &out), "the refund completes instead of failing")
+	require.Equal(t, msgs[0].MessageID, out.Email.MessageID, "the decided outcome is the run's")
+	require.Equal(t, 1, b.runs(t, in.WorkflowID()), "the same run went on")
+	require.Equal(t, 1, b.stripe.Refunds())
+	require.Len(t, b.mail.MessagesFor(notify.CustomArgEffectKey, emailKey.String()), 1, "one refund email")
+	rec, err := b.effects.Get(b.ctx, emailKey)
+	require.NoError(t, err)
+	require.Equal(t, effects.StateSucceeded, rec.State)
+	require.Contains(t, rec.ErrorMessage, "ada decided done", "the record says who and why")
+	require.Eventually(t, func() bool { return !b.listed(t, in.WorkflowID()) }, 10*time.Second, 200*time.Millisecond,
+		"KeyedAttention is cleared when the run goes on")
+}
