@@ -30,7 +30,6 @@ var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activitie
 // records whether the validator rejected it and what it returned.
 type update struct {
 	rejected, completed error
-	accepted            bool
 	result              pipeline.DecisionResult
 }
 
@@ -38,7 +37,7 @@ func (b *bundle) decide(after time.Duration, d pipeline.Decision) *update {
 	u := &update{}
 	b.env.RegisterDelayedCallback(func() {
 		b.env.UpdateWorkflow(pipeline.UpdateDecide, "", &testsuite.TestUpdateCallback{
-			OnAccept: func() { u.accepted = true },
+			OnAccept: func() {},
 			OnReject: func(err error) { u.rejected = err },
 			OnComplete: func(res any, err error) {
 				u.completed = err
@@ -117,104 +116,6 @@ func (b *bundle) currentDetails(t *testing.T) string {
 	var md sdkpb.WorkflowMetadata
 	require.NoError(t, val.Get(&md))
 	return md.GetCurrentDetails()
-}
-
-func TestChargeRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	// A retryable failure until the schedule-to-close timeout: the charge
-	// may or may not have happened. After the decision it succeeds.
-	retried := false
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(
-		func(_ context.Context, _ orders.OrderInput) (orders.ChargeResult, error) {
-			if !retried {
-				return orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient)
-			}
-			return charged, nil
-		})
-	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, _ pipeline.DecisionInput) (pipeline.DecisionResult, error) {
-			retried = true
-			return pipeline.DecisionResult{State: "failed_transient"}, nil
-		}).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
-	b.expectAttention(t, "charge:retries_exhausted")
-
-	bad := b.decide(time.Hour, pipeline.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"})
-	good := b.decide(2*time.Hour, pipeline.Decision{Step: "charge", Resolution: effects.ResolveRetry, By: "ada", Reason: "no charge at Stripe"})
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
-
-	require.Error(t, bad.rejected, "the validator refuses another step")
-	require.NoError(t, good.rejected)
-	require.NoError(t, good.completed)
-	require.NoError(t, b.env.GetWorkflowError())
-	require.Equal(t, []string{"Charge", "ApplyDecision", "Charge", "MarkPaid", "SendReceipt"}, b.started[len(b.started)-5:])
-}
-
-func TestDecisionValidatorRefusesBadInput(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
-	b.expectAttention(t, "receipt:ambiguous")
-
-	ok := pipeline.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada", Reason: "checked"}
-	cases := map[string]func(d *pipeline.Decision){
-		"unknown step":   func(d *pipeline.Decision) { d.Step = "refund" },
-		"bad resolution": func(d *pipeline.Decision) { d.Resolution = "maybe" },
-		"missing reason": func(d *pipeline.Decision) { d.Reason = "  " },
-		"missing by":     func(d *pipeline.Decision) { d.By = "" },
-		"oversized result": func(d *pipeline.Decision) {
-			d.Result = json.RawMessage(`"` + strings.Repeat("x", effects.MaxResultBytes) + `"`)
-		},
-		"result with retry": func(d *pipeline.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
-	}
-	updates := map[string]*update{}
-	for name, edit := range cases {
-		d := ok
-		edit(&d)
-		updates[name] = b.decide(time.Hour, d)
-	}
-	early := b.decide(0, ok) // Before anything waits.
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
-
-	for name, u := range updates {
-		require.Error(t, u.rejected, name)
-		require.False(t, u.accepted, name)
-	}
-	require.ErrorContains(t, early.rejected, "no step of this run is waiting")
-	// Nothing was decided: the run waited out DecisionTimeout.
-	var app *temporal.ApplicationError
-	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
-	require.True(t, app.NonRetryable())
-	require.Contains(t, app.Error(), "acme:order:9f3a:receipt")
-	require.NotContains(t, b.started, pipeline.NameApplyDecision)
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=failed"}, states(b.status(t)))
-}
-
-func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, nil).Once()
-	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{},
-		temporal.NewNonRetryableApplicationError("claim is live", activities.ErrTypeInvalidState, nil)).Once()
-	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{State: "failed_transient"}, nil).Once()
-	b.expectAttention(t, "receipt:ambiguous")
-
-	d := pipeline.Decision{Step: "receipt", Resolution: effects.ResolveRetry, By: "ada", Reason: "not in SendGrid"}
-	first := b.decide(time.Hour, d)
-	second := b.decide(2*time.Hour, d)
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
-
-	require.ErrorContains(t, first.completed, "claim is live")
-	require.NoError(t, second.completed)
-	require.NoError(t, b.env.GetWorkflowError())
 }
 
 func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
