@@ -70,3 +70,45 @@ func TestAmbiguousRefundEmailWaitsForDecisionInTheSameRun(t *testing.T) {
 	require.Eventually(t, func() bool { return !b.listed(t, in.WorkflowID()) }, 10*time.Second, 200*time.Millisecond,
 		"KeyedAttention is cleared when the run goes on")
 }
+
+// A refund run that waits is listed by `starter attention` with the order
+// runs, and `starter resolve` on the refund step's effect key sends it the
+// decision (the key names the refund's run): the ambiguous refund email is
+// decided "retry", and the retry looks the key up at SendGrid, answering
+// again, finds the email and sends nothing twice.
+func TestStarterResolveDecidesAWaitingRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRefundWorker(t, lookupOutageOpts)
+	b.paidOrder(t, "o1", 1999)
+
+	in := refunds.NewInput(b.tenant, "o1", "r1", 1999, "")
+	emailKey, err := in.EffectKey(refunds.StepEmail)
+	require.NoError(t, err)
+	b.mail.SetLookupOutage(true)
+	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
+	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	require.NoError(t, err)
+	b.awaitAttention(t, in.WorkflowID())
+
+	starter := b.starterCLI(t)
+	var listed []pipeline.Attention
+	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
+	i := indexOf(listed, in.WorkflowID())
+	require.Equal(t, in.WorkflowID(), listed[i].WorkflowID)
+	require.Equal(t, "refund_email:ambiguous", listed[i].Attention)
+	require.Equal(t, refunds.WorkflowName, listed[i].WorkflowType)
+	require.Contains(t, starter("attention"), in.WorkflowID())
+
+	b.mail.SetLookupOutage(false)
+	got := starter("resolve", "--key", emailKey.String(), "--as", "retry", "--by", "ada", "--reason", "SendGrid answers again")
+	require.Contains(t, got, emailKey.String()+" decided retry in the waiting run")
+
+	var out refunds.Result
+	require.NoError(t, run.Get(b.ctx, &out))
+	msgs := b.mail.MessagesFor(notify.CustomArgEffectKey, emailKey.String())
+	require.Len(t, msgs, 1, "the retry found the email at SendGrid; nothing sent twice")
+	require.Equal(t, msgs[0].MessageID, out.Email.MessageID)
+	require.Equal(t, 1, b.stripe.Refunds())
+	require.Equal(t, 1, b.runs(t, in.WorkflowID()), "the same run went on")
+}

@@ -29,16 +29,7 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	w := b.waitingReceipt(t, "cli1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	b.awaitAttention(t, w.st.WorkflowID)
 
-	bin := filepath.Join(t.TempDir(), "starter")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyedhq/keyed/cmd/starter").CombinedOutput()
-	require.NoError(t, err, "build cmd/starter: %s", out)
-	starter := func(args ...string) string {
-		cmd := exec.CommandContext(b.ctx, bin, args...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+b.dbURL, "TEMPORAL_ADDRESS="+temporalAddr, "TEMPORAL_NAMESPACE=default")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "starter %v:\n%s", args, out)
-		return string(out)
-	}
+	starter := b.starterCLI(t)
 
 	var listed []pipeline.Attention
 	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
@@ -56,6 +47,24 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	require.Equal(t, 1, b.runs(t, w.st.WorkflowID), "the same run went on")
 	rec := b.records(t, "cli1")["receipt"]
 	require.Equal(t, effects.StateSucceeded, rec.State)
+}
+
+// starterCLI builds cmd/starter and returns a function that runs it with
+// args against the test's schema and the dev server, requires exit 0 and
+// returns its output.
+func (b *bundle) starterCLI(t *testing.T) func(args ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "starter")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyedhq/keyed/cmd/starter").CombinedOutput()
+	require.NoError(t, err, "build cmd/starter: %s", out)
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(b.ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+b.dbURL, "TEMPORAL_ADDRESS="+temporalAddr, "TEMPORAL_NAMESPACE=default")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "starter %v:\n%s", args, out)
+		return string(out)
+	}
 }
 
 func indexOf(as []pipeline.Attention, workflowID string) int {
