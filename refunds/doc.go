@@ -33,6 +33,22 @@
 // parameters, and there is no row before Reserve); Reserve copies them into
 // the ledger, and every later step reads the ledger row.
 //
+// RefundWorkflow runs its steps through pipeline.Run, as the order workflow
+// does: the status query and current details show each step, and a step
+// whose outcome keyed cannot know (an ambiguous refund email, a reused key,
+// a RefundAtStripe whose retries ran out) does not fail the run but waits,
+// with the KeyedAttention search attribute set (such as
+// "refund_email:ambiguous"), for an operator's decision sent as the
+// "decide" update (pipeline.SendDecision, or `starter resolve` with the
+// step's effect key, which WorkflowIDOfKey maps to the refund's run). A
+// known failure (a refund that exceeds the charge, an order not paid,
+// Stripe's refusal) still fails the run. The waiting sits behind the
+// workflow.GetVersion change "wait-for-decision", so a refund run that
+// failed on an unknown outcome before replays unchanged (testdata). A
+// worker running RefundWorkflow registers pipeline's ApplyDecision once
+// (workflows.RegisterActivities does); RegisterWithOpts sets the decision
+// timeout.
+//
 // A reservation is never released: if Stripe refuses the refund for good
 // (ProviderRejected), its ledger row keeps holding that part of the charge,
 // so keyed can refund less than it could but never more; an operator
