@@ -72,7 +72,7 @@ func commands() []command {
 		{"migrate", "apply keyed's database migrations", runMigrate},
 		{"relay", "run an outbox relay on its own", runRelay},
 		{"reconcile", "compare keyed's charge records with Stripe's payment intents", runReconcile},
-		{"attention", "list the order runs that wait for an operator's decision", runAttention},
+		{"attention", "list the order and refund runs that wait for an operator's decision", runAttention},
 		{"resolve", "settle an effect whose outcome keyed cannot know (operators)", runResolve},
 		{"doctor", "check the deployment against keyed's hardening checklist", runDoctor},
 		{"serve", "serve keyed's HTTP API and outbox relay", runServe},

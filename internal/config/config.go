@@ -183,7 +183,7 @@ type WorkerTuning struct {
 	// MaxConcurrentActivities is WORKER_MAX_ACTIVITIES, the cap on activities
 	// this process runs at once.
 	MaxConcurrentActivities int
-	// DecisionTimeout is DECISION_TIMEOUT: how long an order run waits for
+	// DecisionTimeout is DECISION_TIMEOUT: how long an order or refund run waits for
 	// an operator's decision on an outcome keyed cannot know before it fails.
 	DecisionTimeout time.Duration
 	// Pollers is WORKER_POLLERS: how many workflow-task and how many
