@@ -14,6 +14,10 @@ import (
 // own task queue and their own Postgres schema.
 var temporalAddr string
 
+// temporalPID is the shared dev server's process ID, for the benchmarks'
+// CPU accounting.
+var temporalPID int
+
 func TestMain(m *testing.M) {
-	os.Exit(devserver.RunTests(m, "end-to-end", func(s *devserver.Server) { temporalAddr = s.Address() }))
+	os.Exit(devserver.RunTests(m, "end-to-end", func(s *devserver.Server) { temporalAddr, temporalPID = s.Address(), s.PID() }))
 }

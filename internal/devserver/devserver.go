@@ -240,6 +240,14 @@ func (s *Server) Address() string { return s.addr }
 // UIAddress returns the Web UI's URL, or "" when headless.
 func (s *Server) UIAddress() string { return s.uiAddr }
 
+// PID returns the server's process ID, or 0 before it started.
+func (s *Server) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Namespace returns the namespace the server created, "default".
 func (s *Server) Namespace() string { return "default" }
 

@@ -1,0 +1,79 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the kernel's USER_HZ, the unit of utime and stime in
+// /proc/<pid>/stat; 100 on every Linux this runs on.
+const clockTick = 10 * time.Millisecond
+
+// cpuSample is the CPU time used so far by the three parties of a
+// benchmark: the dev server, every Postgres process, and this process
+// (the workers, the clients and the provider fakes).
+type cpuSample struct {
+	server, postgres, self time.Duration
+}
+
+// sampleCPU reads the parties' CPU time from /proc. A process that cannot
+// be read counts as zero: the figures are a diagnosis, not an assertion.
+func sampleCPU() cpuSample {
+	s := cpuSample{server: procCPU(strconv.Itoa(temporalPID)), self: procCPU("self")}
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return s
+	}
+	for _, d := range dirs {
+		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+			s.postgres += procCPU(filepath.Base(d))
+		}
+	}
+	return s
+}
+
+// procCPU returns user plus system CPU time of /proc/<pid>, or zero.
+func procCPU(pid string) time.Duration {
+	raw, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command name; utime and stime are the
+	// 14th and 15th of the whole line, the 12th and 13th after it.
+	_, rest, ok := bytes.Cut(raw, []byte(") "))
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(string(rest))
+	if len(f) < 13 {
+		return 0
+	}
+	u, uerr := strconv.ParseInt(f[11], 10, 64)
+	st, serr := strconv.ParseInt(f[12], 10, 64)
+	if uerr != nil || serr != nil {
+		return 0
+	}
+	return time.Duration(u+st) * clockTick
+}
+
+// sub returns the CPU each party used between a and b, per run of n.
+func (b cpuSample) sub(a cpuSample, n int) cpuSample {
+	per := func(d time.Duration) time.Duration { return d / time.Duration(n) }
+	return cpuSample{server: per(b.server - a.server), postgres: per(b.postgres - a.postgres), self: per(b.self - a.self)}
+}
+
+// total is the CPU of all three parties.
+func (s cpuSample) total() time.Duration { return s.server + s.postgres + s.self }
+
+// String renders a per-run sample in milliseconds.
+func (s cpuSample) String() string {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return fmt.Sprintf("CPU ms/run %.1f: server %.1f, postgres %.1f, workers+fakes+clients %.1f",
+		ms(s.total()), ms(s.server), ms(s.postgres), ms(s.self))
+}
