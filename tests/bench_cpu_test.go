@@ -2,12 +2,17 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/proto"
 )
 
 // clockTick is the kernel's USER_HZ, the unit of utime and stime in
@@ -76,4 +81,19 @@ func (s cpuSample) String() string {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return fmt.Sprintf("CPU ms/run %.1f: server %.1f, postgres %.1f, workers+fakes+clients %.1f",
 		ms(s.total()), ms(s.server), ms(s.postgres), ms(s.self))
+}
+
+// historySize returns the number of events in a run's history and their
+// encoded size in bytes, to compare the work the server stores per run.
+func historySize(ctx context.Context, c client.Client, workflowID string) (events, bytes int, err error) {
+	it := c.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return 0, 0, fmt.Errorf("read the history of %s: %w", workflowID, err)
+		}
+		events++
+		bytes += proto.Size(e)
+	}
+	return events, bytes, nil
 }

@@ -150,8 +150,19 @@ func BenchmarkPipeline(b *testing.B) {
 				keyed, bare = append(keyed, k), append(bare, bb)
 			}
 			reportPairs(b, c, keyed, bare)
+			reportHistories(b, world, "b1-0")
 		})
 	}
+}
+
+// reportHistories prints the size of the keyed run's and the baseline's
+// histories for the order id.
+func reportHistories(b *testing.B, world *bundle, id string) {
+	ke, kb, err := historySize(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id).WorkflowID())
+	require.NoError(b, err)
+	be, bb, err := historySize(world.ctx, world.temporal, "bare:"+world.tenant+":"+id)
+	require.NoError(b, err)
+	fmt.Printf("history per run: keyed %d events, %d bytes; bare %d events, %d bytes\n", ke, kb, be, bb)
 }
 
 // runKeyedOrder starts the order's keyed run and waits for it.
