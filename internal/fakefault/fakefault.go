@@ -33,8 +33,9 @@ import (
 type FaultKind string
 
 // Fault kinds. Every fake honours FaultDropResponse, FaultServerError,
-// FaultRateLimit and FaultLatency; FaultHoldResponse is honoured by
-// fakestripe only, and fakesendgrid refuses it on POST /_fake/faults.
+// FaultRateLimit and FaultLatency; FaultHoldResponse and FaultRefuseRefund
+// are honoured by fakestripe only, and fakesendgrid refuses them on POST
+// /_fake/faults.
 const (
 	// FaultDropResponse performs the request and then closes the connection
 	// without writing a response, so the effect has happened but the caller
@@ -53,10 +54,13 @@ const (
 	// before answering, so the effect has happened but the caller has not
 	// heard. Honoured by fakestripe only.
 	FaultHoldResponse FaultKind = "hold_response"
+	// FaultRefuseRefund refuses a refund for good without performing it, as
+	// Stripe refuses one of a disputed charge. Honoured by fakestripe only.
+	FaultRefuseRefund FaultKind = "refuse_refund"
 )
 
 // kinds lists every FaultKind known to this package.
-var kinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency, FaultHoldResponse}
+var kinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency, FaultHoldResponse, FaultRefuseRefund}
 
 // Fault describes a failure applied to the next Times matching requests, or,
 // when Rate is set, to each matching request with probability Rate.

@@ -28,11 +28,17 @@ const (
 	// has happened but the caller has not heard. Use it to kill a worker
 	// between the charge and the activity's completion.
 	FaultHoldResponse = fakefault.FaultHoldResponse
+	// FaultRefuseRefund answers a refund request 400
+	// invalid_request_error/charge_disputed without refunding, and stores
+	// that answer for idempotent replays, as Stripe refuses a refund of a
+	// disputed charge for good. Match it with "POST /v1/refunds": it does
+	// nothing to a charge.
+	FaultRefuseRefund = fakefault.FaultRefuseRefund
 )
 
 // faultKinds lists the fault kinds this fake implements; POST /_fake/faults
 // refuses any other.
-var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency, FaultHoldResponse}
+var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency, FaultHoldResponse, FaultRefuseRefund}
 
 // Inject queues f for the next f.Times matching create requests
 // (POST /v1/payment_intents and POST /v1/refunds); 0 means 1. If f.Match is

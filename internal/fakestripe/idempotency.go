@@ -52,6 +52,9 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, apiKey stri
 		return
 	}
 	fault, _ := s.faults.Take(r.Method + " " + r.URL.Path + " " + key)
+	if fault.Kind == FaultRefuseRefund && r.URL.Path == "/v1/refunds" {
+		exec = refuseRefund
+	}
 	switch fault.Kind {
 	case FaultServerError:
 		time.Sleep(fault.Delay)
@@ -148,4 +151,11 @@ func (s *Server) finishIdempotent(scope idemScope, e *idemEntry, status int, bod
 		return
 	}
 	e.done, e.status, e.body, e.requestID = true, status, body, requestID
+}
+
+// refuseRefund is the executor of a refund that FaultRefuseRefund refuses:
+// nothing is refunded, and the refusal is stored for idempotent replays.
+func refuseRefund(p url.Values, _ string) (any, int, *apiError, bool) {
+	return nil, http.StatusBadRequest, &apiError{Type: "invalid_request_error", Code: "charge_disputed",
+		Message: fmt.Sprintf("The charge of %s has been disputed and cannot be refunded.", p.Get("payment_intent"))}, true
 }
