@@ -20,6 +20,7 @@ const (
 	NameRefundAtStripe  = "RefundAtStripe"
 	NameMarkRefunded    = "MarkRefunded"
 	NameSendRefundEmail = "SendRefundEmail"
+	NameReleaseRefund   = "ReleaseRefund"
 )
 
 // EmailTemplate is the notify template of the refund email. Its delivery
@@ -39,11 +40,20 @@ var (
 		Class: effects.ClassAbsoluteWrite, Step: StepMark}}
 	DeclEmail = activities.KeyedOf[RefundInput, EmailResult]{Declaration: activities.Declaration{Name: NameSendRefundEmail,
 		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce}}
+	DeclRelease = activities.KeyedOf[RefundInput, ReleaseResult]{Declaration: activities.Declaration{Name: NameReleaseRefund,
+		Class: effects.ClassAbsoluteWrite, Step: StepRelease}}
 )
 
 // Declarations returns the declarations of the refund activities, in the
-// order of Definitions.
+// order of Definitions: the four steps every run shows, then the release,
+// which runs only after Stripe refused the refund.
 func Declarations() []activities.Declaration {
+	return append(steps(), DeclRelease.Declaration)
+}
+
+// steps returns the declarations of the steps a refund run shows from its
+// start.
+func steps() []activities.Declaration {
 	return []activities.Declaration{DeclReserve.Declaration, DeclStripe.Declaration, DeclMark.Declaration, DeclEmail.Declaration}
 }
 
@@ -109,6 +119,7 @@ func (a *Activities) Definitions() []activities.Definition {
 		DeclStripe.Bind(a.RefundAtStripe),
 		DeclMark.Bind(a.MarkRefunded),
 		DeclEmail.Bind(a.SendRefundEmail),
+		DeclRelease.Bind(a.ReleaseRefund),
 	}
 }
 

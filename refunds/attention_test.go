@@ -158,14 +158,16 @@ func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped"}, m.states(t))
 }
 
-// Stripe's refusal is a known outcome: the run fails at once with the
-// step's one line, and waits for nobody.
+// Stripe's refusal is a known outcome: the run releases the reservation,
+// then fails with the Stripe step's one line, and waits for nobody.
 func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	m := newMockedRun(t, nil)
 	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
 	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
 		temporal.NewNonRetryableApplicationError("refund_stripe: charge already refunded", activities.ErrTypeProviderRejected, nil)).Once()
+	m.env.OnActivity(refunds.NameReleaseRefund, mock.Anything, refundIn).
+		Return(refunds.ReleaseResult{AmountMinor: 500, Code: "charge_already_refunded"}, nil).Once()
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 	var app *temporal.ApplicationError
@@ -173,5 +175,23 @@ func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	require.Equal(t, activities.ErrTypeProviderRejected, app.Type())
 	require.Contains(t, app.Error(), "charge already refunded")
 	require.Empty(t, m.attention, "no KeyedAttention")
-	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped"}, m.states(t))
+	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped",
+		"refund_release=done"}, m.states(t))
+	require.Equal(t, []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameReleaseRefund}, m.started)
+}
+
+// A refund at Stripe whose outcome is unknown, undecided, is not released:
+// Stripe may have refunded it.
+func TestUndecidedRefundIsNotReleased(t *testing.T) {
+	t.Parallel()
+	m := newMockedRun(t, &pipeline.Opts{DecisionTimeout: time.Hour})
+	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
+	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
+		temporal.NewNonRetryableApplicationError("refund_stripe: idempotency_error", activities.ErrTypeKeyReused, nil))
+
+	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
+	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
+	require.NotContains(t, m.started, refunds.NameReleaseRefund)
 }

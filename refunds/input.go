@@ -19,6 +19,9 @@ const (
 	StepStripe  = "refund_stripe"
 	StepMark    = "refund_mark"
 	StepEmail   = "refund_email"
+	// StepRelease runs only when Stripe refused the refund for good: it
+	// gives the reservation back (ReleaseRefund).
+	StepRelease = "refund_release"
 )
 
 // InputVersion is the only RefundInput version this code understands.
@@ -160,6 +163,15 @@ type MarkResult struct {
 type EmailResult struct {
 	MessageID string `json:"message_id,omitempty"`
 	Collapsed bool   `json:"collapsed,omitempty"`
+}
+
+// ReleaseResult is the stored outcome of the release step: the amount
+// given back, Stripe's refusal code, and what the order has refunded after
+// it (ledger minus releases).
+type ReleaseResult struct {
+	AmountMinor   int64  `json:"amount_minor"`
+	Code          string `json:"code"`
+	RefundedMinor int64  `json:"refunded_minor"`
 }
 
 // Result is the refund workflow's result.

@@ -48,9 +48,24 @@ type Entry struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-// Ledger reads and appends to the refund ledger (refund_ledger) and the
-// refunds' Stripe outcomes (refund_stripe_outcomes). It never updates or
-// deletes a row: what an order has refunded is the sum of its rows.
+// Release is a row of refund_releases: the whole of a refund's ledger row
+// given back after Stripe refused the refund for good. Code is Stripe's
+// refusal code, such as "charge_disputed".
+type Release struct {
+	TenantID    string    `json:"tenant_id"`
+	OrderID     string    `json:"order_id"`
+	RefundID    string    `json:"refund_id"`
+	AmountMinor int64     `json:"amount_minor"`
+	Code        string    `json:"code"`
+	EffectKey   string    `json:"effect_key"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Ledger reads and appends to the refund ledger (refund_ledger), its
+// releases (refund_releases) and the refunds' Stripe outcomes
+// (refund_stripe_outcomes). It never updates or deletes a row: what an
+// order has refunded is the sum of its ledger rows minus the sum of its
+// releases.
 type Ledger struct {
 	db effects.DB
 }
@@ -65,7 +80,9 @@ func NewLedger(db effects.DB) (*Ledger, error) {
 
 // ReserveTx appends e to the ledger inside tx unless the order's refunds
 // would then exceed chargedMinor, and returns what the order's refunds sum
-// to with e. It first takes the order's lock (effects.LockEntityTx on
+// to with e. What an order has refunded is its ledger's sum minus its
+// releases' (see ReleaseTx), so a released refund's amount can be
+// reserved again. It first takes the order's lock (effects.LockEntityTx on
 // "<tenant>:order:<order>") for the rest of tx, so that concurrent
 // reservations of one order are summed one after the other and together
 // never exceed the charge. A refund already in the ledger with the same
@@ -88,7 +105,7 @@ func (l *Ledger) ReserveTx(ctx context.Context, tx pgx.Tx, e Entry, chargedMinor
 	var ownAmount *int64
 	var ownReason *string
 	err = tx.QueryRow(ctx, `
-SELECT coalesce(sum(amount_minor), 0)::bigint,
+SELECT coalesce(sum(amount_minor), 0)::bigint - `+releasedSum+`,
        max(amount_minor) FILTER (WHERE refund_id = $3),
        max(reason) FILTER (WHERE refund_id = $3)
 FROM refund_ledger WHERE tenant_id = $1 AND order_id = $2`, e.TenantID, e.OrderID, e.RefundID).Scan(&sum, &ownAmount, &ownReason)
@@ -161,11 +178,16 @@ WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, refund_id`, tenantID
 	return out, nil
 }
 
-// RefundedTx returns the sum of the order's refunds in the ledger, inside
-// the caller's transaction.
+// releasedSum is the SQL of what the releases of order $2 of tenant $1 sum
+// to, as a bigint.
+const releasedSum = `(SELECT coalesce(sum(amount_minor), 0) FROM refund_releases WHERE tenant_id = $1 AND order_id = $2)::bigint`
+
+// RefundedTx returns what the order has refunded, inside the caller's
+// transaction: the sum of its refunds in the ledger minus the sum of their
+// releases.
 func (l *Ledger) RefundedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
 	var sum int64
-	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint FROM refund_ledger
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint - `+releasedSum+` FROM refund_ledger
 WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).Scan(&sum)
 	if err != nil {
 		return 0, fmt.Errorf("sum refunds of order %s/%s: %w", tenantID, orderID, err)

@@ -32,7 +32,7 @@ const (
 )
 
 // tables are every table a refund step may write.
-var tables = []string{"keyed_effects", "orders", "order_transitions", "keyed_sends", "refund_ledger", "refund_stripe_outcomes"}
+var tables = []string{"keyed_effects", "orders", "order_transitions", "keyed_sends", "refund_ledger", "refund_stripe_outcomes", "refund_releases"}
 
 type bundle struct {
 	pool     *pgxpool.Pool

@@ -134,7 +134,8 @@ func sameRequest(ctx context.Context, db effects.DB, in RefundInput) (bool, erro
 }
 
 // Refund is a refund as requested, and how far it got: its ledger row once
-// Reserve wrote it, and Stripe's answer once RefundAtStripe recorded it.
+// Reserve wrote it, Stripe's answer once RefundAtStripe recorded it, and
+// its release once ReleaseRefund gave back what Stripe refused.
 type Refund struct {
 	RefundID    string `json:"refund_id"`
 	AmountMinor int64  `json:"amount_minor"`
@@ -146,6 +147,18 @@ type Refund struct {
 	Entry *Entry `json:"ledger,omitempty"`
 	// Stripe is the Stripe refund, nil until RefundAtStripe recorded it.
 	Stripe *StripeResult `json:"stripe,omitempty"`
+	// Release is the reservation given back after Stripe refused the
+	// refund for good, nil unless ReleaseRefund wrote it.
+	Release *Release `json:"release,omitempty"`
+}
+
+// Refunded returns what r takes from the order's charge: its ledger
+// amount, unless it is not reserved yet or was released.
+func (r Refund) Refunded() int64 {
+	if r.Entry == nil || r.Release != nil {
+		return 0
+	}
+	return r.Entry.AmountMinor
 }
 
 // Refund returns the order's refund refundID as requested (see Refund). It
@@ -194,6 +207,7 @@ func (l *Ledger) Refunds(ctx context.Context, tenantID, orderID string) ([]Refun
 	return out, nil
 }
 
+// addStripe adds r's Stripe outcome and release, once r is in the ledger.
 func (l *Ledger) addStripe(ctx context.Context, r *Refund, tenantID, orderID string) error {
 	if r.Entry == nil {
 		return nil
@@ -202,6 +216,10 @@ func (l *Ledger) addStripe(ctx context.Context, r *Refund, tenantID, orderID str
 	if found {
 		r.Stripe = &s
 	}
+	if err != nil {
+		return err
+	}
+	r.Release, err = l.Released(ctx, tenantID, orderID, r.RefundID)
 	return err
 }
 

@@ -33,8 +33,9 @@ import (
 // renewed and a Temporal heartbeat recorded.
 //
 // Errors (through activities.ToTemporal): InvalidInput, InvalidState (the
-// refund is not reserved, the order's charge did not succeed, or neither
-// its record nor Stripe knows it), ProviderRejected (Stripe refused the refund, such as
+// refund is not reserved or was released after an earlier refusal, the
+// order's charge did not succeed, or neither its record nor Stripe knows
+// it), ProviderRejected (Stripe refused the refund, such as
 // charge_already_refunded or amount_too_large, or it ended failed or
 // canceled), KeyReused and Terminal are non-retryable; Transient
 // (timeouts, resets, 429, 5xx, 409), InProgress and LeaseLost are
@@ -47,6 +48,9 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (Stripe
 			if e, err = a.entry(ctx, c); err != nil {
 				return err
 			}
+			if err := a.notReleased(ctx, c); err != nil {
+				return err
+			}
 			charge, err = a.charge(ctx, c)
 			return err
 		},
@@ -55,6 +59,17 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (Stripe
 			return a.refund(ctx, c, e, charge)
 		},
 	})
+}
+
+// notReleased returns an InvalidState error when the refund was released
+// after Stripe refused it: a refund ID asks Stripe once.
+func (a *Activities) notReleased(ctx context.Context, c *call) error {
+	rel, err := a.ledger.Released(ctx, c.In.TenantID, c.In.OrderID, c.In.RefundID)
+	if err != nil || rel == nil {
+		return err
+	}
+	return c.Fail(activities.ErrTypeInvalidState, "refund %s was released after Stripe refused it (%s); refund again under a new refund ID",
+		c.In.RefundID, rel.Code)
 }
 
 // charge returns the outcome of the order's charge: its effect record's,

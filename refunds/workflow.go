@@ -44,7 +44,12 @@ import (
 // first step that fails for good, in which case later steps do not run: a
 // refund that exceeds what is left of the charge, or of an order that is
 // not paid, ends at Reserve with InvalidState, with no ledger row and no
-// Stripe call; Stripe's refusal ends it at RefundAtStripe.
+// Stripe call; Stripe's refusal for good (ProviderRejected) ends it at
+// RefundAtStripe, after the ReleaseRefund step (behind the
+// workflow.GetVersion change "release-on-refusal") gave the reservation
+// back, so that what is left of the charge can be refunded under another
+// refund ID. The status query shows the release step after the others; when
+// it fails for good, the run fails with its error instead.
 func RefundWorkflow(ctx workflow.Context, in RefundInput) (Result, error) {
 	return refundWorkflow(ctx, in, nil)
 }
@@ -55,7 +60,7 @@ func refundWorkflow(ctx workflow.Context, in RefundInput, opts *pipeline.Opts) (
 		return out, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("refund workflow %s: %v", in.WorkflowID(), err), activities.ErrTypeInvalidInput, nil)
 	}
-	r, err := pipeline.New(ctx, in, Declarations(), opts)
+	r, err := pipeline.New(ctx, in, steps(), opts)
 	if err != nil {
 		return out, err
 	}
@@ -63,7 +68,7 @@ func refundWorkflow(ctx workflow.Context, in RefundInput, opts *pipeline.Opts) (
 		return out, err
 	}
 	if err := step(ctx, r, DeclStripe, &out.Stripe, func(s StripeResult) string { return s.RefundID }); err != nil {
-		return out, err
+		return out, release(ctx, r, err)
 	}
 	if err := step(ctx, r, DeclMark, &out.Mark, func(m MarkResult) string { return m.Status }); err != nil {
 		return out, err
@@ -73,6 +78,32 @@ func refundWorkflow(ctx workflow.Context, in RefundInput, opts *pipeline.Opts) (
 	}
 	r.ShowDetails(ctx)
 	return out, nil
+}
+
+// releaseChange is the workflow.GetVersion change ID of releasing the
+// reservation of a refund Stripe refused: runs that failed on a refusal
+// before it replay unchanged.
+const releaseChange = "release-on-refusal"
+
+// release runs ReleaseRefund when stripeErr, the error RefundAtStripe
+// failed with, is Stripe's refusal for good (ProviderRejected), and returns
+// the error the run fails with: stripeErr, or the release step's own error
+// when it failed. Any other failure (a decision timeout, an invalid state)
+// comes back unchanged, releasing nothing.
+func release(ctx workflow.Context, r *pipeline.Run, stripeErr error) error {
+	var app *temporal.ApplicationError
+	if !errors.As(stripeErr, &app) || app.Type() != activities.ErrTypeProviderRejected {
+		return stripeErr
+	}
+	if workflow.GetVersion(ctx, releaseChange, workflow.DefaultVersion, 1) < 1 {
+		return stripeErr
+	}
+	var res ReleaseResult
+	if err := step(ctx, r, DeclRelease, &res, func(x ReleaseResult) string { return x.Code }); err != nil {
+		return err
+	}
+	r.ShowDetails(ctx)
+	return stripeErr
 }
 
 // step runs the refund activity declared by k into out with
