@@ -89,7 +89,12 @@
 //     only failed or canceled ones) whose step recorded one, or that was
 //     reserved longer than Opts.RefundGrace ago and is not running (its
 //     step never ran, or failed for good). keyed shows a refund the
-//     customer did not get.
+//     customer did not get. A released refund (refund_releases: Stripe
+//     refused it and keyed gave its reservation back) with no Stripe
+//     refund is not one: that is what its release says.
+//   - KindReleasedButRefunded: a released refund that Stripe does show as
+//     refunded (a refund under its key that is not failed or canceled):
+//     keyed counts as left to refund money the customer got back.
 //
 // A refund whose step holds a live lease, or that was reserved less than
 // the grace (DefaultRefundGrace, an hour) ago and has no recorded answer

@@ -62,7 +62,7 @@ const (
 // Kinds lists every kind of finding: the charge kinds, most urgent first,
 // then the refund kinds (see KindDoubleRefund), most urgent first.
 var Kinds = []Kind{KindExtraCharges, KindMissingRecord, KindMismatch, KindMissingAtProvider,
-	KindDoubleRefund, KindUnrecordedRefund, KindRefundMismatch, KindRefundMissingAtProvider}
+	KindDoubleRefund, KindReleasedButRefunded, KindUnrecordedRefund, KindRefundMismatch, KindRefundMissingAtProvider}
 
 // Window is the span of creation times reconciled: from From, inclusive, to
 // To, exclusive. Both a record's created_at and a PaymentIntent's created

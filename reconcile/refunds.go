@@ -45,6 +45,11 @@ const (
 	// Opts.RefundGrace and is not running. keyed shows a refund the
 	// customer did not get.
 	KindRefundMissingAtProvider Kind = "refund_missing_at_provider"
+	// KindReleasedButRefunded: keyed released a refund's reservation after
+	// Stripe refused it (refund_releases), and yet Stripe has a refund that
+	// is not failed or canceled under its key. keyed counts as left to
+	// refund money the customer already got back.
+	KindReleasedButRefunded Kind = "released_but_refunded"
 )
 
 // DefaultRefundGrace is how long after its ledger row a refund may still
@@ -65,6 +70,11 @@ type RefundRecord struct {
 	ReservedAt time.Time `json:"reserved_at"`
 	// Stripe is the outcome stored in refund_stripe_outcomes, or nil.
 	Stripe *refunds.StripeResult `json:"stripe,omitempty"`
+	// ReleasedAt and ReleaseCode are set when keyed released the refund's
+	// reservation after Stripe refused it (refund_releases): when, and
+	// Stripe's refusal code.
+	ReleasedAt  *time.Time `json:"released_at,omitempty"`
+	ReleaseCode string     `json:"release_code,omitempty"`
 }
 
 // refundSide is everything compared for one refund effect key.
@@ -124,10 +134,11 @@ func (r *Reconciler) refundPass(ctx context.Context, w Window, dbNow time.Time, 
 func (r *Reconciler) ledgerSides(ctx context.Context, where string, args ...any) (map[string]*refundSide, error) {
 	rows, err := r.db.Query(ctx, `
 SELECT l.tenant_id, l.order_id, l.refund_id, l.amount_minor, o.currency, l.created_at,
-       s.stripe_refund_id, s.payment_intent_id, s.status, s.amount_minor, s.currency
+       s.stripe_refund_id, s.payment_intent_id, s.status, s.amount_minor, s.currency, r.created_at, r.code
 FROM refund_ledger l
 JOIN orders o ON o.tenant_id = l.tenant_id AND o.id = l.order_id
 LEFT JOIN refund_stripe_outcomes s ON s.tenant_id = l.tenant_id AND s.order_id = l.order_id AND s.refund_id = l.refund_id
+LEFT JOIN refund_releases r ON r.tenant_id = l.tenant_id AND r.order_id = l.order_id AND r.refund_id = l.refund_id
 WHERE `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read refund ledger: %w", err)
@@ -138,10 +149,15 @@ WHERE `+where, args...)
 		rec                 RefundRecord
 		sid, spi, sst, scur *string
 		samt                *int64
+		relAt               *time.Time
+		relCode             *string
 	)
 	_, err = pgx.ForEachRow(rows, []any{&tenant, &rec.OrderID, &rec.RefundID, &rec.AmountMinor, &rec.Currency, &rec.ReservedAt,
-		&sid, &spi, &sst, &samt, &scur}, func() error {
+		&sid, &spi, &sst, &samt, &scur, &relAt, &relCode}, func() error {
 		row := rec
+		if relAt != nil {
+			row.ReleasedAt, row.ReleaseCode = relAt, *relCode
+		}
 		if sid != nil {
 			row.Stripe = &refunds.StripeResult{RefundID: *sid, PaymentIntentID: *spi, Status: *sst, AmountMinor: *samt, Currency: *scur}
 		}
@@ -386,6 +402,11 @@ func checkRefund(s *refundSide, dbNow time.Time, grace time.Duration) (found []F
 	case s.row == nil:
 		if len(active) > 0 {
 			add(KindUnrecordedRefund, "Stripe refunded %s under this key, and refund_ledger has no row for it", refundIDs(active))
+		}
+	case s.row.ReleasedAt != nil:
+		if len(active) > 0 {
+			add(KindReleasedButRefunded, "keyed released this refund at %s after Stripe refused it (%s), and Stripe refunded %s under this key",
+				s.row.ReleasedAt.UTC().Format(time.RFC3339), s.row.ReleaseCode, refundIDs(active))
 		}
 	case len(active) == 0:
 		switch {

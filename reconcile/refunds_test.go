@@ -306,3 +306,40 @@ func TestNewRefusesANegativeRefundGrace(t *testing.T) {
 	_, err := reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{RefundGrace: -time.Second})
 	require.ErrorContains(t, err, "refund grace -1s is negative")
 }
+
+// release records that keyed released the refund's reservation after
+// Stripe refused it, as the refund_release step does.
+func (b *bundle) release(t *testing.T, order, refundID string) {
+	t.Helper()
+	k, err := refunds.NewInput("acme", order, refundID, 1, "").EffectKey(refunds.StepRelease)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO refund_releases (tenant_id, order_id, refund_id, amount_minor, code, effect_key)
+SELECT tenant_id, order_id, refund_id, amount_minor, 'charge_disputed', $4 FROM refund_ledger
+WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, "acme", order, refundID, k.String())
+	require.NoError(t, err)
+}
+
+// A released refund with no Stripe refund is what its release says, not a
+// refund missing at Stripe; one that Stripe refunded all the same is
+// released_but_refunded.
+func TestReleasedRefunds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pi := b.order(t, "acme", "1", 1999, from.Add(time.Hour))
+	b.reserve(t, "acme", "1", "refused", 100, from.Add(2*time.Hour))
+	cl := b.claim(t, stripeKey(t, "acme", "1", "refused"), from.Add(2*time.Hour))
+	require.NoError(t, b.fx.Fail(b.ctx, cl, errors.New("charge_disputed")))
+	b.release(t, "1", "refused")
+	// Released, and yet refunded at Stripe under its key.
+	b.reserve(t, "acme", "1", "both", 200, from.Add(3*time.Hour))
+	key := stripeKey(t, "acme", "1", "both")
+	re := b.stripeRefund(t, pi, key, key, 200, from.Add(3*time.Hour))
+	b.release(t, "1", "both")
+
+	rep := b.run(t)
+	require.Equal(t, []string{"released_but_refunded " + key}, kinds(rep))
+	f := finding(t, rep, reconcile.KindReleasedButRefunded, key)
+	require.Contains(t, f.Detail, "after Stripe refused it (charge_disputed), and Stripe refunded "+re.ID)
+	require.Equal(t, "charge_disputed", f.Refund.ReleaseCode)
+	require.Equal(t, 1.0, b.gauge(t, reconcile.KindReleasedButRefunded))
+}
