@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
@@ -158,4 +159,30 @@ func TestConcurrentRefundsBeyondTheCharge(t *testing.T) {
 	o, err := b.orders.Get(b.ctx, b.tenant, "o1")
 	require.NoError(t, err)
 	require.Equal(t, orders.StatusPartiallyRefunded, o.Status)
+}
+
+// Stripe refuses a refund for good: no Stripe refund, the reservation is
+// released, and a refund of the whole charge under another refund ID then
+// refunds once.
+func TestRefusedRefundReleasesItsReservation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRefundWorker(t)
+	b.paidOrder(t, "o1", 1999)
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultRefuseRefund, Match: "POST /v1/refunds"})
+	refused := refunds.NewInput(b.tenant, "o1", "r1", 1999, "")
+	run, err := refunds.Start(b.ctx, b.temporal, refused, b.taskQueue)
+	require.NoError(t, err)
+	err = run.Get(b.ctx, nil)
+	require.ErrorContains(t, err, "charge_disputed")
+	require.Zero(t, b.stripe.Refunds())
+	rel, err := refundLedger(t, b).Released(b.ctx, b.tenant, "o1", "r1")
+	require.NoError(t, err)
+	require.NotNil(t, rel, "the reservation was released")
+	require.Equal(t, "charge_disputed", rel.Code)
+	require.EqualValues(t, 1999, rel.AmountMinor)
+
+	res := b.refund(t, refunds.NewInput(b.tenant, "o1", "r2", 1999, ""), 1)
+	require.Equal(t, string(orders.StatusRefunded), res.Mark.Status)
+	require.Equal(t, 1, b.stripe.Refunds())
 }
