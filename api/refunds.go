@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
@@ -34,7 +35,13 @@ const (
 	// RefundRefunded: Stripe refunded it.
 	RefundRefunded = "refunded"
 	// RefundFailed: a step failed for good; ErrorCode says which way.
+	// Released says whether its reservation was given back (Stripe refused
+	// the refund), so that what it reserved can be refunded again.
 	RefundFailed = "failed"
+	// RefundNeedsAttention: a step's outcome is unknown (ErrorCode
+	// ambiguous or key_reused); the refund's run waits for an operator's
+	// decision, after which it goes on.
+	RefundNeedsAttention = "needs_attention"
 )
 
 // refundMembers are the members of a POST /v1/orders/{id}/refunds body,
@@ -59,12 +66,19 @@ type RefundView struct {
 	AmountMinor int64  `json:"amount_minor"`
 	Currency    string `json:"currency"`
 	Reason      string `json:"reason,omitempty"`
-	// State is requested, reserved, refunded or failed.
+	// State is requested, reserved, refunded, failed or needs_attention.
 	State string `json:"state"`
-	// ErrorCode and Error are set when State is failed: a stable code of
-	// the step that failed (as EffectView shows it) and a plain message.
-	ErrorCode      string `json:"error_code,omitempty"`
-	Error          string `json:"error,omitempty"`
+	// ErrorCode and Error are set when State is failed or needs_attention:
+	// a stable code of the step that failed or waits (as EffectView shows
+	// it) and a plain message.
+	ErrorCode string `json:"error_code,omitempty"`
+	Error     string `json:"error,omitempty"`
+	// Released is set when Stripe refused the refund for good and its
+	// reservation was given back: it no longer counts in the order's
+	// refunded_minor. RefusalCode is Stripe's code, such as
+	// "charge_disputed".
+	Released       bool   `json:"released,omitempty"`
+	RefusalCode    string `json:"refusal_code,omitempty"`
 	StripeRefundID string `json:"stripe_refund_id,omitempty"`
 	WorkflowID     string `json:"workflow_id"`
 	// Start is the state of the refund run's start, or nil once its
@@ -269,22 +283,44 @@ func (h *Handler) viewOf(ctx context.Context, db effects.DB, order *orders.Order
 
 // setRefundState sets v's State from how far ref got and its effects: a
 // Stripe refund makes it refunded, a ledger row reserved; before Stripe
-// refunded it, a step that failed for good makes it failed with that
-// step's code and message.
+// refunded it, a step whose outcome is unknown (unknownOutcome: its run
+// waits for a decision) makes it needs_attention, and a step that failed
+// for good makes it failed, each with that step's code and message. A
+// release makes it failed (provider_rejected) and released, with Stripe's
+// refusal code, whether or not the failed record is still there.
 func setRefundState(v *RefundView, ref refunds.Refund) {
 	switch {
 	case ref.Stripe != nil:
 		v.State, v.StripeRefundID = RefundRefunded, ref.Stripe.RefundID
 		return
+	case ref.Release != nil:
+		v.State, v.ErrorCode, v.Error = RefundFailed, codeProviderRejected, "Stripe refused this refund; what it reserved was given back"
+		v.Released, v.RefusalCode = true, ref.Release.Code
+		return
 	case ref.Entry != nil:
 		v.State = RefundReserved
 	}
 	for _, e := range v.Effects {
-		if e.State == effects.StateFailedTerminal {
-			v.State, v.ErrorCode, v.Error = RefundFailed, e.ErrorCode, e.Error
-			return
+		if e.State != effects.StateFailedTerminal {
+			continue
 		}
+		v.State, v.ErrorCode, v.Error = RefundFailed, e.ErrorCode, e.Error
+		if unknownOutcome(e.ErrorCode) {
+			v.State = RefundNeedsAttention
+		}
+		return
 	}
+}
+
+// codeProviderRejected is the code of a step Stripe refused.
+var codeProviderRejected = (&activities.Error{Type: activities.ErrTypeProviderRejected}).Code()
+
+// unknownOutcome reports whether a failed record's code says its outcome
+// is unknown (Ambiguous, KeyReused), so that its run waits for an
+// operator's decision (as package pipeline decides) instead of failing.
+func unknownOutcome(code string) bool {
+	typ, _ := activities.ErrorType(&effects.TerminalError{Code: code})
+	return typ == activities.ErrTypeAmbiguous || typ == activities.ErrTypeKeyReused
 }
 
 // startOf returns the tenant's view of the workflow's start, or nil when
@@ -304,7 +340,8 @@ func (h *Handler) startOf(ctx context.Context, db effects.DB, workflowID string)
 }
 
 // orderRefunds returns the tenant's view of each of the order's refunds,
-// oldest first, and what the refunds in the ledger sum to.
+// oldest first, and what the order has refunded: the refunds in the ledger
+// that were not released.
 func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order) ([]RefundView, int64, error) {
 	ledger, err := refunds.NewLedger(h.db)
 	if err != nil {
@@ -321,9 +358,7 @@ func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order) ([]Refu
 		if err != nil {
 			return nil, 0, err
 		}
-		if ref.Entry != nil {
-			refunded += ref.Entry.AmountMinor
-		}
+		refunded += ref.Refunded()
 		views = append(views, *v)
 	}
 	return views, refunded, nil

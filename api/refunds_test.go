@@ -282,3 +282,71 @@ func TestRefundFailureShowsCodesNotDetail(t *testing.T) {
 	r = b.do(t, "GET", "/v1/orders/ord_f", b.keyA, "", "")
 	require.NotContains(t, string(r.body), "10.0.0.7")
 }
+
+// failStep records the refund's step as failed for good with code, as a
+// step's record is.
+func (b *bundle) failStep(t testing.TB, orderID, refundID, step, code string) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, error_code, error_message, finished_at)
+		VALUES ($1, $2, $3, 'failed_terminal', 'wf/'||$3, $4, 'detail the tenant never sees', now())`,
+		b.tenantA+":order:"+orderID+":refund:"+refundID+":"+step, b.tenantA, step, code)
+	require.NoError(t, err)
+}
+
+// A refund Stripe refused and keyed released shows failed and released,
+// with Stripe's code; it no longer counts in refunded_minor, so the whole
+// charge can be refunded again.
+func TestReleasedRefundShowsReleased(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.paidOrder(t, "ord_x", 1000)
+	require.Equal(t, http.StatusAccepted, b.do(t, "POST", "/v1/orders/ord_x/refunds", b.keyA, "k1", refundBody("r1", 1000, "")).status)
+	b.reserve(t, "ord_x", "r1", 1000, "")
+	b.failStep(t, "ord_x", "r1", refunds.StepStripe, "provider_rejected")
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO refund_releases (tenant_id, order_id, refund_id, amount_minor, code, effect_key)
+		VALUES ($1, 'ord_x', 'r1', 1000, 'charge_disputed', $2)`, b.tenantA, b.tenantA+":order:ord_x:refund:r1:refund_release")
+	require.NoError(t, err)
+
+	r := b.do(t, "GET", "/v1/orders/ord_x/refunds/r1", b.keyA, "", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	v := decodeRefund(t, r)
+	require.Equal(t, api.RefundFailed, v.State)
+	require.Equal(t, "provider_rejected", v.ErrorCode)
+	require.True(t, v.Released)
+	require.Equal(t, "charge_disputed", v.RefusalCode)
+	require.Contains(t, string(r.body), `"released":true`)
+	require.NotContains(t, string(r.body), "detail the tenant never sees")
+
+	r = b.do(t, "GET", "/v1/orders/ord_x", b.keyA, "", "")
+	var detail api.OrderDetail
+	require.NoError(t, json.Unmarshal(r.body, &detail))
+	require.Zero(t, detail.RefundedMinor)
+	r = b.do(t, "POST", "/v1/orders/ord_x/refunds", b.keyA, "k2", refundBody("r2", 1000, ""))
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+}
+
+// A step whose outcome is unknown (its run waits for an operator's
+// decision) shows needs_attention with its code; a refusal shows failed.
+func TestRefundWaitingForADecisionNeedsAttention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.paidOrder(t, "ord_w", 1000)
+	for _, c := range []struct{ refundID, step, code, state string }{
+		{"r1", refunds.StepStripe, "key_reused", api.RefundNeedsAttention},
+		{"r2", refunds.StepStripe, "ambiguous", api.RefundNeedsAttention},
+		{"r3", refunds.StepStripe, "provider_rejected", api.RefundFailed},
+		{"r4", refunds.StepReserve, "invalid_state", api.RefundFailed},
+	} {
+		require.Equal(t, http.StatusAccepted, b.do(t, "POST", "/v1/orders/ord_w/refunds", b.keyA, "k-"+c.refundID, refundBody(c.refundID, 100, "")).status)
+		if c.step == refunds.StepStripe {
+			b.reserve(t, "ord_w", c.refundID, 100, "")
+		}
+		b.failStep(t, "ord_w", c.refundID, c.step, c.code)
+		r := b.do(t, "GET", "/v1/orders/ord_w/refunds/"+c.refundID, b.keyA, "", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		v := decodeRefund(t, r)
+		require.Equal(t, c.state, v.State, c.code)
+		require.Equal(t, c.code, v.ErrorCode)
+		require.False(t, v.Released)
+	}
+}
