@@ -56,7 +56,7 @@ bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempot
 	go test -run '^$$' -bench CreateOrder -benchtime 3s -count 3 ./api
 
 .PHONY: bench-pipeline
-bench-pipeline: postgres tools ## Run keyed's pipeline and a bare 3-activity workflow alternately on one dev server at C=20 and 50; print wf/s, p50/p99 and the ratio.
+bench-pipeline: postgres tools ## Run keyed's pipeline and a bare 3-activity workflow with the same options on one dev server at C=20 and 50, in warmed-up pairs of alternating order; print wf/s, p50/p99, the median pair ratio and each party's CPU per run.
 	go test -run '^$$' -bench Pipeline -benchtime 1x -timeout 30m ./tests
 
 .PHONY: bench-storm
