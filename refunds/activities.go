@@ -51,6 +51,15 @@ func Declarations() []activities.Declaration {
 	return append(steps(), DeclRelease.Declaration)
 }
 
+// LongestPath returns the declarations of the steps on a refund run's
+// longest path, for workflows.LongestRun: Reserve, RefundAtStripe,
+// MarkRefunded and SendRefundEmail, the steps a run shows from its start.
+// ReleaseRefund runs instead of the last two, and retries for no longer
+// than they do together.
+func LongestPath() []activities.Declaration {
+	return steps()
+}
+
 // steps returns the declarations of the steps a refund run shows from its
 // start.
 func steps() []activities.Declaration {

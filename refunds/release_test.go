@@ -3,6 +3,7 @@ package refunds_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -12,6 +13,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // refuse makes the fake Stripe refuse the next refund for good.
@@ -150,4 +152,14 @@ func TestRefundWorkflowReleasesARefusedRefund(t *testing.T) {
 	require.Zero(t, b.stripe.Refunds())
 	require.Zero(t, b.sendgrid.Count())
 	require.Equal(t, orders.StatusPaid, b.status(t, "o1"), "MarkRefunded never ran")
+}
+
+// ReleaseRefund runs instead of MarkRefunded and SendRefundEmail, so the
+// longest path (workflows.LongestRun) leaves it out: it must retry for no
+// longer than they do together.
+func TestReleaseRetriesNoLongerThanTheStepsItReplaces(t *testing.T) {
+	t.Parallel()
+	window := func(d activities.Declaration) time.Duration { return workflows.RetryWindow(d.ActivityOptions("")) }
+	require.LessOrEqual(t, window(refunds.DeclRelease.Declaration), window(refunds.DeclMark.Declaration)+window(refunds.DeclEmail.Declaration))
+	require.NotContains(t, refunds.LongestPath(), refunds.DeclRelease.Declaration)
 }

@@ -106,10 +106,10 @@ func RetryWindow(o workflow.ActivityOptions) time.Duration {
 // LongestRun returns the longest a run of either pipeline can take while it
 // is retrying its steps: the larger of the sums of the RetryWindow of each
 // declared order activity (activities.Declarations) and of each refund
-// activity (refunds.Declarations). Effect records must be kept at least this
-// long beyond the namespace's retention.
+// activity on a refund run's longest path (refunds.LongestPath). Effect
+// records must be kept at least this long beyond the namespace's retention.
 func LongestRun() time.Duration {
-	return max(retryWindows(activities.Declarations()), retryWindows(refunds.Declarations()))
+	return max(retryWindows(activities.Declarations()), retryWindows(refunds.LongestPath()))
 }
 
 // retryWindows returns the sum of the RetryWindow of each of decls.
