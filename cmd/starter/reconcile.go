@@ -37,7 +37,8 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 			"charge Stripe does not have). It compares the refund ledger with the refunds Stripe made likewise:\n"+
 			"double_refund (one refund made twice), unrecorded_refund (Stripe refunded; keyed has no ledger row or\n"+
 			"no recorded answer), refund_mismatch (amount, refund or payment intent differs) and\n"+
-			"refund_missing_at_provider (keyed shows a refund Stripe never made). It only reads. Run it daily with\n"+
+			"refund_missing_at_provider (keyed shows a refund Stripe never made) and released_but_refunded (keyed\n"+
+			"gave back the reservation of a refund Stripe refused, yet Stripe refunded it). It only reads. Run it daily with\n"+
 			"--since 25h: the overlap with the previous run is harmless and catches what straddles the boundary.\n"+
 			"\n"+
 			"Besides DATABASE_URL it needs STRIPE_SECRET_KEY, from the environment only (a restricted key that\n"+

@@ -26,14 +26,14 @@ type showResult struct {
 	Effects  []*effects.Record `json:"effects"`
 	Workflow workflowView      `json:"workflow"`
 	// Refunds are the order's refunds, oldest request first, and
-	// RefundedMinor what those in its ledger sum to.
+	// RefundedMinor what those in its ledger that were not released sum to.
 	Refunds       []shownRefund `json:"refunds"`
 	RefundedMinor int64         `json:"refunded_minor"`
 }
 
 // shownRefund is a refund as show prints it: how far it got, as State
-// says (requested, reserved or refunded; a failed step shows in the
-// effects), and its run's workflow ID.
+// says (requested, reserved, refunded, or released with Stripe's refusal
+// code; a failed step shows in the effects), and its run's workflow ID.
 type shownRefund struct {
 	refunds.Refund
 	State      string `json:"state"`
@@ -170,7 +170,8 @@ func outcome(r *effects.Record) string {
 	return "-"
 }
 
-// showRefunds returns the order's refunds and what its ledger sums to.
+// showRefunds returns the order's refunds and what the order has refunded
+// (its ledger minus its releases).
 func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order) ([]shownRefund, int64, error) {
 	ledger, err := refunds.NewLedger(pool)
 	if err != nil {
@@ -188,12 +189,12 @@ func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order) ([]sh
 		switch {
 		case r.Stripe != nil:
 			s.State = "refunded"
+		case r.Release != nil:
+			s.State = "released (" + r.Release.Code + ")"
 		case r.Entry != nil:
 			s.State = "reserved"
 		}
-		if r.Entry != nil {
-			sum += r.Entry.AmountMinor
-		}
+		sum += r.Refunded()
 		out = append(out, s)
 	}
 	return out, sum, nil
@@ -211,7 +212,7 @@ func printRefunds(w io.Writer, res showResult) error {
 		if r.Stripe != nil {
 			stripeID = r.Stripe.RefundID + " (" + r.Stripe.Status + ")"
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", clean(r.RefundID), r.AmountMinor, r.State, clean(stripeID), clean(r.Reason))
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", clean(r.RefundID), r.AmountMinor, clean(r.State), clean(stripeID), clean(r.Reason))
 	}
 	return tw.Flush()
 }
