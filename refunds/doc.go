@@ -49,8 +49,16 @@
 // (workflows.RegisterActivities does); RegisterWithOpts sets the decision
 // timeout.
 //
-// A reservation is never released: if Stripe refuses the refund for good
-// (ProviderRejected), its ledger row keeps holding that part of the charge,
-// so keyed can refund less than it could but never more; an operator
-// settles it.
+// A refund Stripe refuses for good (RefundAtStripe fails with
+// ProviderRejected, such as charge_disputed) gives its reservation back:
+// the workflow runs a fifth keyed activity, ReleaseRefund (absolute write,
+// step "refund_release", behind the workflow.GetVersion change
+// "release-on-refusal"), which appends the refund's amount and Stripe's
+// refusal code to refund_releases, append-only as the ledger is, and then
+// the run still fails with Stripe's error. What an order has refunded is
+// always its ledger's sum minus its releases' (Reserve's check,
+// MarkRefunded, RequestTx), so the released part of the charge can be
+// refunded under a new refund ID. An unknown outcome (waiting for a
+// decision) or a decision timeout releases nothing: Stripe may have
+// refunded.
 package refunds
