@@ -3,18 +3,13 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	sdkpb "go.temporal.io/api/sdk/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -22,8 +17,8 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 )
 
 // A pipeline of keyed's own, as a user would write one: a shipment buys a
@@ -83,15 +78,13 @@ func shipWorkflow(ctx workflow.Context, in shipInput, opts *pipeline.Opts) (ship
 // and each value KeyedAttention was set to ("<unset>" when cleared).
 type bundle struct {
 	env       *testsuite.TestWorkflowEnvironment
-	started   []string
-	attention []string
+	started   *pipelinetest.Started
+	attention *pipelinetest.Attention
 }
 
 func setup(t *testing.T, opts *pipeline.Opts) *bundle {
 	t.Helper()
-	var suite testsuite.WorkflowTestSuite
-	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	b := &bundle{env: suite.NewTestWorkflowEnvironment()}
+	b := &bundle{env: pipelinetest.NewEnv(t)}
 	b.env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in shipInput) (shipResult, error) {
 		return shipWorkflow(ctx, in, opts)
 	}, workflow.RegisterOptions{Name: shipWorkflowName})
@@ -101,65 +94,9 @@ func setup(t *testing.T, opts *pipeline.Opts) *bundle {
 		declNotify.Bind(func(context.Context, shipInput) (notified, error) { return notified{}, nil }),
 		d.Definition()))
 	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "shipment:acme:s1"})
-	b.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		b.started = append(b.started, info.ActivityType.Name)
-	})
-	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
-		v, ok := args.Get(0).(temporal.SearchAttributes).GetKeyword(pipeline.SearchAttrAttention)
-		if !ok {
-			v = "<unset>"
-		}
-		b.attention = append(b.attention, v)
-	}).Return(nil).Maybe()
-	t.Cleanup(func() { b.env.AssertExpectations(t) })
+	b.started = pipelinetest.RecordStarted(b.env)
+	b.attention = pipelinetest.RecordAttention(b.env)
 	return b
-}
-
-// update is what became of one decide update.
-type update struct {
-	rejected, completed error
-	accepted            bool
-	result              pipeline.DecisionResult
-}
-
-// decide sends d as the decide update at the workflow clock's time after.
-func (b *bundle) decide(after time.Duration, d pipeline.Decision) *update {
-	u := &update{}
-	b.env.RegisterDelayedCallback(func() {
-		b.env.UpdateWorkflow(pipeline.UpdateDecide, "", &testsuite.TestUpdateCallback{
-			OnAccept: func() { u.accepted = true },
-			OnReject: func(err error) { u.rejected = err },
-			OnComplete: func(res any, err error) {
-				u.completed = err
-				if r, ok := res.(pipeline.DecisionResult); ok {
-					u.result = r
-				}
-			},
-		}, d)
-	}, after)
-	return u
-}
-
-func (b *bundle) states(t *testing.T) []string {
-	t.Helper()
-	val, err := b.env.QueryWorkflow(orders.QueryStatus)
-	require.NoError(t, err)
-	var st []orders.StepStatus
-	require.NoError(t, val.Get(&st))
-	var out []string
-	for _, s := range st {
-		out = append(out, s.Step+"="+s.State)
-	}
-	return out
-}
-
-func (b *bundle) details(t *testing.T) string {
-	t.Helper()
-	val, err := b.env.QueryWorkflow("__temporal_workflow_metadata")
-	require.NoError(t, err)
-	var md sdkpb.WorkflowMetadata
-	require.NoError(t, val.Get(&md))
-	return md.GetCurrentDetails()
 }
 
 func TestAmbiguousStepWaitsAndDoneReturnsTheStoredOutcome(t *testing.T) {
@@ -168,37 +105,32 @@ func TestAmbiguousStepWaitsAndDoneReturnsTheStoredOutcome(t *testing.T) {
 	b.env.OnActivity(declLabel.Name, mock.Anything, ship).Return(bought, nil).Once()
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(notified{}, ambiguous).Once()
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(told, nil).Once()
-	var applied pipeline.DecisionInput
-	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, di pipeline.DecisionInput) (pipeline.DecisionResult, error) {
-			applied = di
-			return pipeline.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution), State: "succeeded", Generation: 3}, nil
-		}).Once()
+	applied := pipelinetest.MockApplyDecision(b.env, 3)
 	var during []string
 	var details string
-	b.env.RegisterDelayedCallback(func() { during, details = b.states(t), b.details(t) }, time.Hour)
-	u := b.decide(2*time.Hour, pipeline.Decision{Step: "notify", Resolution: effects.ResolveDone, By: " ada ",
-		Reason: "found at the provider", Result: json.RawMessage(`{"message_id":"msg_1"}`)})
+	b.env.RegisterDelayedCallback(func() { during, details = pipelinetest.States(t, b.env), pipelinetest.Details(t, b.env) }, time.Hour)
+	u := pipelinetest.Decide(b.env, pipeline.Decision{Step: "notify", Resolution: effects.ResolveDone, By: " ada ",
+		Reason: "found at the provider", Result: json.RawMessage(`{"message_id":"msg_1"}`)}, 2*time.Hour)
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
 	require.NoError(t, b.env.GetWorkflowError())
-	require.NoError(t, u.rejected)
-	require.NoError(t, u.completed)
-	require.Equal(t, int64(3), u.result.Generation)
-	require.Equal(t, []string{"notify:ambiguous", "<unset>"}, b.attention, "KeyedAttention set, then cleared")
+	require.NoError(t, u.Rejected)
+	require.NoError(t, u.Completed)
+	require.Equal(t, int64(3), u.Result.Generation)
+	require.Equal(t, []string{"notify:ambiguous", "<unset>"}, b.attention.Values(), "KeyedAttention set, then cleared")
 	require.Equal(t, []string{"label=done", "notify=waiting"}, during)
 	require.Contains(t, details, "- **label** done · `acme:shipment:s1:label` · `lbl--1`", "outcome IDs in backticks")
 	require.Contains(t, details, "**Needs a decision** (KeyedAttention = `notify:ambiguous`)")
 	require.Contains(t, details, "Ambiguous: maybe sent")
 	require.Equal(t, pipeline.DecisionInput{EffectKey: "acme:shipment:s1:notify", Step: "notify", Resolution: effects.ResolveDone,
 		Result: json.RawMessage(`{"message_id":"msg_1"}`), Reason: "found at the provider", By: "ada",
-		WorkflowID: "shipment:acme:s1", RunID: applied.RunID}, applied)
-	require.Equal(t, []string{"BuyLabel", "NotifyShipped", "ApplyDecision", "NotifyShipped"}, b.started)
+		WorkflowID: "shipment:acme:s1", RunID: applied.RunID}, *applied)
+	require.Equal(t, []string{"BuyLabel", "NotifyShipped", "ApplyDecision", "NotifyShipped"}, b.started.Names())
 	var res shipResult
 	require.NoError(t, b.env.GetWorkflowResult(&res))
 	require.Equal(t, told, res.Notified)
-	require.Equal(t, []string{"label=done", "notify=done"}, b.states(t))
-	require.NotContains(t, b.details(t), "Needs a decision")
+	require.Equal(t, []string{"label=done", "notify=done"}, pipelinetest.States(t, b.env))
+	require.NotContains(t, pipelinetest.Details(t, b.env), "Needs a decision")
 }
 
 func TestRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
@@ -221,16 +153,17 @@ func TestRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
 		}).Once()
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(told, nil).Once()
 
-	bad := b.decide(time.Hour, pipeline.Decision{Step: "notify", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"})
-	good := b.decide(2*time.Hour, pipeline.Decision{Step: "label", Resolution: effects.ResolveRetry, By: "ada", Reason: "no label bought"})
+	bad := pipelinetest.Decide(b.env, pipeline.Decision{Step: "notify", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"}, time.Hour)
+	good := pipelinetest.Decide(b.env, pipeline.Decision{Step: "label", Resolution: effects.ResolveRetry, By: "ada", Reason: "no label bought"}, 2*time.Hour)
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
-	require.ErrorContains(t, bad.rejected, `step "notify" is not waiting; "label" is`)
-	require.NoError(t, good.rejected)
-	require.NoError(t, good.completed)
+	require.ErrorContains(t, bad.Rejected, `step "notify" is not waiting; "label" is`)
+	require.NoError(t, good.Rejected)
+	require.NoError(t, good.Completed)
 	require.NoError(t, b.env.GetWorkflowError())
-	require.Equal(t, []string{"label:retries_exhausted", "<unset>"}, b.attention)
-	require.Equal(t, []string{"BuyLabel", "ApplyDecision", "BuyLabel", "NotifyShipped"}, b.started[len(b.started)-4:])
+	require.Equal(t, []string{"label:retries_exhausted", "<unset>"}, b.attention.Values())
+	started := b.started.Names()
+	require.Equal(t, []string{"BuyLabel", "ApplyDecision", "BuyLabel", "NotifyShipped"}, started[len(started)-4:])
 }
 
 func TestDecisionValidatorRefusesBadInput(t *testing.T) {
@@ -252,20 +185,20 @@ func TestDecisionValidatorRefusesBadInput(t *testing.T) {
 		},
 		"result with retry": func(d *pipeline.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
 	}
-	updates := map[string]*update{}
+	updates := map[string]*pipelinetest.Update{}
 	for name, edit := range cases {
 		d := ok
 		edit(&d)
-		updates[name] = b.decide(time.Hour, d)
+		updates[name] = pipelinetest.Decide(b.env, d, time.Hour)
 	}
-	early := b.decide(0, ok) // Before anything waits.
+	early := pipelinetest.Decide(b.env, ok, 0) // Before anything waits.
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
 	for name, u := range updates {
-		require.Error(t, u.rejected, name)
-		require.False(t, u.accepted, name)
+		require.Error(t, u.Rejected, name)
+		require.False(t, u.Accepted, name)
 	}
-	require.ErrorContains(t, early.rejected, "no step of this run is waiting")
+	require.ErrorContains(t, early.Rejected, "no step of this run is waiting")
 	// Nothing was decided: the run waited out the default decision timeout.
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
@@ -273,8 +206,8 @@ func TestDecisionValidatorRefusesBadInput(t *testing.T) {
 	require.True(t, app.NonRetryable())
 	require.Contains(t, app.Error(), "acme:shipment:s1:notify")
 	require.Contains(t, app.Error(), "no operator decision within 168h0m0s")
-	require.NotContains(t, b.started, pipeline.NameApplyDecision)
-	require.Equal(t, []string{"label=done", "notify=failed"}, b.states(t))
+	require.NotContains(t, b.started.Names(), pipeline.NameApplyDecision)
+	require.Equal(t, []string{"label=done", "notify=failed"}, pipelinetest.States(t, b.env))
 }
 
 func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
@@ -288,14 +221,14 @@ func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
 	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{State: "failed_transient"}, nil).Once()
 
 	d := pipeline.Decision{Step: "notify", Resolution: effects.ResolveRetry, By: "ada", Reason: "not at the provider"}
-	first := b.decide(time.Hour, d)
-	second := b.decide(2*time.Hour, d)
+	first := pipelinetest.Decide(b.env, d, time.Hour)
+	second := pipelinetest.Decide(b.env, d, 2*time.Hour)
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
-	require.ErrorContains(t, first.completed, "claim is live")
-	require.NoError(t, second.completed)
+	require.ErrorContains(t, first.Completed, "claim is live")
+	require.NoError(t, second.Completed)
 	require.NoError(t, b.env.GetWorkflowError())
-	require.Equal(t, []string{"notify:ambiguous", "<unset>"}, b.attention, "one wait, across both decisions")
+	require.Equal(t, []string{"notify:ambiguous", "<unset>"}, b.attention.Values(), "one wait, across both decisions")
 }
 
 // A known failure fails the run at once with the step's one line, of the
@@ -312,9 +245,9 @@ func TestKnownFailureFailsWithOneLineAndSkipsTheRest(t *testing.T) {
 	require.Equal(t, activities.ErrTypeProviderRejected, app.Type())
 	require.True(t, app.NonRetryable())
 	require.Equal(t, "ProviderRejected: label acme:shipment:s1:label: address refused", app.Message())
-	require.Empty(t, b.attention, "no KeyedAttention for a known outcome")
-	require.Equal(t, []string{"label=failed", "notify=skipped"}, b.states(t))
-	require.Contains(t, b.details(t), "  - ProviderRejected: label acme:shipment:s1:label: address refused\n")
+	require.Empty(t, b.attention.Values(), "no KeyedAttention for a known outcome")
+	require.Equal(t, []string{"label=failed", "notify=skipped"}, pipelinetest.States(t, b.env))
+	require.Contains(t, pipelinetest.Details(t, b.env), "  - ProviderRejected: label acme:shipment:s1:label: address refused\n")
 }
 
 // A shorter decision timeout fails an undecided run after it, naming it.
@@ -329,8 +262,8 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
 	require.Contains(t, app.Error(), "no operator decision within 1h0m0s")
-	require.Equal(t, []string{"label:key_reused", "<unset>"}, b.attention)
-	require.Equal(t, []string{"label=failed", "notify=skipped"}, b.states(t))
+	require.Equal(t, []string{"label:key_reused", "<unset>"}, b.attention.Values())
+	require.Equal(t, []string{"label=failed", "notify=skipped"}, pipelinetest.States(t, b.env))
 }
 
 // An input that cannot key a step fails the run before any activity.
@@ -341,5 +274,5 @@ func TestUnkeyableInputFailsBeforeAnyStep(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, activities.ErrTypeInvalidInput, app.Type())
-	require.Empty(t, b.started)
+	require.Empty(t, b.started.Names())
 }

@@ -1,18 +1,13 @@
 package refunds_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	sdkpb "go.temporal.io/api/sdk/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -20,6 +15,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
 )
 
@@ -35,56 +31,23 @@ var (
 // activity mocked (no database), and what it saw.
 type mockedRun struct {
 	env       *testsuite.TestWorkflowEnvironment
-	started   []string
-	attention []string
+	started   *pipelinetest.Started
+	attention *pipelinetest.Attention
 }
 
 // newMockedRun registers the refund workflow with opts and its activities
 // and ApplyDecision by name only: each test mocks them with OnActivity.
 func newMockedRun(t *testing.T, opts *pipeline.Opts) *mockedRun {
 	t.Helper()
-	var suite testsuite.WorkflowTestSuite
-	suite.SetLogger(log.NewStructuredLogger(quiet()))
-	m := &mockedRun{env: suite.NewTestWorkflowEnvironment()}
+	m := &mockedRun{env: pipelinetest.NewEnv(t)}
 	refunds.RegisterWithOpts(m.env, opts)
 	var racts *refunds.Activities
 	var d *pipeline.Decider
 	require.NoError(t, activities.Register(m.env, append(racts.Definitions(), d.Definition())...))
 	m.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: refundIn.WorkflowID()})
-	m.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		m.started = append(m.started, info.ActivityType.Name)
-	})
-	m.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
-		v, ok := args.Get(0).(temporal.SearchAttributes).GetKeyword(pipeline.SearchAttrAttention)
-		if !ok {
-			v = "<unset>"
-		}
-		m.attention = append(m.attention, v)
-	}).Return(nil).Maybe()
-	t.Cleanup(func() { m.env.AssertExpectations(t) })
+	m.started = pipelinetest.RecordStarted(m.env)
+	m.attention = pipelinetest.RecordAttention(m.env)
 	return m
-}
-
-func (m *mockedRun) states(t *testing.T) []string {
-	t.Helper()
-	val, err := m.env.QueryWorkflow(orders.QueryStatus)
-	require.NoError(t, err)
-	var st []orders.StepStatus
-	require.NoError(t, val.Get(&st))
-	var out []string
-	for _, s := range st {
-		out = append(out, s.Step+"="+s.State)
-	}
-	return out
-}
-
-func (m *mockedRun) details(t *testing.T) string {
-	t.Helper()
-	val, err := m.env.QueryWorkflow("__temporal_workflow_metadata")
-	require.NoError(t, err)
-	var md sdkpb.WorkflowMetadata
-	require.NoError(t, val.Get(&md))
-	return md.GetCurrentDetails()
 }
 
 // An ambiguous refund email waits for a decision instead of failing the
@@ -99,40 +62,29 @@ func TestAmbiguousRefundEmailWaitsForADecision(t *testing.T) {
 	m.env.OnActivity(refunds.NameMarkRefunded, mock.Anything, refundIn).Return(marked, nil).Once()
 	m.env.OnActivity(refunds.NameSendRefundEmail, mock.Anything, refundIn).Return(refunds.EmailResult{}, ambiguous).Once()
 	m.env.OnActivity(refunds.NameSendRefundEmail, mock.Anything, refundIn).Return(emailed, nil).Once()
-	var applied pipeline.DecisionInput
-	m.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, di pipeline.DecisionInput) (pipeline.DecisionResult, error) {
-			applied = di
-			return pipeline.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution), State: "succeeded"}, nil
-		}).Once()
+	applied := pipelinetest.MockApplyDecision(m.env, 0)
 
 	var during []string
 	var details string
-	m.env.RegisterDelayedCallback(func() { during, details = m.states(t), m.details(t) }, time.Hour)
-	var decided error
-	m.env.RegisterDelayedCallback(func() {
-		m.env.UpdateWorkflow(pipeline.UpdateDecide, "", &testsuite.TestUpdateCallback{
-			OnAccept: func() {}, OnReject: func(err error) { decided = err },
-			OnComplete: func(_ any, err error) { decided = err },
-		}, pipeline.Decision{Step: refunds.StepEmail, Resolution: effects.ResolveDone, By: "ada", Reason: "found in SendGrid",
-			Result: json.RawMessage(`{"message_id":"msg_1"}`)})
-	}, 2*time.Hour)
+	m.env.RegisterDelayedCallback(func() { during, details = pipelinetest.States(t, m.env), pipelinetest.Details(t, m.env) }, time.Hour)
+	decided := pipelinetest.Decide(m.env, pipeline.Decision{Step: refunds.StepEmail, Resolution: effects.ResolveDone, By: "ada",
+		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_1"}`)}, 2*time.Hour)
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 
 	require.NoError(t, m.env.GetWorkflowError())
-	require.NoError(t, decided)
-	require.Equal(t, []string{"refund_email:ambiguous", "<unset>"}, m.attention, "KeyedAttention set, then cleared")
+	require.NoError(t, decided.Err())
+	require.Equal(t, []string{"refund_email:ambiguous", "<unset>"}, m.attention.Values(), "KeyedAttention set, then cleared")
 	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=done", "refund_mark=done", "refund_email=waiting"}, during)
 	require.Contains(t, details, "**Needs a decision**")
 	require.Contains(t, details, "`re_1`", "the Stripe refund is shown")
 	require.Equal(t, "acme:order:o1:refund:r1:refund_email", applied.EffectKey)
 	require.Equal(t, refundIn.WorkflowID(), applied.WorkflowID)
 	require.Equal(t, []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail,
-		pipeline.NameApplyDecision, refunds.NameSendRefundEmail}, m.started)
+		pipeline.NameApplyDecision, refunds.NameSendRefundEmail}, m.started.Names())
 	var res refunds.Result
 	require.NoError(t, m.env.GetWorkflowResult(&res))
 	require.Equal(t, emailed, res.Email)
-	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=done", "refund_mark=done", "refund_email=done"}, m.states(t))
+	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=done", "refund_mark=done", "refund_email=done"}, pipelinetest.States(t, m.env))
 }
 
 // A refund at Stripe whose retries ran out waits; with no decision within
@@ -152,10 +104,10 @@ func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 	require.True(t, app.NonRetryable())
 	require.Contains(t, app.Error(), "no operator decision within 1h0m0s")
 	require.Contains(t, app.Error(), "acme:order:o1:refund:r1:refund_stripe")
-	require.Equal(t, []string{"refund_stripe:retries_exhausted", "<unset>"}, m.attention)
-	require.NotContains(t, m.started, pipeline.NameApplyDecision)
-	require.NotContains(t, m.started, refunds.NameMarkRefunded)
-	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped"}, m.states(t))
+	require.Equal(t, []string{"refund_stripe:retries_exhausted", "<unset>"}, m.attention.Values())
+	require.NotContains(t, m.started.Names(), pipeline.NameApplyDecision)
+	require.NotContains(t, m.started.Names(), refunds.NameMarkRefunded)
+	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped"}, pipelinetest.States(t, m.env))
 }
 
 // Stripe's refusal is a known outcome: the run releases the reservation,
@@ -174,10 +126,10 @@ func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
 	require.Equal(t, activities.ErrTypeProviderRejected, app.Type())
 	require.Contains(t, app.Error(), "charge already refunded")
-	require.Empty(t, m.attention, "no KeyedAttention")
+	require.Empty(t, m.attention.Values(), "no KeyedAttention")
 	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped",
-		"refund_release=done"}, m.states(t))
-	require.Equal(t, []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameReleaseRefund}, m.started)
+		"refund_release=done"}, pipelinetest.States(t, m.env))
+	require.Equal(t, []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameReleaseRefund}, m.started.Names())
 }
 
 // A refund at Stripe whose outcome is unknown, undecided, is not released:
@@ -193,5 +145,5 @@ func TestUndecidedRefundIsNotReleased(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
-	require.NotContains(t, m.started, refunds.NameReleaseRefund)
+	require.NotContains(t, m.started.Names(), refunds.NameReleaseRefund)
 }

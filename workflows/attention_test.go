@@ -1,7 +1,6 @@
 package workflows_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -21,48 +19,17 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/workflows"
 )
 
 var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
 
-// update sends the decide update at the workflow clock's time after and
-// records whether the validator rejected it and what it returned.
-type update struct {
-	rejected, completed error
-	result              pipeline.DecisionResult
-}
-
-func (b *bundle) decide(after time.Duration, d pipeline.Decision) *update {
-	u := &update{}
-	b.env.RegisterDelayedCallback(func() {
-		b.env.UpdateWorkflow(pipeline.UpdateDecide, "", &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) { u.rejected = err },
-			OnComplete: func(res any, err error) {
-				u.completed = err
-				if r, ok := res.(pipeline.DecisionResult); ok {
-					u.result = r
-				}
-			},
-		}, d)
-	}, after)
-	return u
-}
-
 // expectAttention expects KeyedAttention set to value, then cleared.
 func (b *bundle) expectAttention(t *testing.T, value string) {
 	t.Helper()
-	var got []string
-	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
-		sa := args.Get(0).(temporal.SearchAttributes)
-		v, ok := sa.GetKeyword(pipeline.SearchAttrAttention)
-		if !ok {
-			v = "<unset>"
-		}
-		got = append(got, v)
-	}).Return(nil).Twice()
-	t.Cleanup(func() { require.Equal(t, []string{value, "<unset>"}, got, "KeyedAttention set, then cleared") })
+	got := pipelinetest.RecordAttention(b.env)
+	t.Cleanup(func() { require.Equal(t, []string{value, "<unset>"}, got.Values(), "KeyedAttention set, then cleared") })
 }
 
 func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
@@ -72,28 +39,23 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
-	var applied pipeline.DecisionInput
-	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, di pipeline.DecisionInput) (pipeline.DecisionResult, error) {
-			applied = di
-			return pipeline.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution), State: "succeeded", Generation: 3}, nil
-		}).Once()
+	applied := pipelinetest.MockApplyDecision(b.env, 3)
 	b.expectAttention(t, "receipt:ambiguous")
 
 	var during []string
 	var details string
 	b.env.RegisterDelayedCallback(func() {
-		during = states(b.status(t))
-		details = b.currentDetails(t)
+		during = pipelinetest.States(t, b.env)
+		details = pipelinetest.Details(t, b.env)
 	}, time.Hour)
-	u := b.decide(2*time.Hour, pipeline.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada",
-		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_123"}`)})
+	u := pipelinetest.Decide(b.env, pipeline.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada",
+		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_123"}`)}, 2*time.Hour)
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 
 	require.NoError(t, b.env.GetWorkflowError())
-	require.NoError(t, u.rejected)
-	require.NoError(t, u.completed)
-	require.Equal(t, int64(3), u.result.Generation)
+	require.NoError(t, u.Rejected)
+	require.NoError(t, u.Completed)
+	require.Equal(t, int64(3), u.Result.Generation)
 	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=waiting"}, during)
 	require.Contains(t, details, "**Needs a decision**")
 	require.Contains(t, details, "acme:order:9f3a:receipt")
@@ -101,21 +63,12 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 	require.Equal(t, "acme:order:9f3a:receipt", applied.EffectKey)
 	require.Equal(t, "ada", applied.By)
 	require.Equal(t, in.WorkflowID(), applied.WorkflowID)
-	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "ApplyDecision", "SendReceipt"}, b.started)
+	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "ApplyDecision", "SendReceipt"}, b.started.Names())
 	var res orders.OrderResult
 	require.NoError(t, b.env.GetWorkflowResult(&res))
 	require.Equal(t, "msg_123", res.Receipt.MessageID)
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, states(b.status(t)))
-	require.Contains(t, b.currentDetails(t), "msg_123")
-}
-
-func (b *bundle) currentDetails(t *testing.T) string {
-	t.Helper()
-	val, err := b.env.QueryWorkflow("__temporal_workflow_metadata")
-	require.NoError(t, err)
-	var md sdkpb.WorkflowMetadata
-	require.NoError(t, val.Get(&md))
-	return md.GetCurrentDetails()
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, pipelinetest.States(t, b.env))
+	require.Contains(t, pipelinetest.Details(t, b.env), "msg_123")
 }
 
 func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
@@ -141,8 +94,8 @@ func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 		require.Contains(t, line, want)
 	}
 	require.Equal(t, 1, strings.Count(line, "Your card was declined"), "said once: %s", line)
-	st := b.status(t)
-	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=done"}, states(st))
+	st := pipelinetest.Status(t, b.env)
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=done"}, pipelinetest.StepStates(st))
 	require.Equal(t, 1, strings.Count(st[0].Error, "Your card was declined"), st[0].Error)
 	t.Log(line)
 }
@@ -158,8 +111,8 @@ func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
-	require.NotContains(t, b.started, activities.NameMarkFailed, "the card may have been charged")
-	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, states(b.status(t)))
+	require.NotContains(t, b.started.Names(), activities.NameMarkFailed, "the card may have been charged")
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, pipelinetest.States(t, b.env))
 }
 
 // TestDecisionTimeoutIsConfigurable: a worker registered with a shorter

@@ -2,22 +2,19 @@ package workflows_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -32,43 +29,19 @@ var (
 
 type bundle struct {
 	env     *testsuite.TestWorkflowEnvironment
-	started []string
-	options map[string]activity.Info
+	started *pipelinetest.Started
 }
 
 // setup returns a workflow test environment with the workflow and the
 // activity names registered; tests mock each activity with OnActivity.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	var suite testsuite.WorkflowTestSuite
-	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	b := &bundle{env: suite.NewTestWorkflowEnvironment(), options: map[string]activity.Info{}}
+	b := &bundle{env: pipelinetest.NewEnv(t)}
 	workflows.Register(b.env)
 	require.NoError(t, workflows.RegisterActivities(b.env, nil, nil)) // Named only: tests mock each activity.
 	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
-	b.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		b.started = append(b.started, info.ActivityType.Name)
-		b.options[info.ActivityType.Name] = *info
-	})
-	t.Cleanup(func() { b.env.AssertExpectations(t) })
+	b.started = pipelinetest.RecordStarted(b.env)
 	return b
-}
-
-func (b *bundle) status(t *testing.T) []orders.StepStatus {
-	t.Helper()
-	val, err := b.env.QueryWorkflow(orders.QueryStatus)
-	require.NoError(t, err)
-	var st []orders.StepStatus
-	require.NoError(t, val.Get(&st))
-	return st
-}
-
-func states(st []orders.StepStatus) []string {
-	var out []string
-	for _, s := range st {
-		out = append(out, s.Step+"="+s.State)
-	}
-	return out
 }
 
 func TestHappyPath(t *testing.T) {
@@ -84,18 +57,18 @@ func TestHappyPath(t *testing.T) {
 	var res orders.OrderResult
 	require.NoError(t, b.env.GetWorkflowResult(&res))
 	require.Equal(t, orders.OrderResult{Charge: charged, Paid: paid, Receipt: sent}, res)
-	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started)
+	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 
 	require.Equal(t, []orders.StepStatus{
 		{Step: "charge", EffectKey: "acme:order:9f3a:charge", State: "done"},
 		{Step: "mark_paid", EffectKey: "acme:order:9f3a:mark_paid", State: "done"},
 		{Step: "receipt", EffectKey: "acme:order:9f3a:receipt", State: "done"},
-	}, b.status(t))
+	}, pipelinetest.Status(t, b.env))
 
 	// The external calls heartbeat; a killed worker is noticed within 15s.
-	require.Equal(t, workflows.HeartbeatTimeout, b.options["Charge"].HeartbeatTimeout)
-	require.Equal(t, workflows.HeartbeatTimeout, b.options["SendReceipt"].HeartbeatTimeout)
-	require.Zero(t, b.options["MarkPaid"].HeartbeatTimeout)
+	require.Equal(t, workflows.HeartbeatTimeout, b.started.Info("Charge").HeartbeatTimeout)
+	require.Equal(t, workflows.HeartbeatTimeout, b.started.Info("SendReceipt").HeartbeatTimeout)
+	require.Zero(t, b.started.Info("MarkPaid").HeartbeatTimeout)
 }
 
 func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
@@ -111,11 +84,11 @@ func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
 	require.Equal(t, activities.ErrTypeCardDeclined, app.Type(), "the run fails with the charge's error")
-	require.Equal(t, []string{"Charge", "MarkFailed"}, b.started, "one charge attempt, no mark paid, no receipt")
-	require.Zero(t, b.options["MarkFailed"].HeartbeatTimeout)
+	require.Equal(t, []string{"Charge", "MarkFailed"}, b.started.Names(), "one charge attempt, no mark paid, no receipt")
+	require.Zero(t, b.started.Info("MarkFailed").HeartbeatTimeout)
 
-	st := b.status(t)
-	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=done"}, states(st))
+	st := pipelinetest.Status(t, b.env)
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=done"}, pipelinetest.StepStates(st))
 	require.Contains(t, st[0].Error, "CardDeclined")
 	require.Equal(t, "acme:order:9f3a:mark_failed", st[3].EffectKey)
 }
@@ -132,8 +105,8 @@ func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
-	st := b.status(t)
-	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=failed"}, states(st))
+	st := pipelinetest.Status(t, b.env)
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=failed"}, pipelinetest.StepStates(st))
 	require.Contains(t, st[3].Error, "InvalidState")
 }
 
@@ -145,8 +118,8 @@ func TestChargeNotFoundFailsWithoutMarkFailed(t *testing.T) {
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.Error(t, b.env.GetWorkflowError())
-	require.NotContains(t, b.started, "MarkFailed")
-	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, states(b.status(t)))
+	require.NotContains(t, b.started.Names(), "MarkFailed")
+	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, pipelinetest.States(t, b.env))
 }
 
 func TestTransientChargeIsRetried(t *testing.T) {
@@ -160,7 +133,7 @@ func TestTransientChargeIsRetried(t *testing.T) {
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.NoError(t, b.env.GetWorkflowError())
-	require.Equal(t, []string{"Charge", "Charge", "Charge", "MarkPaid", "SendReceipt"}, b.started)
+	require.Equal(t, []string{"Charge", "Charge", "Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 }
 
 func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
@@ -176,7 +149,7 @@ func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, activities.ErrTypeInvalidState, app.Type())
-	require.Equal(t, []string{"charge=done", "mark_paid=failed", "receipt=skipped"}, states(b.status(t)))
+	require.Equal(t, []string{"charge=done", "mark_paid=failed", "receipt=skipped"}, pipelinetest.States(t, b.env))
 }
 
 func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {
@@ -192,7 +165,7 @@ func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {
 	require.Equal(t, activities.ErrTypeInvalidInput, app.Type())
 	require.True(t, app.NonRetryable())
 	require.Contains(t, app.Error(), "unsupported input version: v=2")
-	require.Empty(t, b.started)
+	require.Empty(t, b.started.Names())
 }
 
 func TestStatusQueryWhileRunning(t *testing.T) {
@@ -203,11 +176,11 @@ func TestStatusQueryWhileRunning(t *testing.T) {
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 
 	var during []string
-	b.env.RegisterDelayedCallback(func() { during = states(b.status(t)) }, 30*time.Second)
+	b.env.RegisterDelayedCallback(func() { during = pipelinetest.States(t, b.env) }, 30*time.Second)
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.NoError(t, b.env.GetWorkflowError())
 	require.Equal(t, []string{"charge=done", "mark_paid=running", "receipt=pending"}, during)
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, states(b.status(t)))
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, pipelinetest.States(t, b.env))
 }
 
 func TestActivityOptions(t *testing.T) {
@@ -239,9 +212,7 @@ func TestActivityOptions(t *testing.T) {
 // in a new run, after the receipt, and joins the status query.
 func TestAddedStepRunsInNewRuns(t *testing.T) {
 	t.Parallel()
-	var suite testsuite.WorkflowTestSuite
-	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	env := suite.NewTestWorkflowEnvironment()
+	env := pipelinetest.NewEnv(t)
 	workflows.RegisterWithStepAfterReceipt(env, survey, "send-survey")
 	require.NoError(t, workflows.RegisterActivities(env, nil, nil))
 	require.NoError(t, activities.Register(env, survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
@@ -256,9 +227,5 @@ func TestAddedStepRunsInNewRuns(t *testing.T) {
 	env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
-	val, err := env.QueryWorkflow(orders.QueryStatus)
-	require.NoError(t, err)
-	var st []orders.StepStatus
-	require.NoError(t, val.Get(&st))
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done", "survey=done"}, states(st))
+	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done", "survey=done"}, pipelinetest.States(t, env))
 }

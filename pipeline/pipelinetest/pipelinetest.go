@@ -1,0 +1,221 @@
+package pipelinetest
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
+)
+
+// queryMetadata is the SDK's built-in query answered with the run's
+// sdkpb.WorkflowMetadata, which holds the current details.
+const queryMetadata = "__temporal_workflow_metadata"
+
+// Unset is what Attention records when an upsert clears KeyedAttention.
+const Unset = "<unset>"
+
+// NewEnv returns a workflow test environment whose logger discards
+// everything, and asserts the expectations of its mocks (OnActivity and the
+// like) when the test ends.
+func NewEnv(t testing.TB) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := suite.NewTestWorkflowEnvironment()
+	t.Cleanup(func() { env.AssertExpectations(t) })
+	return env
+}
+
+// Status returns the run's answer to the status query (orders.QueryStatus).
+// It fails the test when the query fails or its answer does not decode.
+func Status(t testing.TB, env *testsuite.TestWorkflowEnvironment) []orders.StepStatus {
+	t.Helper()
+	val, err := env.QueryWorkflow(orders.QueryStatus)
+	require.NoError(t, err, "query %s", orders.QueryStatus)
+	var st []orders.StepStatus
+	require.NoError(t, val.Get(&st), "decode %s", orders.QueryStatus)
+	return st
+}
+
+// States returns each step of the status query as "step=state", such as
+// "receipt=waiting", in the query's order. It fails the test as Status does.
+func States(t testing.TB, env *testsuite.TestWorkflowEnvironment) []string {
+	t.Helper()
+	return StepStates(Status(t, env))
+}
+
+// StepStates returns each step of st as "step=state", in order, and nil for
+// no steps.
+func StepStates(st []orders.StepStatus) []string {
+	var out []string
+	for _, s := range st {
+		out = append(out, s.Step+"="+s.State)
+	}
+	return out
+}
+
+// Details returns the run's current details (workflow.SetCurrentDetails),
+// read through the SDK's metadata query. It fails the test when the query
+// fails or its answer does not decode.
+func Details(t testing.TB, env *testsuite.TestWorkflowEnvironment) string {
+	t.Helper()
+	val, err := env.QueryWorkflow(queryMetadata)
+	require.NoError(t, err, "query %s", queryMetadata)
+	var md sdkpb.WorkflowMetadata
+	require.NoError(t, val.Get(&md), "decode %s", queryMetadata)
+	return md.GetCurrentDetails()
+}
+
+// Update is what became of one decide update sent by Decide. Read it after
+// ExecuteWorkflow returned.
+type Update struct {
+	// Accepted is true when the update's validator accepted the decision.
+	Accepted bool
+	// Rejected is the validator's error, nil when it accepted the decision.
+	Rejected error
+	// Completed is the error the accepted update ended with (the
+	// ApplyDecision activity's, for one).
+	Completed error
+	// Result is what the accepted update returned.
+	Result pipeline.DecisionResult
+}
+
+// Err returns Rejected, or else Completed: nil when the decision was
+// accepted and applied, or when the update was never sent.
+func (u *Update) Err() error {
+	if u.Rejected != nil {
+		return u.Rejected
+	}
+	return u.Completed
+}
+
+// Decide sends d as the decide update (pipeline.UpdateDecide) when the
+// workflow clock is at after, measured from the run's start, and returns
+// the Update that records what became of it. Call it before
+// ExecuteWorkflow.
+func Decide(env *testsuite.TestWorkflowEnvironment, d pipeline.Decision, after time.Duration) *Update {
+	u := &Update{}
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(pipeline.UpdateDecide, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() { u.Accepted = true },
+			OnReject: func(err error) { u.Rejected = err },
+			OnComplete: func(res any, err error) {
+				u.Completed = err
+				if r, ok := res.(pipeline.DecisionResult); ok {
+					u.Result = r
+				}
+			},
+		}, d)
+	}, after)
+	return u
+}
+
+// Attention records the values a run gives KeyedAttention
+// (pipeline.SearchAttrAttention), in order.
+type Attention struct {
+	mu     sync.Mutex
+	values []string
+}
+
+// RecordAttention mocks the search attribute upserts of env, any number of
+// them including none, and returns the Attention that records each value
+// KeyedAttention is set to, or Unset when an upsert clears it. Call it
+// before ExecuteWorkflow.
+func RecordAttention(env *testsuite.TestWorkflowEnvironment) *Attention {
+	a := &Attention{}
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		sa, _ := args.Get(0).(temporal.SearchAttributes)
+		v, ok := sa.GetKeyword(pipeline.SearchAttrAttention)
+		if !ok {
+			v = Unset
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.values = append(a.values, v)
+	}).Return(nil).Maybe()
+	return a
+}
+
+// Values returns the recorded values in order, nil when there are none.
+func (a *Attention) Values() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.values == nil {
+		return nil
+	}
+	return append([]string(nil), a.values...)
+}
+
+// Started records the activities a run starts, in order, retries included.
+type Started struct {
+	mu    sync.Mutex
+	infos []activity.Info
+}
+
+// RecordStarted sets the activity-started listener of env and returns the
+// Started that records each activity the run starts. It replaces any
+// listener set before. Call it before ExecuteWorkflow.
+func RecordStarted(env *testsuite.TestWorkflowEnvironment) *Started {
+	s := &Started{}
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.infos = append(s.infos, *info)
+	})
+	return s
+}
+
+// Names returns the activity type of each start in order, nil when none
+// started.
+func (s *Started) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, info := range s.infos {
+		out = append(out, info.ActivityType.Name)
+	}
+	return out
+}
+
+// Info returns the activity.Info of the last start of the activity type
+// name, or the zero Info when it never started.
+func (s *Started) Info(name string) activity.Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.infos) - 1; i >= 0; i-- {
+		if s.infos[i].ActivityType.Name == name {
+			return s.infos[i]
+		}
+	}
+	return activity.Info{}
+}
+
+// MockApplyDecision mocks one run of the ApplyDecision activity
+// (pipeline.NameApplyDecision) that applies whatever it is given: it
+// returns the decision's step, effect key and resolution with the record
+// "succeeded" at generation. The returned DecisionInput is what the
+// activity was given, once it ran. Call it before ExecuteWorkflow; the
+// environment's AssertExpectations fails the test when it did not run.
+func MockApplyDecision(env *testsuite.TestWorkflowEnvironment, generation int64) *pipeline.DecisionInput {
+	applied := &pipeline.DecisionInput{}
+	env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, di pipeline.DecisionInput) (pipeline.DecisionResult, error) {
+			*applied = di
+			return pipeline.DecisionResult{Step: di.Step, EffectKey: di.EffectKey, Resolution: string(di.Resolution),
+				State: "succeeded", Generation: generation}, nil
+		}).Once()
+	return applied
+}
