@@ -362,8 +362,16 @@ type OrderDetail struct {
 	Effects []EffectView `json:"effects"`
 	// Refunds are the order's refunds, oldest request first.
 	Refunds []RefundView `json:"refunds"`
-	// RefundedMinor is what the refunds in the order's ledger sum to.
+	// RefundedMinor is what the order has refunded: the sum of its refunds
+	// whose Stripe refund is recorded (state refunded), as its status
+	// (partially_refunded, refunded) counts it. A refund in flight is not
+	// in it yet.
 	RefundedMinor int64 `json:"refunded_minor"`
+	// ReservedMinor is what the order's refunds hold of its charge: those
+	// in its ledger, in flight or refunded, less those released after
+	// Stripe refused them. A new refund must fit in the order's amount
+	// minus ReservedMinor.
+	ReservedMinor int64 `json:"reserved_minor"`
 }
 
 // StartView is the workflow start of an order, from the outbox.
@@ -728,7 +736,7 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
 		}
 	}
-	if detail.Refunds, detail.RefundedMinor, err = h.orderRefunds(ctx, order); err != nil {
+	if err := h.orderRefunds(ctx, order, &detail); err != nil {
 		h.dbFailure(w, r, "list order refunds", err)
 		return
 	}

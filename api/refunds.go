@@ -75,8 +75,8 @@ type RefundView struct {
 	Error     string `json:"error,omitempty"`
 	// Released is set when Stripe refused the refund for good and its
 	// reservation was given back: it no longer counts in the order's
-	// refunded_minor. RefusalCode is Stripe's code, such as
-	// "charge_disputed".
+	// reserved_minor (nor ever did in its refunded_minor). RefusalCode is
+	// Stripe's code, such as "charge_disputed".
 	Released       bool   `json:"released,omitempty"`
 	RefusalCode    string `json:"refusal_code,omitempty"`
 	StripeRefundID string `json:"stripe_refund_id,omitempty"`
@@ -339,27 +339,28 @@ func (h *Handler) startOf(ctx context.Context, db effects.DB, workflowID string)
 	return startView(entry), nil
 }
 
-// orderRefunds returns the tenant's view of each of the order's refunds,
-// oldest first, and what the order has refunded: the refunds in the ledger
-// that were not released.
-func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order) ([]RefundView, int64, error) {
+// orderRefunds sets detail's view of each of the order's refunds, oldest
+// first, what the order has refunded (confirmed by Stripe) and what its
+// refunds hold of the charge (in the ledger and not released). It returns
+// database errors.
+func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order, detail *OrderDetail) error {
 	ledger, err := refunds.NewLedger(h.db)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
 	refs, err := ledger.Refunds(ctx, order.TenantID, order.ID)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	views := make([]RefundView, 0, len(refs))
-	var refunded int64
+	detail.Refunds = make([]RefundView, 0, len(refs))
 	for _, ref := range refs {
 		v, err := h.viewOf(ctx, h.db, order, ref)
 		if err != nil {
-			return nil, 0, err
+			return err
 		}
-		refunded += ref.Refunded()
-		views = append(views, *v)
+		detail.RefundedMinor += ref.Refunded()
+		detail.ReservedMinor += ref.Reserved()
+		detail.Refunds = append(detail.Refunds, *v)
 	}
-	return views, refunded, nil
+	return nil
 }

@@ -82,6 +82,16 @@ func TestRefundRequestThenGetIt(t *testing.T) {
 
 	b.reserve(t, "ord_1", "r1", 500, "damaged")
 	require.Equal(t, api.RefundReserved, get().State)
+	order := func() api.OrderDetail {
+		r := b.do(t, "GET", "/v1/orders/ord_1", b.keyA, "", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var detail api.OrderDetail
+		require.NoError(t, json.Unmarshal(r.body, &detail))
+		return detail
+	}
+	inFlight := order()
+	require.Zero(t, inFlight.RefundedMinor, "reserved, not refunded at Stripe yet")
+	require.EqualValues(t, 500, inFlight.ReservedMinor)
 
 	_, err := b.pool.Exec(b.ctx, `INSERT INTO refund_stripe_outcomes (tenant_id, order_id, refund_id, stripe_refund_id,
 		payment_intent_id, status, amount_minor, currency, effect_key) VALUES ($1, 'ord_1', 'r1', 're_1', 'pi_1', 'succeeded', 500, 'usd', $2)`,
@@ -91,13 +101,11 @@ func TestRefundRequestThenGetIt(t *testing.T) {
 	require.Equal(t, api.RefundRefunded, got.State)
 	require.Equal(t, "re_1", got.StripeRefundID)
 
-	r = b.do(t, "GET", "/v1/orders/ord_1", b.keyA, "", "")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	var detail api.OrderDetail
-	require.NoError(t, json.Unmarshal(r.body, &detail))
+	detail := order()
 	require.Len(t, detail.Refunds, 1)
 	require.Equal(t, got.StripeRefundID, detail.Refunds[0].StripeRefundID)
 	require.EqualValues(t, 500, detail.RefundedMinor)
+	require.EqualValues(t, 500, detail.ReservedMinor)
 
 	require.Equal(t, http.StatusNotFound, b.do(t, "GET", "/v1/orders/ord_1/refunds/r2", b.keyA, "", "").status)
 	require.Equal(t, http.StatusNotFound, b.do(t, "GET", "/v1/orders/ord_none/refunds/r1", b.keyA, "", "").status)
@@ -294,7 +302,8 @@ func (b *bundle) failStep(t testing.TB, orderID, refundID, step, code string) {
 }
 
 // A refund Stripe refused and keyed released shows failed and released,
-// with Stripe's code; it no longer counts in refunded_minor, so the whole
+// with Stripe's code; it no longer counts in reserved_minor (nor ever did
+// in refunded_minor), so the whole
 // charge can be refunded again.
 func TestReleasedRefundShowsReleased(t *testing.T) {
 	t.Parallel()
@@ -321,6 +330,7 @@ func TestReleasedRefundShowsReleased(t *testing.T) {
 	var detail api.OrderDetail
 	require.NoError(t, json.Unmarshal(r.body, &detail))
 	require.Zero(t, detail.RefundedMinor)
+	require.Zero(t, detail.ReservedMinor)
 	r = b.do(t, "POST", "/v1/orders/ord_x/refunds", b.keyA, "k2", refundBody("r2", 1000, ""))
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 }

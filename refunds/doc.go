@@ -20,8 +20,10 @@
 //     PaymentIntent with the effect key as Idempotency-Key and metadata,
 //     looked up by metadata first after a re-entry or takeover.
 //  3. MarkRefunded (absolute write + unique transition): the order becomes
-//     refunded when the ledger sums to its amount, partially_refunded
-//     otherwise.
+//     refunded when its refunds confirmed by Stripe (those with a recorded
+//     Stripe refund, not the reservations: a refund in flight does not
+//     count yet) sum to its amount, partially_refunded otherwise; the last
+//     refund's mark sets the final status.
 //  4. SendRefundEmail (irreversible send through notify, template "refund",
 //     at most once by default).
 //
@@ -55,10 +57,14 @@
 // step "refund_release", behind the workflow.GetVersion change
 // "release-on-refusal"), which appends the refund's amount and Stripe's
 // refusal code to refund_releases, append-only as the ledger is, and then
-// the run still fails with Stripe's error. What an order has refunded is
-// always its ledger's sum minus its releases' (Reserve's check,
-// MarkRefunded, RequestTx), so the released part of the charge can be
-// refunded under a new refund ID. An unknown outcome (waiting for a
+// the run still fails with Stripe's error. What an order's refunds hold of
+// its charge is always its ledger's sum minus its releases'
+// (Ledger.ReservedTx: Reserve's check, RequestTx), so the released part of
+// the charge can be refunded under a new refund ID; what it has refunded is
+// the sum of its refunds whose Stripe refund is recorded
+// (Ledger.ConfirmedTx: MarkRefunded's status). A released refund was never
+// confirmed, so its release leaves the status as it is, save for
+// correcting one an earlier keyed set from reservations. An unknown outcome (waiting for a
 // decision) or a decision timeout releases nothing: Stripe may have
 // refunded.
 package refunds

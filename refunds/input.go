@@ -135,7 +135,9 @@ func (in RefundInput) OrderKey() (effects.Key, error) {
 }
 
 // ReserveResult is the stored outcome of the reserve step: the refund's
-// ledger row as reserved, and what the order's refunds summed to with it.
+// ledger row as reserved, and what the order's refunds held of its charge
+// with it (RefundedMinor, Ledger.ReservedTx: refunds in flight included,
+// released ones not).
 type ReserveResult struct {
 	AmountMinor   int64  `json:"amount_minor"`
 	Currency      string `json:"currency"`
@@ -166,8 +168,9 @@ type EmailResult struct {
 }
 
 // ReleaseResult is the stored outcome of the release step: the amount
-// given back, Stripe's refusal code, and what the order has refunded after
-// it (ledger minus releases).
+// given back, Stripe's refusal code, and what the order's refunds hold of
+// its charge after it (RefundedMinor, Ledger.ReservedTx: ledger minus
+// releases, refunds in flight included).
 type ReleaseResult struct {
 	AmountMinor   int64  `json:"amount_minor"`
 	Code          string `json:"code"`

@@ -63,9 +63,10 @@ type Release struct {
 
 // Ledger reads and appends to the refund ledger (refund_ledger), its
 // releases (refund_releases) and the refunds' Stripe outcomes
-// (refund_stripe_outcomes). It never updates or deletes a row: what an
-// order has refunded is the sum of its ledger rows minus the sum of its
-// releases.
+// (refund_stripe_outcomes). It never updates or deletes a row. What an
+// order's refunds hold of its charge (ReservedTx) is the sum of its ledger
+// rows minus the sum of its releases; what it has refunded (ConfirmedTx)
+// is the sum of the refunds whose Stripe refund is recorded.
 type Ledger struct {
 	db effects.DB
 }
@@ -79,10 +80,10 @@ func NewLedger(db effects.DB) (*Ledger, error) {
 }
 
 // ReserveTx appends e to the ledger inside tx unless the order's refunds
-// would then exceed chargedMinor, and returns what the order's refunds sum
-// to with e. What an order has refunded is its ledger's sum minus its
-// releases' (see ReleaseTx), so a released refund's amount can be
-// reserved again. It first takes the order's lock (effects.LockEntityTx on
+// would then exceed chargedMinor, and returns what the order's refunds hold
+// with e (ReservedTx): its ledger's sum minus its releases' (see
+// ReleaseTx), refunds in flight included, so a released refund's amount can
+// be reserved again and two refunds in flight never exceed the charge. It first takes the order's lock (effects.LockEntityTx on
 // "<tenant>:order:<order>") for the rest of tx, so that concurrent
 // reservations of one order are summed one after the other and together
 // never exceed the charge. A refund already in the ledger with the same
@@ -182,15 +183,32 @@ WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, refund_id`, tenantID
 // to, as a bigint.
 const releasedSum = `(SELECT coalesce(sum(amount_minor), 0) FROM refund_releases WHERE tenant_id = $1 AND order_id = $2)::bigint`
 
-// RefundedTx returns what the order has refunded, inside the caller's
-// transaction: the sum of its refunds in the ledger minus the sum of their
-// releases.
-func (l *Ledger) RefundedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
+// ReservedTx returns what the order's refunds hold of its charge, inside
+// the caller's transaction: the sum of its refunds in the ledger minus the
+// sum of their releases, in flight or confirmed by Stripe alike. It is what
+// a new refund must fit beside (ReserveTx, RequestTx), not what the order
+// has refunded (ConfirmedTx).
+func (l *Ledger) ReservedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
 	var sum int64
 	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint - `+releasedSum+` FROM refund_ledger
 WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).Scan(&sum)
 	if err != nil {
 		return 0, fmt.Errorf("sum refunds of order %s/%s: %w", tenantID, orderID, err)
+	}
+	return sum, nil
+}
+
+// ConfirmedTx returns what the order has refunded, inside the caller's
+// transaction: the sum of its refunds whose Stripe refund is recorded in
+// refund_stripe_outcomes. A refund still in flight does not count, and a
+// released one never does (ReleaseTx refuses a refund Stripe made), so the
+// sum only grows. It returns the database error, wrapped.
+func (l *Ledger) ConfirmedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
+	var sum int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint FROM refund_stripe_outcomes
+WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).Scan(&sum)
+	if err != nil {
+		return 0, fmt.Errorf("sum confirmed refunds of order %s/%s: %w", tenantID, orderID, err)
 	}
 	return sum, nil
 }

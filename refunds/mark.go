@@ -4,25 +4,34 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 )
 
-// MarkRefunded moves the order to refunded when its ledger sums to its
-// amount, and to partially_refunded otherwise, once per refund.
+// MarkRefunded moves the order to the status its refunds confirmed by
+// Stripe say, once per refund: refunded when they sum to its amount,
+// partially_refunded otherwise.
 //
 // Effect class: absolute write, guarded by a unique state transition. In one
 // Postgres transaction (effects.DoTx) it claims the effect key
-// ("…:refund_mark"), takes the order's lock (as Reserve does, so that two
-// refunds of one order mark it one after the other), sums the ledger,
-// records the transition from the order's status (paid, partially_refunded
-// or, after a later refund was marked first, refunded) with the effect key
-// as its event ID, updates the order and completes the record. The refund
-// must be in the ledger and its Stripe refund recorded. A second run returns
-// the stored MarkResult; one whose record was pruned finds its own
-// transition and changes nothing. The status only ever grows (paid →
-// partially_refunded → refunded), because the ledger only grows.
+// ("…:refund_mark"), takes the order's lock (as Reserve and ReleaseRefund
+// do, so that refunds of one order mark it one after the other), sums the
+// amounts of the order's refunds whose Stripe refund is recorded
+// (Ledger.ConfirmedTx; a refund reserved but still in flight does not
+// count, unlike in Reserve's check), records the transition from the
+// order's status (paid, partially_refunded or refunded) with the effect
+// key, its own refund's, as its event ID, updates the order and completes
+// the record. The refund must be in the ledger and its Stripe refund
+// recorded. Whichever refund's MarkRefunded runs last sets the final
+// status: every confirmed refund marks after its Stripe refund is recorded,
+// and the confirmed sum only grows (a refund Stripe made is never released),
+// so the status only grows too (paid → partially_refunded → refunded); a
+// status an earlier keyed set from reservations, counting a refund Stripe
+// then refused, is corrected, downwards if need be. A second run returns the stored MarkResult; one whose record was pruned
+// finds its own transition and changes nothing.
 //
 // Errors (through activities.ToTemporal): InvalidInput, OrderNotFound and
 // InvalidState (the refund is not in the ledger or not refunded at Stripe,
@@ -32,7 +41,7 @@ func (a *Activities) MarkRefunded(ctx context.Context, in RefundInput) (MarkResu
 	return DeclMark.Run(ctx, a.run, in, effect[MarkResult]{Do: a.markTx})
 }
 
-// markTx moves the order to the status its ledger says, in c.Tx.
+// markTx moves the order to the status its confirmed refunds say, in c.Tx.
 func (a *Activities) markTx(ctx context.Context, c *call) (MarkResult, error) {
 	tx := c.Tx
 	orderKey, err := c.In.OrderKey()
@@ -59,16 +68,28 @@ func (a *Activities) markTx(ctx context.Context, c *call) (MarkResult, error) {
 	if !o.Status.WasPaid() {
 		return MarkResult{}, c.Fail(activities.ErrTypeInvalidState, "order is %s, not paid", o.Status)
 	}
-	refunded, err := a.ledger.RefundedTx(ctx, tx, tenant, id)
+	to, err := a.confirmedStatus(ctx, tx, o)
 	if err != nil {
 		return MarkResult{}, err
-	}
-	to := orders.StatusPartiallyRefunded
-	if refunded >= o.AmountMinor {
-		to = orders.StatusRefunded
 	}
 	if _, err := a.orders.TransitionTx(ctx, tx, tenant, id, o.Status, to, c.Key.String()); err != nil {
 		return MarkResult{}, fmt.Errorf("mark refunded %s: %w", c.Key, err)
 	}
 	return MarkResult{Status: string(to)}, nil
+}
+
+// confirmedStatus returns the status the paid order o should have by its
+// refunds confirmed by Stripe (Ledger.ConfirmedTx), read in tx: paid with
+// none, refunded when they sum to its amount, partially_refunded between.
+func (a *Activities) confirmedStatus(ctx context.Context, tx pgx.Tx, o *orders.Order) (orders.Status, error) {
+	confirmed, err := a.ledger.ConfirmedTx(ctx, tx, o.TenantID, o.ID)
+	switch {
+	case err != nil:
+		return "", err
+	case confirmed <= 0:
+		return orders.StatusPaid, nil
+	case confirmed < o.AmountMinor:
+		return orders.StatusPartiallyRefunded, nil
+	}
+	return orders.StatusRefunded, nil
 }

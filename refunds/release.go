@@ -27,9 +27,13 @@ var ErrRefunded = errors.New("refund was made at Stripe")
 // the step claimed its key), takes the order's lock, checks that Stripe's
 // refund is not recorded, appends the whole of the refund's ledger amount
 // with Stripe's refusal code (such as "charge_disputed", read from the
-// step's stored failure) and completes the record, so that all of it
-// commits or none does. Nothing is ever subtracted from refund_ledger:
-// what an order has refunded becomes its ledger's sum minus its releases'.
+// step's stored failure), moves an order marked partially_refunded or
+// refunded to the status its refunds confirmed by Stripe say (as
+// MarkRefunded decides it; the released refund was never confirmed, so this
+// only corrects a status an earlier keyed set from reservations) and
+// completes the record, so that all of it commits or none does. Nothing is
+// ever subtracted from refund_ledger: what the order's refunds hold of its
+// charge becomes its ledger's sum minus its releases'.
 // A second run returns the stored ReleaseResult; one whose record was
 // pruned finds its own release and adds nothing. RefundWorkflow runs it
 // only after RefundAtStripe failed with ProviderRejected.
@@ -58,7 +62,34 @@ func (a *Activities) releaseTx(ctx context.Context, c *call) (ReleaseResult, err
 	case err != nil:
 		return ReleaseResult{}, fmt.Errorf("release %s: %w", c.Key, err)
 	}
+	if err := a.settleTx(ctx, c); err != nil {
+		return ReleaseResult{}, err
+	}
 	return ReleaseResult{AmountMinor: got.AmountMinor, Code: got.Code, RefundedMinor: refunded}, nil
+}
+
+// settleTx moves an order a refund marked (partially_refunded or refunded)
+// to the status its confirmed refunds say, in c.Tx under the order's lock,
+// with c's effect key as the transition's event ID. A released refund was
+// never confirmed, so this changes nothing unless the status counted it:
+// an earlier keyed marked orders from reservations.
+func (a *Activities) settleTx(ctx context.Context, c *call) error {
+	o, err := a.orders.GetTx(ctx, c.Tx, c.In.TenantID, c.In.OrderID)
+	if err != nil {
+		return fmt.Errorf("release %s: load order: %w", c.Key, err)
+	}
+	if o.Status != orders.StatusPartiallyRefunded && o.Status != orders.StatusRefunded {
+		return nil
+	}
+	to, err := a.confirmedStatus(ctx, c.Tx, o)
+	if err != nil || to == o.Status {
+		return err
+	}
+	if _, err := a.orders.TransitionTx(ctx, c.Tx, o.TenantID, o.ID, o.Status, to, c.Key.String()); err != nil {
+		return fmt.Errorf("release %s: %w", c.Key, err)
+	}
+	c.Log.InfoContext(ctx, "order status corrected to its confirmed refunds", "from", string(o.Status), "to", string(to))
+	return nil
 }
 
 // providerRejected is the code a record of a ProviderRejected failure
@@ -108,7 +139,8 @@ func RefusalCode(msg string) string {
 
 // ReleaseTx appends r to refund_releases inside tx, for the whole amount
 // of r's refund in the ledger, and returns the release as stored and what
-// the order has refunded after it (ledger minus releases). It first takes
+// the order's refunds hold of its charge after it (ReservedTx: ledger minus
+// releases). It first takes
 // the order's lock (effects.LockEntityTx), as ReserveTx does. A refund
 // already released is not released again: the stored release comes back.
 //
@@ -152,7 +184,7 @@ func (l *Ledger) withRefunded(ctx context.Context, tx pgx.Tx, r *Release, err er
 	if err != nil {
 		return Release{}, 0, err
 	}
-	refunded, err := l.RefundedTx(ctx, tx, r.TenantID, r.OrderID)
+	refunded, err := l.ReservedTx(ctx, tx, r.TenantID, r.OrderID)
 	return *r, refunded, err
 }
 

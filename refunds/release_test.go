@@ -109,7 +109,7 @@ func TestLedgerReservesAReleasedAmountAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, reserve("r2", amount))
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		refunded, err := b.ledger.RefundedTx(ctx, tx, tenant, "o1")
+		refunded, err := b.ledger.ReservedTx(ctx, tx, tenant, "o1")
 		require.Equal(t, int64(amount), refunded)
 		return err
 	})

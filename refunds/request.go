@@ -76,7 +76,8 @@ func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
 // Validate, orders.ErrNotFound for an unknown order, ErrConflict when the
 // refund ID was requested with another amount or reason, ErrNotRefundable
 // for an order that is not paid or is refunded in full, an *ExceedsError
-// when the amount is more than the order's amount minus its ledger's sum,
+// when the amount is more than the order's amount minus what its refunds
+// hold (Ledger.ReservedTx, refunds in flight included),
 // and database errors, wrapped. On an error the caller must roll tx back.
 func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInput) (order *orders.Order, created bool, err error) {
 	if err := in.Validate(); err != nil {
@@ -93,7 +94,7 @@ func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInp
 		return nil, false, fmt.Errorf("request refund %s: order is %s: %w", in.WorkflowID(), order.Status, ErrNotRefundable)
 	}
 	var l Ledger
-	refunded, err := l.RefundedTx(ctx, tx, in.TenantID, in.OrderID)
+	refunded, err := l.ReservedTx(ctx, tx, in.TenantID, in.OrderID)
 	if err != nil {
 		return nil, false, err
 	}
@@ -152,9 +153,21 @@ type Refund struct {
 	Release *Release `json:"release,omitempty"`
 }
 
-// Refunded returns what r takes from the order's charge: its ledger
-// amount, unless it is not reserved yet or was released.
+// Refunded returns what r refunded of the order's charge, as confirmed by
+// Stripe: the amount of its recorded Stripe refund, or 0 while it is
+// requested, reserved and in flight, or released. It is what
+// MarkRefunded's status counts (Ledger.ConfirmedTx).
 func (r Refund) Refunded() int64 {
+	if r.Stripe == nil {
+		return 0
+	}
+	return r.Stripe.AmountMinor
+}
+
+// Reserved returns what r holds of the order's charge: its ledger amount,
+// in flight or refunded, unless it is not reserved yet or was released. It
+// is what a new refund must fit beside (Ledger.ReservedTx).
+func (r Refund) Reserved() int64 {
 	if r.Entry == nil || r.Release != nil {
 		return 0
 	}

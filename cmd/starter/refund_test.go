@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"testing"
@@ -131,4 +132,21 @@ func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE workflow_id = 'refund:acme:o1:r1'`).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// show's refunded total counts only refunds Stripe confirmed, and names
+// what is reserved and still in flight beside it.
+func TestShowRefundsNamesWhatIsInFlight(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	res := showResult{Order: &orders.Order{Currency: "eur"}, Refunds: []shownRefund{
+		{Refund: refunds.Refund{RefundID: "r1", AmountMinor: 500}, State: "reserved"},
+		{Refund: refunds.Refund{RefundID: "r2", AmountMinor: 750}, State: "refunded"},
+	}, RefundedMinor: 750, ReservedMinor: 1250}
+	require.NoError(t, printRefunds(&out, res))
+	require.Contains(t, out.String(), "refunds (2, 750 eur refunded, 500 in flight)")
+	res.ReservedMinor = 750
+	out.Reset()
+	require.NoError(t, printRefunds(&out, res))
+	require.Contains(t, out.String(), "refunds (2, 750 eur refunded)\n")
 }

@@ -25,10 +25,13 @@ type showResult struct {
 	Order    *orders.Order     `json:"order"`
 	Effects  []*effects.Record `json:"effects"`
 	Workflow workflowView      `json:"workflow"`
-	// Refunds are the order's refunds, oldest request first, and
-	// RefundedMinor what those in its ledger that were not released sum to.
+	// Refunds are the order's refunds, oldest request first,
+	// RefundedMinor what those whose Stripe refund is recorded sum to (what
+	// the order's status counts), and ReservedMinor what those in its
+	// ledger that were not released sum to, in flight or refunded.
 	Refunds       []shownRefund `json:"refunds"`
 	RefundedMinor int64         `json:"refunded_minor"`
+	ReservedMinor int64         `json:"reserved_minor"`
 }
 
 // shownRefund is a refund as show prints it: how far it got, as State
@@ -86,7 +89,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		if res.Effects == nil {
 			res.Effects = []*effects.Record{}
 		}
-		if res.Refunds, res.RefundedMinor, err = showRefunds(ctx, pool, o); err != nil {
+		if err := showRefunds(ctx, pool, o, &res); err != nil {
 			return err
 		}
 		if *asJSON {
@@ -170,19 +173,19 @@ func outcome(r *effects.Record) string {
 	return "-"
 }
 
-// showRefunds returns the order's refunds and what the order has refunded
-// (its ledger minus its releases).
-func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order) ([]shownRefund, int64, error) {
+// showRefunds sets res's refunds of order o, what the order has refunded
+// (confirmed by Stripe) and what its refunds hold of the charge (reserved,
+// not released).
+func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order, res *showResult) error {
 	ledger, err := refunds.NewLedger(pool)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
 	refs, err := ledger.Refunds(ctx, o.TenantID, o.ID)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	out := make([]shownRefund, 0, len(refs))
-	var sum int64
+	res.Refunds = make([]shownRefund, 0, len(refs))
 	for _, r := range refs {
 		s := shownRefund{Refund: r, State: "requested",
 			WorkflowID: refunds.NewInput(o.TenantID, o.ID, r.RefundID, r.AmountMinor, r.Reason).WorkflowID()}
@@ -194,14 +197,19 @@ func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order) ([]sh
 		case r.Entry != nil:
 			s.State = "reserved"
 		}
-		sum += r.Refunded()
-		out = append(out, s)
+		res.RefundedMinor += r.Refunded()
+		res.ReservedMinor += r.Reserved()
+		res.Refunds = append(res.Refunds, s)
 	}
-	return out, sum, nil
+	return nil
 }
 
 func printRefunds(w io.Writer, res showResult) error {
-	fmt.Fprintf(w, "\nrefunds (%d, %d %s refunded)\n", len(res.Refunds), res.RefundedMinor, clean(res.Order.Currency))
+	inFlight := ""
+	if n := res.ReservedMinor - res.RefundedMinor; n > 0 {
+		inFlight = fmt.Sprintf(", %d in flight", n)
+	}
+	fmt.Fprintf(w, "\nrefunds (%d, %d %s refunded%s)\n", len(res.Refunds), res.RefundedMinor, clean(res.Order.Currency), inFlight)
 	if len(res.Refunds) == 0 {
 		return nil
 	}
