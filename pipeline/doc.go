@@ -49,4 +49,11 @@
 // (AttentionQuery, "KeyedAttention IS NOT NULL"); AttentionOf says what the
 // run of one workflow ID waits for; SendDecision sends it a Decision and
 // waits until it is applied. ErrNotWaiting means the run waits for nothing.
+//
+// # Testing
+//
+// Package pipelinetest helps a workflow unit test (go.temporal.io/sdk/testsuite)
+// of a pipeline: NewEnv, the status query and current details as strings
+// (States, Details), Decide to send the decide update later in the run,
+// RecordAttention and MockApplyDecision.
 package pipeline
