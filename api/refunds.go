@@ -205,7 +205,7 @@ func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds
 			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID), nil
 	case errors.As(err, &exceeds):
 		return resp, newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
-			"a refund of %d exceeds what is left of the charge: %d charged, %d refunded, %d left (minor units)",
+			"a refund of %d exceeds what is left of the charge: %d charged, %d refunded or in flight, %d left (minor units)",
 			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor), nil
 	}
 	return resp, nil, err

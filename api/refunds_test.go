@@ -263,7 +263,7 @@ func TestRefundRefusalsWriteNothing(t *testing.T) {
 	// The exceeding request's key is free: fixed, it runs.
 	r = b.do(t, "POST", "/v1/orders/ord_paid/refunds", b.keyA, "k-exceed", refundBody("r1", 401, ""))
 	require.Equal(t, api.CodeRefundExceedsCharge, decodeError(t, r).Code)
-	require.Contains(t, decodeError(t, r).Message, "1000 charged, 600 refunded, 400 left")
+	require.Contains(t, decodeError(t, r).Message, "1000 charged, 600 refunded or in flight, 400 left")
 	r = b.do(t, "POST", "/v1/orders/ord_paid/refunds", b.keyA, "k-exceed", refundBody("r1", 400, ""))
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 }

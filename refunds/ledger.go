@@ -30,7 +30,7 @@ type ExceedsError struct {
 }
 
 func (e *ExceedsError) Error() string {
-	return fmt.Sprintf("%s: refund of %d with %d of %d already refunded leaves %d", ErrExceedsCharge,
+	return fmt.Sprintf("%s: refund of %d with %d of %d already refunded or in flight leaves %d", ErrExceedsCharge,
 		e.AmountMinor, e.RefundedMinor, e.ChargedMinor, e.ChargedMinor-e.RefundedMinor-e.AmountMinor)
 }
 

@@ -189,7 +189,7 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	b.order(t, "o1", "pm_card_visa")
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
 	requireTerminal(t, err, activities.ErrTypeInvalidState)
-	require.Contains(t, err.Error(), "refund of 12.51 EUR exceeds what is left of the charge: 12.50 EUR charged, 0.00 EUR refunded, 12.50 EUR left")
+	require.Contains(t, err.Error(), "refund of 12.51 EUR exceeds what is left of the charge: 12.50 EUR charged, 0.00 EUR refunded or in flight, 12.50 EUR left")
 	require.Zero(t, b.ledgerRows(t, "o1"))
 	require.Zero(t, b.stripe.Refunds())
 	// The refusal is kept, so GET and show see it, and a repeat gets it

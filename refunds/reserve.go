@@ -56,7 +56,7 @@ func (a *Activities) reserveTx(ctx context.Context, c *call) (ReserveResult, err
 	var exceeds *ExceedsError
 	switch {
 	case errors.As(err, &exceeds):
-		return ReserveResult{}, c.Fail(activities.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded, %s left",
+		return ReserveResult{}, c.Fail(activities.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded or in flight, %s left",
 			activities.FormatAmount(exceeds.AmountMinor, o.Currency), activities.FormatAmount(exceeds.ChargedMinor, o.Currency),
 			activities.FormatAmount(exceeds.RefundedMinor, o.Currency),
 			activities.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, o.Currency))

@@ -105,7 +105,7 @@ func refundRefusal(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 	var exceeds *refunds.ExceedsError
 	switch {
 	case errors.As(err, &exceeds):
-		return usagef("refund %s of %d exceeds what is left of order %s/%s: %d charged, %d refunded, %d left (minor units)",
+		return usagef("refund %s of %d exceeds what is left of order %s/%s: %d charged, %d refunded or in flight, %d left (minor units)",
 			in.RefundID, exceeds.AmountMinor, in.TenantID, in.OrderID, exceeds.ChargedMinor, exceeds.RefundedMinor,
 			exceeds.ChargedMinor-exceeds.RefundedMinor)
 	case errors.Is(err, refunds.ErrNotRefundable):

@@ -81,7 +81,7 @@ func TestRefundThenShowAgainstAWorker(t *testing.T) {
 	require.Contains(t, errOut, "requested with another amount or reason")
 	code, _, errOut = starter(t, env, "refund", "--tenant", "acme", "--order", "cli-r", "--refund", "r2", "--amount", "2001")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "2500 charged, 500 refunded, 2000 left")
+	require.Contains(t, errOut, "2500 charged, 500 refunded or in flight, 2000 left")
 	code, _, errOut = starter(t, env, "refund", "--tenant", "acme", "--order", "nope", "--refund", "r1", "--amount", "1")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "order not found")
