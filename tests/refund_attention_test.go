@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
@@ -25,16 +26,8 @@ import (
 func TestAmbiguousRefundEmailWaitsForDecisionInTheSameRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startRefundWorker(t, lookupOutageOpts)
-	b.paidOrder(t, "o1", 1999)
-
 	in := refunds.NewInput(b.tenant, "o1", "r1", 500, "damaged")
-	emailKey, err := in.EffectKey(refunds.StepEmail)
-	require.NoError(t, err)
-	b.mail.SetLookupOutage(true)
-	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
-	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
-	require.NoError(t, err)
+	run, emailKey := b.startRefundWithLostEmail(t, in)
 
 	a := b.awaitAttention(t, in.WorkflowID())
 	require.Equal(t, "refund_email:ambiguous", a.Attention)
@@ -79,16 +72,8 @@ func TestAmbiguousRefundEmailWaitsForDecisionInTheSameRun(t *testing.T) {
 func TestStarterResolveDecidesAWaitingRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startRefundWorker(t, lookupOutageOpts)
-	b.paidOrder(t, "o1", 1999)
-
 	in := refunds.NewInput(b.tenant, "o1", "r1", 1999, "")
-	emailKey, err := in.EffectKey(refunds.StepEmail)
-	require.NoError(t, err)
-	b.mail.SetLookupOutage(true)
-	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
-	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
-	require.NoError(t, err)
+	run, emailKey := b.startRefundWithLostEmail(t, in)
 	b.awaitAttention(t, in.WorkflowID())
 
 	starter := b.starterCLI(t)
@@ -111,4 +96,21 @@ func TestStarterResolveDecidesAWaitingRefund(t *testing.T) {
 	require.Equal(t, msgs[0].MessageID, out.Email.MessageID)
 	require.Equal(t, 1, b.stripe.Refunds())
 	require.Equal(t, 1, b.runs(t, in.WorkflowID()), "the same run went on")
+}
+
+// startRefundWithLostEmail starts a refund worker, pays order o1 (19.99),
+// and starts the refund in with SendGrid losing the refund email's answer
+// while its look-up is down, so that the email step ends ambiguous. It
+// returns the run and the email step's effect key.
+func (b *bundle) startRefundWithLostEmail(t *testing.T, in refunds.RefundInput) (client.WorkflowRun, effects.Key) {
+	t.Helper()
+	b.startRefundWorker(t, lookupOutageOpts)
+	b.paidOrder(t, in.OrderID, 1999)
+	emailKey, err := in.EffectKey(refunds.StepEmail)
+	require.NoError(t, err)
+	b.mail.SetLookupOutage(true)
+	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
+	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	require.NoError(t, err)
+	return run, emailKey
 }
