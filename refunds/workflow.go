@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 )
 
@@ -145,13 +146,20 @@ func RegisterActivities(r worker.ActivityRegistry, a *Activities) error {
 // workflow ID derived from the refund, so that a start while the run is
 // going joins it (conflict policy USE_EXISTING), one after it succeeded is
 // refused and one after it failed runs again (reuse policy
-// ALLOW_DUPLICATE_FAILED_ONLY), and the task queue.
+// ALLOW_DUPLICATE_FAILED_ONLY), the task queue, the order's TenantID and
+// OrderID search attributes (so that a search for an order in the Web UI
+// finds its refunds too), and a static summary such as "refund r1 of order
+// 9f3a".
 func StartOptions(in RefundInput, taskQueue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       in.WorkflowID(),
 		TaskQueue:                taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrTenantID).ValueSet(in.TenantID),
+			temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrOrderID).ValueSet(in.OrderID)),
+		StaticSummary: "refund " + in.RefundID + " of order " + in.OrderID,
 	}
 }
 

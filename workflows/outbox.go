@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
@@ -52,23 +51,22 @@ func ConfigureOutboxStart(store *orders.Store) temporalstart.ConfigureFunc {
 	}
 }
 
-// ConfigureRefundStart gives a refund run started from the outbox the
-// TenantID and OrderID search attributes of its order, so that a search
-// for an order finds its refunds too, and a static summary such as "refund
-// r1 of order 9f3a · 5.00 USD" (the amount only when the row's Meta
-// carries the currency, as refunds.StartRequest writes it). It returns an
-// error wrapping outbox.ErrInvalid when req's payload does not decode to a
-// valid refund input.
+// ConfigureRefundStart gives a refund run started from the outbox what
+// refunds.StartOptions gives every refund run, the TenantID and OrderID
+// search attributes of its order and a static summary, with the amount
+// added to the summary when the row's Meta carries the currency, as
+// refunds.StartRequest writes it: "refund r1 of order 9f3a · 5.00 USD". It
+// returns an error wrapping outbox.ErrInvalid when req's payload does not
+// decode to a valid refund input.
 func ConfigureRefundStart(_ context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
 	in, currency, err := refunds.FromStartRequest(req)
 	if err != nil {
 		return err
 	}
-	summary := "refund " + in.RefundID + " of order " + in.OrderID
+	so := refunds.StartOptions(in, o.TaskQueue)
+	o.TypedSearchAttributes, o.StaticSummary = so.TypedSearchAttributes, so.StaticSummary
 	if currency != "" {
-		summary += " · " + activities.FormatAmount(in.AmountMinor, currency)
+		o.StaticSummary += " · " + activities.FormatAmount(in.AmountMinor, currency)
 	}
-	o.TypedSearchAttributes = temporal.NewSearchAttributes(SearchAttrTenantID.ValueSet(in.TenantID), SearchAttrOrderID.ValueSet(in.OrderID))
-	o.StaticSummary = summary
 	return nil
 }
