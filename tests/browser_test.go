@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // An operator works a waiting order in the Temporal Web UI (2.42.1, the dev
@@ -23,7 +24,9 @@ import (
 // state, effect key and outcome, and what to decide) and each activity's
 // summary with its effect key. Then the operator sends the decide update
 // from the UI itself (More Actions → Send an Update), and the run completes
-// in the same run with the one receipt SendGrid holds.
+// in the same run with the one receipt SendGrid holds. Last, a refund of the
+// order whose email answer is lost waits the same way, and the operator
+// finds it beside the order run (refundWaitsInWebUI).
 func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -37,7 +40,7 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(b.temporal.Close)
 	b.acts = b.newActivities(t, lookupOutageOpts)
-	b.startDecidingWorker(t)
+	b.startRefundWorker(t, lookupOutageOpts) // Orders and refunds, on one task queue.
 	b.mail.SetLookupOutage(true)
 	w := b.waitingReceipt(t, "web1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	b.awaitAttention(t, w.st.WorkflowID)
@@ -84,4 +87,44 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	br.waitText(30*time.Second, "Completed")
 	br.click(10*time.Second, "User Metadata")
 	br.waitText(30*time.Second, "receipt done", msgs[0].MessageID)
+
+	b.refundWaitsInWebUI(t, br, w.id)
+}
+
+// refundWaitsInWebUI refunds part of the paid order id with SendGrid losing
+// the refund email's answer: the refund run waits, and the operator finds
+// it beside the order run by OrderID and in the attention list, and reads
+// in its details what to decide. The decision, sent with SendDecision,
+// completes it with one Stripe refund and one refund email.
+func (b *bundle) refundWaitsInWebUI(t *testing.T, br *browser, id string) {
+	t.Helper()
+	in := refunds.NewInput(b.tenant, id, "r1", 500, "damaged")
+	emailKey, err := in.EffectKey(refunds.StepEmail)
+	require.NoError(t, err)
+	b.mail.SetLookupOutage(true)
+	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
+	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	require.NoError(t, err)
+	b.awaitAttention(t, in.WorkflowID())
+
+	br.openQuery(`OrderID = "` + id + `"`)
+	br.waitText(30*time.Second, in.WorkflowID(), orders.NewOrderInput(b.tenant, id).WorkflowID())
+	br.openQuery(pipeline.AttentionQuery)
+	br.waitText(30*time.Second, in.WorkflowID())
+	br.open("/namespaces/default/workflows/" + url.PathEscape(in.WorkflowID()) + "/" + run.GetRunID() + "/history")
+	br.click(10*time.Second, "User Metadata")
+	br.waitText(30*time.Second, "refund r1 of order "+id, "refund_stripe done", "refund_email waiting",
+		"Needs a decision", "refund_email:ambiguous")
+
+	b.mail.SetLookupOutage(false)
+	msgs := b.mail.MessagesFor("effect_key", emailKey.String())
+	require.Len(t, msgs, 1)
+	_, err = pipeline.SendDecision(b.ctx, b.temporal, in.WorkflowID(), "", pipeline.Decision{Step: refunds.StepEmail,
+		Resolution: "done", By: "ada", Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"` + msgs[0].MessageID + `"}`)})
+	require.NoError(t, err)
+	var res refunds.Result
+	require.NoError(t, run.Get(b.ctx, &res), "the refund run completes after the decision")
+	require.Equal(t, msgs[0].MessageID, res.Email.MessageID)
+	require.Equal(t, 1, b.stripe.Refunds(), "one Stripe refund")
+	require.Equal(t, 2, b.mail.Count(), "the receipt and one refund email")
 }
