@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -105,6 +106,22 @@ func StripeError(op string, err error) error {
 		return &Error{Type: ErrTypeKeyReused, kind: effects.ErrKeyReused, Message: detail}
 	}
 	return &Error{Type: ErrTypeProviderRejected, kind: ErrProviderRejected, Message: detail}
+}
+
+// stripeCodeRE finds the "status 400 invalid_request_error/charge_disputed"
+// part of a StripeError message; its group is Stripe's error code.
+var stripeCodeRE = regexp.MustCompile(`: status \d{3} [a-z_]+/([a-z_]+)`)
+
+// StripeCode returns Stripe's error code (such as "charge_disputed") from
+// msg, the message of an error StripeError built (and that an effect
+// record stores as its error message), or "" when msg carries none. It
+// reads StripeError's own format, so the two change together
+// (TestStripeCodeReadsStripeErrorsMessage).
+func StripeCode(msg string) string {
+	if m := stripeCodeRE.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 // searchQuery is the Stripe search query for payment intents whose

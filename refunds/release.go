@@ -117,10 +117,9 @@ func (a *Activities) refusal(ctx context.Context, c *call) (string, error) {
 	return RefusalCode(rec.ErrorMessage), nil
 }
 
-var (
-	stripeCodeRE   = regexp.MustCompile(`status \d{3} [a-z_]+/([a-z_]+)`)
-	refundStatusRE = regexp.MustCompile(`Stripe refund \S+ is (failed|canceled)\b`)
-)
+// refundStatusRE finds RefundAtStripe's message for a refund Stripe made
+// and then failed or canceled.
+var refundStatusRE = regexp.MustCompile(`Stripe refund \S+ is (failed|canceled)\b`)
 
 // RefusalCode returns Stripe's code in msg, the stored message of a
 // RefundAtStripe refusal: the error code of Stripe's answer (such as
@@ -128,8 +127,8 @@ var (
 // "refund_failed" or "refund_canceled" for a refund Stripe made and then
 // failed or canceled, and "provider_rejected" when msg names neither.
 func RefusalCode(msg string) string {
-	if m := stripeCodeRE.FindStringSubmatch(msg); m != nil {
-		return m[1]
+	if code := activities.StripeCode(msg); code != "" {
+		return code
 	}
 	if m := refundStatusRE.FindStringSubmatch(msg); m != nil {
 		return "refund_" + m[1]

@@ -1,0 +1,27 @@
+package activities
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+)
+
+// StripeCode reads back the code StripeError wrote into its message, for
+// each shape of Stripe error, and nothing from a message without one.
+func TestStripeCodeReadsStripeErrorsMessage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  *stripe.Error
+		want string
+	}{
+		{&stripe.Error{HTTPStatusCode: 400, Type: stripe.ErrorTypeInvalidRequest, Code: stripe.ErrorCodeChargeDisputed, Msg: "disputed"}, "charge_disputed"},
+		{&stripe.Error{HTTPStatusCode: 400, Type: stripe.ErrorTypeInvalidRequest, Code: stripe.ErrorCodeChargeAlreadyRefunded, Msg: "refunded", RequestID: "req_1"}, "charge_already_refunded"},
+		{&stripe.Error{HTTPStatusCode: 402, Type: stripe.ErrorTypeCard, Code: stripe.ErrorCodeCardDeclined, DeclineCode: "insufficient_funds", Msg: "declined"}, "card_declined"},
+		{&stripe.Error{HTTPStatusCode: 401, Type: stripe.ErrorTypeInvalidRequest, Msg: "bad key"}, ""},
+	} {
+		err := StripeError("refund acme:order:9f3a:refund:r1:refund_stripe", tc.err)
+		require.Equal(t, tc.want, StripeCode(err.Error()), err.Error())
+	}
+	require.Empty(t, StripeCode("ProviderRejected: Stripe refund re_1 is failed (expired_or_canceled_card)"))
+}
