@@ -188,7 +188,10 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 // claimSQL inserts the claim or, when the key has a record, reads that
 // record, in one round trip: the first column says which. The read sees the
 // statement's snapshot, so a record committed by a racer while the insert
-// waited on it reads as no row at all, and the caller tries again.
+// waited on it reads as no row at all, and the caller tries again. A new
+// claim returns only its generation, attempts, lease and creation time, with
+// placeholders in the other columns: returning the whole record it has just
+// written cost Postgres CPU on every claim (README, Benchmark).
 //
 // When $7 is true the statement's transaction, the statement alone in
 // Claim, commits with synchronous_commit off (ClaimParams.AsyncCommit).
@@ -198,10 +201,23 @@ WITH ins AS (
 	SELECT $1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond'
 	FROM (SELECT CASE WHEN $7::boolean THEN set_config('synchronous_commit', 'off', true) END) AS commit_mode
 	ON CONFLICT (key) DO NOTHING
-	RETURNING *)
-SELECT true, ` + recordColumns + ` FROM ins
+	RETURNING generation, attempts, lease_until, created_at)
+SELECT true, generation, attempts, lease_until, '', '', '', NULL::jsonb, '', '', created_at, true FROM ins
 UNION ALL
-SELECT false, ` + recordColumns + ` FROM keyed_effects WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`
+SELECT false, generation, attempts, lease_until, state, owner, fingerprint, result,
+	coalesce(error_code, ''), coalesce(error_message, ''), created_at, coalesce(lease_until > now(), false)
+FROM keyed_effects WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`
+
+// queryClaim runs claimSQL and returns the record it read (for a new
+// claim, only Generation, Attempts, LeaseUntil and CreatedAt), whether the
+// claim inserted it, and whether its lease is live.
+func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, inserted, live bool, err error) {
+	rec = &Record{}
+	err = db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
+		lease.Microseconds(), p.AsyncCommit).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
+		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live)
+	return rec, inserted, live, err
+}
 
 // claimTakeSQL takes over an existing record only if it is still the
 // generation that was read and may still be taken: a concurrent taker bumps
@@ -240,9 +256,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	// the read (a racer's commit or takeover, or a prune of a finished
 	// record).
 	for round := 0; round < 5; round++ {
-		var inserted bool
-		rec, live, err := scanRecord(db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
-			lease.Microseconds(), p.AsyncCommit), &inserted)
+		rec, inserted, live, err := queryClaim(ctx, db, p, lease)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}

@@ -40,13 +40,12 @@ const recordColumns = `key, tenant_id, kind, state, owner, fingerprint, generati
 	result, coalesce(error_code, ''), coalesce(error_message, ''), created_at, updated_at, finished_at,
 	coalesce(lease_until > now(), false)`
 
-// scanRecord scans recordColumns, after the columns that lead go into: the
-// record, and whether its lease is live.
-func scanRecord(row pgx.Row, lead ...any) (*Record, bool, error) {
+// scanRecord scans recordColumns: the record, and whether its lease is live.
+func scanRecord(row pgx.Row) (*Record, bool, error) {
 	var r Record
 	var live bool
-	err := row.Scan(append(lead, &r.Key, &r.TenantID, &r.Kind, &r.State, &r.Owner, &r.Fingerprint, &r.Generation, &r.Attempts,
-		&r.LeaseUntil, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &live)...)
+	err := row.Scan(&r.Key, &r.TenantID, &r.Kind, &r.State, &r.Owner, &r.Fingerprint, &r.Generation, &r.Attempts,
+		&r.LeaseUntil, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &live)
 	return &r, live, err
 }
 
