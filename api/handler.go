@@ -117,6 +117,7 @@ type Handler struct {
 	metrics *Metrics
 	maxBody int64
 	timeout time.Duration
+	routes  []route
 	mux     *http.ServeMux
 }
 
@@ -169,26 +170,45 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 		return nil, fmt.Errorf("api: NewHandler: %w", err)
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle(RouteCreateOrder, h.authed(h.createOrder))
-	mux.Handle(RouteGetOrder, h.authed(h.getOrder))
-	mux.Handle(RouteCreateRefund, h.authed(h.createRefund))
-	mux.Handle(RouteGetRefund, h.authed(h.getRefund))
-	mux.HandleFunc(RouteHealthz, h.healthz)
-	if opts.Gatherer != nil {
-		mux.Handle(RouteMetrics, promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	h.routes = h.routeTable(opts.Gatherer)
+	h.mux = http.NewServeMux()
+	for _, rt := range h.routes {
+		h.mux.Handle(rt.pattern, rt.handler)
+	}
+	return h, nil
+}
+
+// route is an entry of the Handler's route table: a ServeMux pattern and
+// what serves it.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// routeTable is every pattern the Handler serves. Tests derive their
+// lists of routes from it (every route runs on a pool of one connection).
+func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
+	rs := []route{
+		{RouteCreateOrder, h.authed(h.createOrder)},
+		{RouteGetOrder, h.authed(h.getOrder)},
+		{RouteCreateRefund, h.authed(h.createRefund)},
+		{RouteGetRefund, h.authed(h.getRefund)},
+		{RouteHealthz, http.HandlerFunc(h.healthz)},
+	}
+	if gatherer != nil {
+		rs = append(rs, route{RouteMetrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})})
 	}
 	// Method-less patterns catch the other methods on the same paths, and
 	// "/" everything else, so that every error is JSON.
-	mux.HandleFunc("/v1/orders", methodNotAllowed("POST"))
-	mux.HandleFunc("/v1/orders/{id}", methodNotAllowed("GET"))
-	mux.HandleFunc("/v1/orders/{id}/refunds", methodNotAllowed("POST"))
-	mux.HandleFunc("/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET"))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
-	})
-	h.mux = mux
-	return h, nil
+	return append(rs,
+		route{"/v1/orders", methodNotAllowed("POST")},
+		route{"/v1/orders/{id}", methodNotAllowed("GET")},
+		route{"/v1/orders/{id}/refunds", methodNotAllowed("POST")},
+		route{"/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET")},
+		route{"/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
+		})},
+	)
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {

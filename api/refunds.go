@@ -223,7 +223,7 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	if !ok {
 		return
 	}
-	view, err := h.refundView(ctx, h.db, order, refundID)
+	view, err := h.refundView(ctx, nil, order, refundID)
 	if errors.Is(err, refunds.ErrNotFound) {
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "refund_id", "no refund %q of order %q", refundID, id))
 		return
@@ -240,12 +240,13 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	writeJSON(w, http.StatusOK, append(body, '\n'))
 }
 
-// refundView reads the order's refund refundID through db (the request's
-// transaction, or the pool) and returns the tenant's view of it. It
-// returns an error wrapping refunds.ErrNotFound when there is no such
-// refund.
-func (h *Handler) refundView(ctx context.Context, db effects.DB, order *orders.Order, refundID string) (*RefundView, error) {
-	ledger, err := refunds.NewLedger(db)
+// refundView reads the order's refund refundID and returns the tenant's
+// view of it, through tx when the caller holds one (see reader), else on
+// the pool. It returns an error wrapping refunds.ErrNotFound when there is
+// no such refund.
+func (h *Handler) refundView(ctx context.Context, tx pgx.Tx, order *orders.Order, refundID string) (*RefundView, error) {
+	rd := h.reader(tx)
+	ledger, err := refunds.NewLedger(rd.db)
 	if err != nil {
 		return nil, err
 	}
@@ -253,15 +254,38 @@ func (h *Handler) refundView(ctx context.Context, db effects.DB, order *orders.O
 	if err != nil {
 		return nil, err
 	}
-	return h.viewOf(ctx, db, order, *ref)
+	return h.viewOf(ctx, rd, order, *ref)
+}
+
+// reader reads through a request's transaction when it has one, else on
+// the pool: a request that holds a connection never waits for a second
+// one, so no number of requests can exhaust the pool.
+type reader struct {
+	db effects.DB
+	tx pgx.Tx // nil on the pool
+}
+
+func (h *Handler) reader(tx pgx.Tx) reader {
+	if tx == nil {
+		return reader{db: h.db}
+	}
+	return reader{db: tx, tx: tx}
+}
+
+// listEffects lists the records under prefix through rd.
+func (h *Handler) listEffects(ctx context.Context, rd reader, prefix effects.Key) ([]*effects.Record, error) {
+	if rd.tx != nil {
+		return h.effects.ListTx(ctx, rd.tx, prefix)
+	}
+	return h.effects.List(ctx, prefix)
 }
 
 // viewOf completes ref's view with its start and its effect records.
-func (h *Handler) viewOf(ctx context.Context, db effects.DB, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
+func (h *Handler) viewOf(ctx context.Context, rd reader, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
 	in := refunds.NewInput(order.TenantID, order.ID, ref.RefundID, ref.AmountMinor, ref.Reason)
 	v := &RefundView{RefundID: ref.RefundID, OrderID: order.ID, AmountMinor: ref.AmountMinor, Currency: order.Currency,
 		Reason: ref.Reason, State: RefundRequested, WorkflowID: in.WorkflowID(), Effects: []EffectView{}}
-	start, err := h.startOf(ctx, db, v.WorkflowID)
+	start, err := h.startOf(ctx, rd.db, v.WorkflowID)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +294,7 @@ func (h *Handler) viewOf(ctx context.Context, db effects.DB, order *orders.Order
 	if err != nil {
 		return nil, fmt.Errorf("refund %s: %w", v.WorkflowID, err)
 	}
-	recs, err := h.effects.List(ctx, prefix)
+	recs, err := h.listEffects(ctx, rd, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +378,7 @@ func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order, detail 
 	}
 	detail.Refunds = make([]RefundView, 0, len(refs))
 	for _, ref := range refs {
-		v, err := h.viewOf(ctx, h.db, order, ref)
+		v, err := h.viewOf(ctx, h.reader(nil), order, ref)
 		if err != nil {
 			return err
 		}
