@@ -450,8 +450,9 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 		return
 	}
 
-	h.idempotent(w, r, tenant, key, requestHash(RouteCreateOrder, no), "create order", func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
-		resp, err := h.createTx(ctx, tenant, claim, no)
+	render := orderRenderer(tenant, no)
+	h.idempotent(w, r, tenant, key, requestHash(RouteCreateOrder, no), "create order", render, func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
+		resp, err := h.createTx(ctx, tenant, claim, no, render)
 		if errors.Is(err, orders.ErrConflict) {
 			return resp, newError(http.StatusConflict, CodeOrderConflict, "order_id", "order %q exists with different details", no.ID), nil
 		}
@@ -461,13 +462,15 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 
 // idempotent runs do under the request's Idempotency-Key (hash being the
 // request's fingerprint), for every POST: a replay answers the stored
-// response, another body under the key 422, a running request 409. do
-// returns the response to store and send, a refusal (*Error: nothing was
-// written, the key is released), or a failure (released, 503/500, or 409
-// when the request lost its key). Every database call shares one deadline
-// and runs to the end even if the client goes away, so that its retry
-// finds the response stored rather than a claim to wait out.
-func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string,
+// response (its body rendered again by render from the stored outcome and
+// this request, see outcome), another body under the key 422, a running
+// request 409. do returns the response to store and send, a refusal
+// (*Error: nothing was written, the key is released), or a failure
+// (released, 503/500, or 409 when the request lost its key). Every
+// database call shares one deadline and runs to the end even if the client
+// goes away, so that its retry finds the response stored rather than a
+// claim to wait out.
+func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string, render renderer,
 	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
 	ikey, err := requestKey(tenant, key)
 	if err != nil {
@@ -496,9 +499,16 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key
 		h.dbFailure(w, r, "claim idempotency key", err)
 		return
 	case prev != nil:
+		body := prev.body
+		if prev.outcome != nil {
+			if body, err = render(prev.outcome); err != nil {
+				h.dbFailure(w, r, "replay stored response", err)
+				return
+			}
+		}
 		h.metrics.idem("replayed")
 		w.Header().Set(HeaderReplayed, "true")
-		writeJSON(w, prev.status, prev.body)
+		writeJSON(w, prev.status, body)
 		return
 	case claim.Mode == effects.ModeTakeover:
 		h.metrics.idem("takeover")
@@ -536,22 +546,26 @@ func (h *Handler) release(ctx context.Context, key effects.Key, owner string) {
 	}
 }
 
-// createTx writes the order, its outbox row and the stored response in one
-// transaction: all of them or none.
-func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Claim, no orders.NewOrder) (stored, error) {
+// createTx writes the order, its outbox row and the stored response (its
+// outcome, which render turns into the body) in one transaction: all of
+// them or none.
+func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Claim, no orders.NewOrder, render renderer) (stored, error) {
 	var resp stored
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
 		order, created, err := h.store.CreateAndEnqueueTx(ctx, tx, no)
 		if err != nil {
 			return err
 		}
-		body, err := json.Marshal(OrderCreated{Order: order, WorkflowID: orders.WorkflowID(tenant, order.ID)})
+		body, err := encodeBody(OrderCreated{Order: order, WorkflowID: orders.WorkflowID(tenant, order.ID)})
 		if err != nil {
-			return fmt.Errorf("encode response: %w", err)
+			return err
 		}
-		resp = stored{status: http.StatusOK, body: append(body, '\n')}
+		status := http.StatusOK
 		if created {
-			resp.status = http.StatusCreated
+			status = http.StatusCreated
+		}
+		if resp, err = storedOf(status, orderOutcomeOf(order), render, body); err != nil {
+			return err
 		}
 		return h.idem.finishTx(ctx, tx, claim, resp)
 	})

@@ -164,15 +164,17 @@ func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, tenant st
 		writeError(w, aerr)
 		return
 	}
-	h.idempotent(w, r, tenant, key, refundHash(in), "request refund", func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
-		return h.refundTx(ctx, claim, in)
+	render := refundRenderer(in)
+	h.idempotent(w, r, tenant, key, refundHash(in), "request refund", render, func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
+		return h.refundTx(ctx, claim, in, render)
 	})
 }
 
 // refundTx checks the refund against its order and records its start and
-// the stored response in one transaction: all of them or none. A refusal
-// comes back as an *Error, and writes nothing.
-func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds.RefundInput) (stored, *Error, error) {
+// the stored response (its outcome, which render turns into the body) in
+// one transaction: all of them or none. Every read goes through the
+// transaction. A refusal comes back as an *Error, and writes nothing.
+func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds.RefundInput, render renderer) (stored, *Error, error) {
 	var resp stored
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
 		order, created, err := refunds.RequestTx(ctx, tx, h.store, in)
@@ -183,13 +185,16 @@ func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds
 		if err != nil {
 			return err
 		}
-		body, err := json.Marshal(view)
+		body, err := encodeBody(view)
 		if err != nil {
-			return fmt.Errorf("encode response: %w", err)
+			return err
 		}
-		resp = stored{status: http.StatusOK, body: append(body, '\n')}
+		status := http.StatusOK
 		if created {
-			resp.status = http.StatusAccepted
+			status = http.StatusAccepted
+		}
+		if resp, err = storedOf(status, refundOutcomeOf(view), render, body); err != nil {
+			return err
 		}
 		return h.idem.finishTx(ctx, tx, claim, resp)
 	})
