@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,29 +26,11 @@ import (
 	"github.com/keyedhq/keyed/refunds"
 )
 
-// syncBuffer is a bytes.Buffer safe for a command writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // running is a long-running command (relay, serve) started in the
 // background.
+// Its output may be read once stop returned.
 type running struct {
-	stdout, stderr syncBuffer
+	stdout, stderr bytes.Buffer
 	cancel         context.CancelFunc
 	code           chan int
 }
@@ -73,7 +54,7 @@ func (r *running) stop(t *testing.T) int {
 	case code := <-r.code:
 		return code
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the command did not stop: %s", r.stderr.String())
+		t.Fatal("the command did not stop")
 		return -1
 	}
 }
@@ -92,7 +73,6 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 	vars["DATABASE_URL"] += "&pool_max_conns=1"
 	const apiKey = "sk_test_pool_0123456789abcdef"
 	vars[api.EnvKeys] = "acme=" + apiKey
-	vars["KEYED_API_ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ok := func(args ...string) string {
@@ -162,15 +142,16 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 			require.Contains(t, r.stdout.String(), "outbox relay running")
 		}},
 		{"serve", func() {
-			r := startCommand(vars, "serve", "--relay")
-			var base string
+			addr := freeAddr(t)
+			r := startCommand(vars, "serve", "--relay", "--addr", addr)
+			base := "http://" + addr
 			require.Eventually(t, func() bool {
-				m := regexp.MustCompile(`serving keyed's API on (http://\S+)`).FindStringSubmatch(r.stdout.String())
-				if m != nil {
-					base = m[1]
+				resp, err := http.Get(base + "/healthz")
+				if err == nil {
+					resp.Body.Close()
 				}
-				return m != nil
-			}, 30*time.Second, 20*time.Millisecond, "serve did not start: %s", r.stderr.String())
+				return err == nil && resp.StatusCode == http.StatusOK
+			}, 30*time.Second, 20*time.Millisecond, "serve did not start")
 			for _, c := range []struct {
 				method, path, idem, body string
 				want                     int
@@ -189,6 +170,7 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 			sent(orders.WorkflowID("acme", "one-3"))
 			sent(refunds.NewInput("acme", "one-1", "r2", 100, "").WorkflowID())
 			require.Equal(t, 0, r.stop(t), r.stderr.String())
+			require.Contains(t, r.stdout.String(), "serving keyed's API on http://"+addr)
 		}},
 	}
 	names := make([]string, 0, len(steps))
@@ -218,6 +200,16 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, id string) {
 		return err
 	})
 	require.NoError(t, err)
+}
+
+// freeAddr returns a local address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
 }
 
 // call sends one request to the API at base and returns its status and
