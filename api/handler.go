@@ -717,21 +717,6 @@ func requestHash(route string, no orders.NewOrder) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// loadOrder reads the tenant's order id, or answers 404 when there is none
-// and a database failure (as what) otherwise, and reports whether it did not.
-func (h *Handler) loadOrder(ctx context.Context, w http.ResponseWriter, r *http.Request, tenant, id, what string) (*orders.Order, bool) {
-	order, err := h.store.Get(ctx, tenant, id)
-	if errors.Is(err, orders.ErrNotFound) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
-		return nil, false
-	}
-	if err != nil {
-		h.dbFailure(w, r, what, err)
-		return nil, false
-	}
-	return order, true
-}
-
 func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("id")
 	prefix, err := orders.OrderKey(tenant, id)
@@ -741,37 +726,18 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	order, ok := h.loadOrder(ctx, w, r, tenant, id, "get order")
-	if !ok {
+	var detail *OrderDetail
+	err = h.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		detail, err = h.orderDetail(ctx, tx, tenant, id, prefix)
+		return err
+	})
+	if errors.Is(err, orders.ErrNotFound) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
 		return
 	}
-	detail := OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}
-	entry, err := outbox.Get(ctx, h.db, detail.WorkflowID)
-	switch {
-	case err == nil:
-		detail.Start = startView(entry)
-		if entry.LastError != "" {
-			h.logger.DebugContext(ctx, "order detail: start error withheld from the tenant",
-				"workflow_id", entry.WorkflowID, "last_error", entry.LastError)
-		}
-	case !errors.Is(err, outbox.ErrNotFound):
-		h.dbFailure(w, r, "get order start", err)
-		return
-	}
-	recs, err := h.effects.List(ctx, prefix)
 	if err != nil {
-		h.dbFailure(w, r, "list order effects", err)
-		return
-	}
-	for _, rec := range recs {
-		detail.Effects = append(detail.Effects, effectView(rec))
-		if rec.ErrorMessage != "" {
-			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
-				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
-		}
-	}
-	if err := h.orderRefunds(ctx, order, &detail); err != nil {
-		h.dbFailure(w, r, "list order refunds", err)
+		h.dbFailure(w, r, "get order", err)
 		return
 	}
 	body, err := json.Marshal(detail)
@@ -780,6 +746,61 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 		return
 	}
 	writeJSON(w, http.StatusOK, append(body, '\n'))
+}
+
+// orderDetail reads the tenant's order id (prefix its effect key) and its
+// start, effects and refunds through tx. It returns an error wrapping
+// orders.ErrNotFound when there is no such order, and database errors.
+func (h *Handler) orderDetail(ctx context.Context, tx pgx.Tx, tenant, id string, prefix effects.Key) (*OrderDetail, error) {
+	order, err := h.store.GetTx(ctx, tx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	detail := &OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}
+	entry, err := outbox.Get(ctx, tx, detail.WorkflowID)
+	switch {
+	case err == nil:
+		detail.Start = startView(entry)
+		if entry.LastError != "" {
+			h.logger.DebugContext(ctx, "order detail: start error withheld from the tenant",
+				"workflow_id", entry.WorkflowID, "last_error", entry.LastError)
+		}
+	case !errors.Is(err, outbox.ErrNotFound):
+		return nil, fmt.Errorf("get order start: %w", err)
+	}
+	recs, err := h.effects.ListTx(ctx, tx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list order effects: %w", err)
+	}
+	for _, rec := range recs {
+		detail.Effects = append(detail.Effects, effectView(rec))
+		if rec.ErrorMessage != "" {
+			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
+				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
+		}
+	}
+	if err := h.orderRefunds(ctx, tx, order, detail); err != nil {
+		return nil, fmt.Errorf("list order refunds: %w", err)
+	}
+	return detail, nil
+}
+
+// readOnly are the options of a GET's transaction: one snapshot, no
+// writes. A read-only transaction never fails to serialize.
+var readOnly = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+
+// readTx runs fn in one read-only transaction, so that a GET takes one
+// connection for all its reads instead of queueing for the pool once per
+// read (under load, once is what keeps another tenant's GET fast), and its
+// reads see one snapshot: an order's refunds and what they sum to agree.
+// A DB without BeginTx gets a transaction of its defaults.
+func (h *Handler) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if db, ok := h.db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		return pgx.BeginTxFunc(ctx, db, readOnly, fn)
+	}
+	return pgx.BeginFunc(ctx, h.db, fn)
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {

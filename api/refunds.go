@@ -224,16 +224,23 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	order, ok := h.loadOrder(ctx, w, r, tenant, id, "get refund")
-	if !ok {
+	var view *RefundView
+	err := h.readTx(ctx, func(tx pgx.Tx) error {
+		order, err := h.store.GetTx(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		view, err = h.refundView(ctx, tx, order, refundID)
+		return err
+	})
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
 		return
-	}
-	view, err := h.refundView(ctx, nil, order, refundID)
-	if errors.Is(err, refunds.ErrNotFound) {
+	case errors.Is(err, refunds.ErrNotFound):
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "refund_id", "no refund %q of order %q", refundID, id))
 		return
-	}
-	if err != nil {
+	case err != nil:
 		h.dbFailure(w, r, "get refund", err)
 		return
 	}
@@ -245,13 +252,11 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	writeJSON(w, http.StatusOK, append(body, '\n'))
 }
 
-// refundView reads the order's refund refundID and returns the tenant's
-// view of it, through tx when the caller holds one (see reader), else on
-// the pool. It returns an error wrapping refunds.ErrNotFound when there is
-// no such refund.
+// refundView reads the order's refund refundID through tx, the request's
+// transaction, and returns the tenant's view of it. It returns an error
+// wrapping refunds.ErrNotFound when there is no such refund.
 func (h *Handler) refundView(ctx context.Context, tx pgx.Tx, order *orders.Order, refundID string) (*RefundView, error) {
-	rd := h.reader(tx)
-	ledger, err := refunds.NewLedger(rd.db)
+	ledger, err := refunds.NewLedger(tx)
 	if err != nil {
 		return nil, err
 	}
@@ -259,38 +264,16 @@ func (h *Handler) refundView(ctx context.Context, tx pgx.Tx, order *orders.Order
 	if err != nil {
 		return nil, err
 	}
-	return h.viewOf(ctx, rd, order, *ref)
+	return h.viewOf(ctx, tx, order, *ref)
 }
 
-// reader reads through a request's transaction when it has one, else on
-// the pool: a request that holds a connection never waits for a second
-// one, so no number of requests can exhaust the pool.
-type reader struct {
-	db effects.DB
-	tx pgx.Tx // nil on the pool
-}
-
-func (h *Handler) reader(tx pgx.Tx) reader {
-	if tx == nil {
-		return reader{db: h.db}
-	}
-	return reader{db: tx, tx: tx}
-}
-
-// listEffects lists the records under prefix through rd.
-func (h *Handler) listEffects(ctx context.Context, rd reader, prefix effects.Key) ([]*effects.Record, error) {
-	if rd.tx != nil {
-		return h.effects.ListTx(ctx, rd.tx, prefix)
-	}
-	return h.effects.List(ctx, prefix)
-}
-
-// viewOf completes ref's view with its start and its effect records.
-func (h *Handler) viewOf(ctx context.Context, rd reader, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
+// viewOf completes ref's view with its start and its effect records, read
+// through tx.
+func (h *Handler) viewOf(ctx context.Context, tx pgx.Tx, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
 	in := refunds.NewInput(order.TenantID, order.ID, ref.RefundID, ref.AmountMinor, ref.Reason)
 	v := &RefundView{RefundID: ref.RefundID, OrderID: order.ID, AmountMinor: ref.AmountMinor, Currency: order.Currency,
 		Reason: ref.Reason, State: RefundRequested, WorkflowID: in.WorkflowID(), Effects: []EffectView{}}
-	start, err := h.startOf(ctx, rd.db, v.WorkflowID)
+	start, err := h.startOf(ctx, tx, v.WorkflowID)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +282,7 @@ func (h *Handler) viewOf(ctx context.Context, rd reader, order *orders.Order, re
 	if err != nil {
 		return nil, fmt.Errorf("refund %s: %w", v.WorkflowID, err)
 	}
-	recs, err := h.listEffects(ctx, rd, prefix)
+	recs, err := h.effects.ListTx(ctx, tx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -368,12 +351,12 @@ func (h *Handler) startOf(ctx context.Context, db effects.DB, workflowID string)
 	return startView(entry), nil
 }
 
-// orderRefunds sets detail's view of each of the order's refunds, oldest
-// first, what the order has refunded (confirmed by Stripe) and what its
+// orderRefunds sets detail's view of each of the order's refunds, read
+// through tx, oldest first, what the order has refunded (confirmed by Stripe) and what its
 // refunds hold of the charge (in the ledger and not released). It returns
 // database errors.
-func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order, detail *OrderDetail) error {
-	ledger, err := refunds.NewLedger(h.db)
+func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Order, detail *OrderDetail) error {
+	ledger, err := refunds.NewLedger(tx)
 	if err != nil {
 		return err
 	}
@@ -383,7 +366,7 @@ func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order, detail 
 	}
 	detail.Refunds = make([]RefundView, 0, len(refs))
 	for _, ref := range refs {
-		v, err := h.viewOf(ctx, h.reader(nil), order, ref)
+		v, err := h.viewOf(ctx, tx, order, ref)
 		if err != nil {
 			return err
 		}
