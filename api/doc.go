@@ -25,8 +25,8 @@
 //   - First use: the order, the start request for its workflow (an outbox
 //     row) and the response are written in one transaction. 201 when the
 //     order was created, 200 when an identical order already existed.
-//   - Same key, same request: the stored response, same status and same
-//     body, with "Idempotent-Replayed: true".
+//   - Same key, same request: the first response, same status and same
+//     body byte for byte, with "Idempotent-Replayed: true".
 //   - Same key, different request (compared by a SHA-256 of the canonical
 //     request, so member order and whitespace do not count): 422
 //     idempotency_key_reused.
@@ -36,7 +36,11 @@
 // Each key is an effect record of kind KindAPIRequest, claimed, completed
 // and released through package effects like any keyed step, under an
 // effect key of the tenant. Only successful responses are stored, for
-// Retention (24 hours) at least.
+// Retention (24 hours) at least, and as outcomes, not bodies: the record
+// keeps the status and what the server decided (an order's status and
+// times, a refund's state, start and effects), and a replay renders the
+// body again from it and the retried request, so no customer email or
+// refund reason is kept in keyed_effects.
 // A request that fails (bad input, order_conflict, a database error) writes
 // nothing, releases its key on a fresh context bounded by ReleaseTimeout,
 // and may be retried with the same key at once. Bad input gets 400 (413 for

@@ -16,5 +16,14 @@ func (h *Handler) HandleForTest(pattern string, f http.HandlerFunc) {
 	h.mux.HandleFunc(pattern, f)
 }
 
+// RoutesForTest returns the patterns of the handler's route table.
+func (h *Handler) RoutesForTest() []string {
+	out := make([]string, 0, len(h.routes))
+	for _, rt := range h.routes {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
 // RequestKeyForTest exposes the effect key of an Idempotency-Key.
 var RequestKeyForTest = requestKey

@@ -117,6 +117,7 @@ type Handler struct {
 	metrics *Metrics
 	maxBody int64
 	timeout time.Duration
+	routes  []route
 	mux     *http.ServeMux
 }
 
@@ -169,26 +170,45 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 		return nil, fmt.Errorf("api: NewHandler: %w", err)
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle(RouteCreateOrder, h.authed(h.createOrder))
-	mux.Handle(RouteGetOrder, h.authed(h.getOrder))
-	mux.Handle(RouteCreateRefund, h.authed(h.createRefund))
-	mux.Handle(RouteGetRefund, h.authed(h.getRefund))
-	mux.HandleFunc(RouteHealthz, h.healthz)
-	if opts.Gatherer != nil {
-		mux.Handle(RouteMetrics, promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	h.routes = h.routeTable(opts.Gatherer)
+	h.mux = http.NewServeMux()
+	for _, rt := range h.routes {
+		h.mux.Handle(rt.pattern, rt.handler)
+	}
+	return h, nil
+}
+
+// route is an entry of the Handler's route table: a ServeMux pattern and
+// what serves it.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// routeTable is every pattern the Handler serves. Tests derive their
+// lists of routes from it (every route runs on a pool of one connection).
+func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
+	rs := []route{
+		{RouteCreateOrder, h.authed(h.createOrder)},
+		{RouteGetOrder, h.authed(h.getOrder)},
+		{RouteCreateRefund, h.authed(h.createRefund)},
+		{RouteGetRefund, h.authed(h.getRefund)},
+		{RouteHealthz, http.HandlerFunc(h.healthz)},
+	}
+	if gatherer != nil {
+		rs = append(rs, route{RouteMetrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})})
 	}
 	// Method-less patterns catch the other methods on the same paths, and
 	// "/" everything else, so that every error is JSON.
-	mux.HandleFunc("/v1/orders", methodNotAllowed("POST"))
-	mux.HandleFunc("/v1/orders/{id}", methodNotAllowed("GET"))
-	mux.HandleFunc("/v1/orders/{id}/refunds", methodNotAllowed("POST"))
-	mux.HandleFunc("/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET"))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
-	})
-	h.mux = mux
-	return h, nil
+	return append(rs,
+		route{"/v1/orders", methodNotAllowed("POST")},
+		route{"/v1/orders/{id}", methodNotAllowed("GET")},
+		route{"/v1/orders/{id}/refunds", methodNotAllowed("POST")},
+		route{"/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET")},
+		route{"/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
+		})},
+	)
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {
@@ -430,8 +450,9 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 		return
 	}
 
-	h.idempotent(w, r, tenant, key, requestHash(RouteCreateOrder, no), "create order", func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
-		resp, err := h.createTx(ctx, tenant, claim, no)
+	render := orderRenderer(tenant, no)
+	h.idempotent(w, r, tenant, key, requestHash(RouteCreateOrder, no), "create order", render, func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
+		resp, err := h.createTx(ctx, tenant, claim, no, render)
 		if errors.Is(err, orders.ErrConflict) {
 			return resp, newError(http.StatusConflict, CodeOrderConflict, "order_id", "order %q exists with different details", no.ID), nil
 		}
@@ -441,13 +462,15 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 
 // idempotent runs do under the request's Idempotency-Key (hash being the
 // request's fingerprint), for every POST: a replay answers the stored
-// response, another body under the key 422, a running request 409. do
-// returns the response to store and send, a refusal (*Error: nothing was
-// written, the key is released), or a failure (released, 503/500, or 409
-// when the request lost its key). Every database call shares one deadline
-// and runs to the end even if the client goes away, so that its retry
-// finds the response stored rather than a claim to wait out.
-func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string,
+// response (its body rendered again by render from the stored outcome and
+// this request, see outcome), another body under the key 422, a running
+// request 409. do returns the response to store and send, a refusal
+// (*Error: nothing was written, the key is released), or a failure
+// (released, 503/500, or 409 when the request lost its key). Every
+// database call shares one deadline and runs to the end even if the client
+// goes away, so that its retry finds the response stored rather than a
+// claim to wait out.
+func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string, render renderer,
 	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
 	ikey, err := requestKey(tenant, key)
 	if err != nil {
@@ -476,9 +499,16 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key
 		h.dbFailure(w, r, "claim idempotency key", err)
 		return
 	case prev != nil:
+		body := prev.body
+		if prev.outcome != nil {
+			if body, err = render(prev.outcome); err != nil {
+				h.dbFailure(w, r, "replay stored response", err)
+				return
+			}
+		}
 		h.metrics.idem("replayed")
 		w.Header().Set(HeaderReplayed, "true")
-		writeJSON(w, prev.status, prev.body)
+		writeJSON(w, prev.status, body)
 		return
 	case claim.Mode == effects.ModeTakeover:
 		h.metrics.idem("takeover")
@@ -516,22 +546,26 @@ func (h *Handler) release(ctx context.Context, key effects.Key, owner string) {
 	}
 }
 
-// createTx writes the order, its outbox row and the stored response in one
-// transaction: all of them or none.
-func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Claim, no orders.NewOrder) (stored, error) {
+// createTx writes the order, its outbox row and the stored response (its
+// outcome, which render turns into the body) in one transaction: all of
+// them or none.
+func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Claim, no orders.NewOrder, render renderer) (stored, error) {
 	var resp stored
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
 		order, created, err := h.store.CreateAndEnqueueTx(ctx, tx, no)
 		if err != nil {
 			return err
 		}
-		body, err := json.Marshal(OrderCreated{Order: order, WorkflowID: orders.WorkflowID(tenant, order.ID)})
+		body, err := encodeBody(OrderCreated{Order: order, WorkflowID: orders.WorkflowID(tenant, order.ID)})
 		if err != nil {
-			return fmt.Errorf("encode response: %w", err)
+			return err
 		}
-		resp = stored{status: http.StatusOK, body: append(body, '\n')}
+		status := http.StatusOK
 		if created {
-			resp.status = http.StatusCreated
+			status = http.StatusCreated
+		}
+		if resp, err = storedOf(status, orderOutcomeOf(order), render, body); err != nil {
+			return err
 		}
 		return h.idem.finishTx(ctx, tx, claim, resp)
 	})
@@ -683,21 +717,6 @@ func requestHash(route string, no orders.NewOrder) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// loadOrder reads the tenant's order id, or answers 404 when there is none
-// and a database failure (as what) otherwise, and reports whether it did not.
-func (h *Handler) loadOrder(ctx context.Context, w http.ResponseWriter, r *http.Request, tenant, id, what string) (*orders.Order, bool) {
-	order, err := h.store.Get(ctx, tenant, id)
-	if errors.Is(err, orders.ErrNotFound) {
-		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
-		return nil, false
-	}
-	if err != nil {
-		h.dbFailure(w, r, what, err)
-		return nil, false
-	}
-	return order, true
-}
-
 func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("id")
 	prefix, err := orders.OrderKey(tenant, id)
@@ -707,37 +726,18 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	order, ok := h.loadOrder(ctx, w, r, tenant, id, "get order")
-	if !ok {
+	var detail *OrderDetail
+	err = h.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		detail, err = h.orderDetail(ctx, tx, tenant, id, prefix)
+		return err
+	})
+	if errors.Is(err, orders.ErrNotFound) {
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
 		return
 	}
-	detail := OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}
-	entry, err := outbox.Get(ctx, h.db, detail.WorkflowID)
-	switch {
-	case err == nil:
-		detail.Start = startView(entry)
-		if entry.LastError != "" {
-			h.logger.DebugContext(ctx, "order detail: start error withheld from the tenant",
-				"workflow_id", entry.WorkflowID, "last_error", entry.LastError)
-		}
-	case !errors.Is(err, outbox.ErrNotFound):
-		h.dbFailure(w, r, "get order start", err)
-		return
-	}
-	recs, err := h.effects.List(ctx, prefix)
 	if err != nil {
-		h.dbFailure(w, r, "list order effects", err)
-		return
-	}
-	for _, rec := range recs {
-		detail.Effects = append(detail.Effects, effectView(rec))
-		if rec.ErrorMessage != "" {
-			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
-				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
-		}
-	}
-	if err := h.orderRefunds(ctx, order, &detail); err != nil {
-		h.dbFailure(w, r, "list order refunds", err)
+		h.dbFailure(w, r, "get order", err)
 		return
 	}
 	body, err := json.Marshal(detail)
@@ -746,6 +746,61 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 		return
 	}
 	writeJSON(w, http.StatusOK, append(body, '\n'))
+}
+
+// orderDetail reads the tenant's order id (prefix its effect key) and its
+// start, effects and refunds through tx. It returns an error wrapping
+// orders.ErrNotFound when there is no such order, and database errors.
+func (h *Handler) orderDetail(ctx context.Context, tx pgx.Tx, tenant, id string, prefix effects.Key) (*OrderDetail, error) {
+	order, err := h.store.GetTx(ctx, tx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	detail := &OrderDetail{Order: order, WorkflowID: orders.WorkflowID(tenant, id), Effects: []EffectView{}}
+	entry, err := outbox.Get(ctx, tx, detail.WorkflowID)
+	switch {
+	case err == nil:
+		detail.Start = startView(entry)
+		if entry.LastError != "" {
+			h.logger.DebugContext(ctx, "order detail: start error withheld from the tenant",
+				"workflow_id", entry.WorkflowID, "last_error", entry.LastError)
+		}
+	case !errors.Is(err, outbox.ErrNotFound):
+		return nil, fmt.Errorf("get order start: %w", err)
+	}
+	recs, err := h.effects.ListTx(ctx, tx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list order effects: %w", err)
+	}
+	for _, rec := range recs {
+		detail.Effects = append(detail.Effects, effectView(rec))
+		if rec.ErrorMessage != "" {
+			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
+				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
+		}
+	}
+	if err := h.orderRefunds(ctx, tx, order, detail); err != nil {
+		return nil, fmt.Errorf("list order refunds: %w", err)
+	}
+	return detail, nil
+}
+
+// readOnly are the options of a GET's transaction: one snapshot, no
+// writes. A read-only transaction never fails to serialize.
+var readOnly = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+
+// readTx runs fn in one read-only transaction, so that a GET takes one
+// connection for all its reads instead of queueing for the pool once per
+// read (under load, once is what keeps another tenant's GET fast), and its
+// reads see one snapshot: an order's refunds and what they sum to agree.
+// A DB without BeginTx gets a transaction of its defaults.
+func (h *Handler) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if db, ok := h.db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		return pgx.BeginTxFunc(ctx, db, readOnly, fn)
+	}
+	return pgx.BeginFunc(ctx, h.db, fn)
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,18 +47,27 @@ var (
 	errLeaseLost  = errors.New("idempotency key taken over by another request")
 )
 
-// stored is a finished request's response.
+// stored is a finished request's response: the status and body sent, and
+// the outcome its record keeps (nil for a record of the earlier form,
+// whose body is replayed as it was stored).
 type stored struct {
-	status int
-	body   []byte
+	status  int
+	body    []byte
+	outcome *outcome
 }
 
-// storedJSON is a stored response as kept in the effect record. The body is
-// a JSON string, not raw JSON: jsonb would reorder its members, and a
-// replay must be byte for byte.
+// storedJSON is a stored response as kept in the effect record:
+// {"status":201,"body":{"v":1,"order":{…}}}, where Body is the outcome
+// (outcome: what the server decided, no personal data), from which a
+// replay renders the body again. Records written before outcomes hold the
+// whole body as a JSON string instead, which a replay sends as it is
+// (jsonb would reorder raw JSON's members); they age out with Retention.
+// Body is an object, not a string, so that a binary of the earlier form
+// refuses the record (500, the client retries) rather than replay an empty
+// body during a rolling deploy.
 type storedJSON struct {
-	Status int    `json:"status"`
-	Body   string `json:"body"`
+	Status int             `json:"status"`
+	Body   json.RawMessage `json:"body"`
 }
 
 // idemStore keeps one effect record (kind KindAPIRequest) per tenant and
@@ -115,21 +124,50 @@ func (s *idemStore) claim(ctx context.Context, key effects.Key, hash, owner stri
 	case !cl.Done:
 		return cl, nil, nil
 	}
-	var sj storedJSON
-	if err := cl.Decode(&sj); err != nil {
+	prev, err := decodeStored(cl)
+	if err != nil {
 		return nil, nil, err
 	}
-	return cl, &stored{status: sj.Status, body: []byte(sj.Body)}, nil
+	return cl, prev, nil
 }
 
-// finishTx stores the response in tx, the transaction that made the
-// request's writes. It returns errLeaseLost if another request took the
-// key over, in which case tx must roll back.
-func (s *idemStore) finishTx(ctx context.Context, tx pgx.Tx, cl *effects.Claim, resp stored) error {
-	if !utf8.Valid(resp.body) {
-		return errors.New("store response: the body is not valid UTF-8")
+// decodeStored reads a finished claim's stored response: its outcome, or
+// the body of a record of the earlier form.
+func decodeStored(cl *effects.Claim) (*stored, error) {
+	var sj storedJSON
+	if err := cl.Decode(&sj); err != nil {
+		return nil, fmt.Errorf("read stored response: %w", err)
 	}
-	err := s.claims.CompleteTx(ctx, tx, cl, storedJSON{Status: resp.status, Body: string(resp.body)})
+	prev := &stored{status: sj.Status}
+	if len(sj.Body) > 0 && sj.Body[0] == '"' {
+		var body string
+		if err := json.Unmarshal(sj.Body, &body); err != nil {
+			return nil, fmt.Errorf("read stored response body: %w", err)
+		}
+		prev.body = []byte(body)
+		return prev, nil
+	}
+	if err := json.Unmarshal(sj.Body, &prev.outcome); err != nil {
+		return nil, fmt.Errorf("read stored response outcome: %w", err)
+	}
+	if prev.outcome == nil || prev.outcome.V != outcomeVersion {
+		return nil, fmt.Errorf("read stored response: no outcome of version %d", outcomeVersion)
+	}
+	return prev, nil
+}
+
+// finishTx stores the response's status and outcome in tx, the
+// transaction that made the request's writes. It returns errLeaseLost if
+// another request took the key over, in which case tx must roll back.
+func (s *idemStore) finishTx(ctx context.Context, tx pgx.Tx, cl *effects.Claim, resp stored) error {
+	if resp.outcome == nil {
+		return errors.New("store response: no outcome")
+	}
+	body, err := json.Marshal(resp.outcome)
+	if err != nil {
+		return fmt.Errorf("store response: %w", err)
+	}
+	err = s.claims.CompleteTx(ctx, tx, cl, storedJSON{Status: resp.status, Body: body})
 	if errors.Is(err, effects.ErrLeaseLost) {
 		return errLeaseLost
 	}

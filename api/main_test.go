@@ -137,6 +137,9 @@ type setupOpts struct {
 	// proxied puts a dbProxy (bundle.proxy) between the handler's pool and
 	// Postgres; bundle.pool still connects directly.
 	proxied bool
+	// maxConns, if set, gives the handler a pool of its own of that size;
+	// bundle.pool stays apart for the test's own queries.
+	maxConns int32
 }
 
 func setup(t testing.TB, opts ...setupOpts) *bundle {
@@ -168,6 +171,9 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	}
 	hopts.Metrics, hopts.Logger, hopts.Gatherer = metrics, b.logger, b.reg
 	var db api.DB = pool
+	if len(opts) > 0 && opts[0].maxConns > 0 {
+		db = dbtest.Connect(t, url, &effectstest.PoolOpts{MaxConns: opts[0].maxConns})
+	}
 	if len(opts) > 0 && opts[0].proxied {
 		cfg, err := pgxpool.ParseConfig(url)
 		require.NoError(t, err)

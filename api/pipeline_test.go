@@ -110,4 +110,7 @@ func TestRetriedPostsRunThePipelineOnce(t *testing.T) {
 	var orderRows int
 	require.NoError(t, w.Pool.QueryRow(t.Context(), `SELECT count(*) FROM orders`).Scan(&orderRows))
 	require.Equal(t, 1, orderRows, "one order")
+	// The request's record, the three steps' and the worker's prune
+	// schedule's: none holds the customer's email.
+	require.GreaterOrEqual(t, requireNoPersonalData(t, w.Pool), 4)
 }

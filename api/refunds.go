@@ -164,15 +164,17 @@ func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, tenant st
 		writeError(w, aerr)
 		return
 	}
-	h.idempotent(w, r, tenant, key, refundHash(in), "request refund", func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
-		return h.refundTx(ctx, claim, in)
+	render := refundRenderer(in)
+	h.idempotent(w, r, tenant, key, refundHash(in), "request refund", render, func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
+		return h.refundTx(ctx, claim, in, render)
 	})
 }
 
 // refundTx checks the refund against its order and records its start and
-// the stored response in one transaction: all of them or none. A refusal
-// comes back as an *Error, and writes nothing.
-func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds.RefundInput) (stored, *Error, error) {
+// the stored response (its outcome, which render turns into the body) in
+// one transaction: all of them or none. Every read goes through the
+// transaction. A refusal comes back as an *Error, and writes nothing.
+func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds.RefundInput, render renderer) (stored, *Error, error) {
 	var resp stored
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
 		order, created, err := refunds.RequestTx(ctx, tx, h.store, in)
@@ -183,13 +185,16 @@ func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds
 		if err != nil {
 			return err
 		}
-		body, err := json.Marshal(view)
+		body, err := encodeBody(view)
 		if err != nil {
-			return fmt.Errorf("encode response: %w", err)
+			return err
 		}
-		resp = stored{status: http.StatusOK, body: append(body, '\n')}
+		status := http.StatusOK
 		if created {
-			resp.status = http.StatusAccepted
+			status = http.StatusAccepted
+		}
+		if resp, err = storedOf(status, refundOutcomeOf(view), render, body); err != nil {
+			return err
 		}
 		return h.idem.finishTx(ctx, tx, claim, resp)
 	})
@@ -219,16 +224,23 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	order, ok := h.loadOrder(ctx, w, r, tenant, id, "get refund")
-	if !ok {
+	var view *RefundView
+	err := h.readTx(ctx, func(tx pgx.Tx) error {
+		order, err := h.store.GetTx(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		view, err = h.refundView(ctx, tx, order, refundID)
+		return err
+	})
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", id))
 		return
-	}
-	view, err := h.refundView(ctx, h.db, order, refundID)
-	if errors.Is(err, refunds.ErrNotFound) {
+	case errors.Is(err, refunds.ErrNotFound):
 		writeError(w, newError(http.StatusNotFound, CodeNotFound, "refund_id", "no refund %q of order %q", refundID, id))
 		return
-	}
-	if err != nil {
+	case err != nil:
 		h.dbFailure(w, r, "get refund", err)
 		return
 	}
@@ -240,12 +252,11 @@ func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant strin
 	writeJSON(w, http.StatusOK, append(body, '\n'))
 }
 
-// refundView reads the order's refund refundID through db (the request's
-// transaction, or the pool) and returns the tenant's view of it. It
-// returns an error wrapping refunds.ErrNotFound when there is no such
-// refund.
-func (h *Handler) refundView(ctx context.Context, db effects.DB, order *orders.Order, refundID string) (*RefundView, error) {
-	ledger, err := refunds.NewLedger(db)
+// refundView reads the order's refund refundID through tx, the request's
+// transaction, and returns the tenant's view of it. It returns an error
+// wrapping refunds.ErrNotFound when there is no such refund.
+func (h *Handler) refundView(ctx context.Context, tx pgx.Tx, order *orders.Order, refundID string) (*RefundView, error) {
+	ledger, err := refunds.NewLedger(tx)
 	if err != nil {
 		return nil, err
 	}
@@ -253,15 +264,16 @@ func (h *Handler) refundView(ctx context.Context, db effects.DB, order *orders.O
 	if err != nil {
 		return nil, err
 	}
-	return h.viewOf(ctx, db, order, *ref)
+	return h.viewOf(ctx, tx, order, *ref)
 }
 
-// viewOf completes ref's view with its start and its effect records.
-func (h *Handler) viewOf(ctx context.Context, db effects.DB, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
+// viewOf completes ref's view with its start and its effect records, read
+// through tx.
+func (h *Handler) viewOf(ctx context.Context, tx pgx.Tx, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
 	in := refunds.NewInput(order.TenantID, order.ID, ref.RefundID, ref.AmountMinor, ref.Reason)
 	v := &RefundView{RefundID: ref.RefundID, OrderID: order.ID, AmountMinor: ref.AmountMinor, Currency: order.Currency,
 		Reason: ref.Reason, State: RefundRequested, WorkflowID: in.WorkflowID(), Effects: []EffectView{}}
-	start, err := h.startOf(ctx, db, v.WorkflowID)
+	start, err := h.startOf(ctx, tx, v.WorkflowID)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +282,7 @@ func (h *Handler) viewOf(ctx context.Context, db effects.DB, order *orders.Order
 	if err != nil {
 		return nil, fmt.Errorf("refund %s: %w", v.WorkflowID, err)
 	}
-	recs, err := h.effects.List(ctx, prefix)
+	recs, err := h.effects.ListTx(ctx, tx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -339,12 +351,12 @@ func (h *Handler) startOf(ctx context.Context, db effects.DB, workflowID string)
 	return startView(entry), nil
 }
 
-// orderRefunds sets detail's view of each of the order's refunds, oldest
-// first, what the order has refunded (confirmed by Stripe) and what its
+// orderRefunds sets detail's view of each of the order's refunds, read
+// through tx, oldest first, what the order has refunded (confirmed by Stripe) and what its
 // refunds hold of the charge (in the ledger and not released). It returns
 // database errors.
-func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order, detail *OrderDetail) error {
-	ledger, err := refunds.NewLedger(h.db)
+func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Order, detail *OrderDetail) error {
+	ledger, err := refunds.NewLedger(tx)
 	if err != nil {
 		return err
 	}
@@ -354,7 +366,7 @@ func (h *Handler) orderRefunds(ctx context.Context, order *orders.Order, detail 
 	}
 	detail.Refunds = make([]RefundView, 0, len(refs))
 	for _, ref := range refs {
-		v, err := h.viewOf(ctx, h.db, order, ref)
+		v, err := h.viewOf(ctx, tx, order, ref)
 		if err != nil {
 			return err
 		}

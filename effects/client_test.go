@@ -436,6 +436,32 @@ func TestListIsTenantScoped(t *testing.T) {
 	require.Len(t, recs, 2)
 }
 
+// ListTx reads through the caller's transaction: it sees the
+// transaction's own uncommitted records, and on a pool of one connection
+// it needs no second one.
+func TestListTxReadsThroughTheTransaction(t *testing.T) {
+	t.Parallel()
+	pool := effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: 1})
+	client := effectstest.NewClient(t, pool, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prefix := effects.MustKey("acme", "order", "1")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		cl, err := client.ClaimTx(ctx, tx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "1", "charge"), Owner: "o"})
+		require.NoError(t, err)
+		require.NoError(t, client.CompleteTx(ctx, tx, cl, outcome{ID: "pi_1"}))
+		recs, err := client.ListTx(ctx, tx, prefix)
+		require.NoError(t, err)
+		require.Len(t, recs, 1, "the transaction's own record")
+		require.Equal(t, effects.StateSucceeded, recs[0].State)
+		return errors.New("roll back")
+	})
+	require.EqualError(t, err, "roll back")
+	recs, err := client.List(ctx, prefix)
+	require.NoError(t, err)
+	require.Empty(t, recs, "rolled back with the transaction")
+}
+
 func TestClaimRejectsBadParams(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -98,7 +98,9 @@
 // For a database effect, DoTx runs the claim, the caller's writes and the
 // completed record in the caller's transaction, so the effect and its record
 // commit or roll back together. Claim, Complete and Fail also come as
-// ClaimTx, CompleteTx and FailTx, taking the caller's pgx.Tx. When such a
+// ClaimTx, CompleteTx and FailTx, taking the caller's pgx.Tx, and the reads
+// Get and List as GetTx and ListTx: a transaction reads through itself and
+// never waits for a second pooled connection. When such a
 // transaction rolls back, Release gives the key up at once, and a larger
 // outcome, such as a stored HTTP response, may raise its own cap with
 // ClaimParams.MaxResultBytes.

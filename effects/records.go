@@ -83,7 +83,18 @@ func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error)
 // It never returns another tenant's records. The prefix scan runs on the
 // primary key (keys are in the "C" collation and begin with the tenant).
 func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
-	rows, err := c.db.Query(ctx, `SELECT `+recordColumns+` FROM keyed_effects
+	return list(ctx, c.db, prefix)
+}
+
+// ListTx is List inside the caller's transaction: use it for a read that
+// belongs to the transaction, so that the transaction never waits for a
+// second pooled connection.
+func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, prefix Key) ([]*Record, error) {
+	return list(ctx, tx, prefix)
+}
+
+func list(ctx context.Context, db DB, prefix Key) ([]*Record, error) {
+	rows, err := db.Query(ctx, `SELECT `+recordColumns+` FROM keyed_effects
 		WHERE tenant_id = $1 AND starts_with(key, $2) ORDER BY created_at, key`, prefix.Tenant(), prefix.String()+Separator)
 	if err != nil {
 		return nil, fmt.Errorf("list effects %s: %w", prefix, err)

@@ -74,14 +74,16 @@ const (
 // work with, and the default pool size when DATABASE_URL sets no
 // pool_max_conns. The worker needs its reserved connections plus one for
 // activities, and by default gets one per activity slot up to
-// maxActivityConns; the starter (serve runs the API, a relay and its
-// listener) needs three.
+// maxActivityConns. The starter works on one: no command and no API
+// request holds a connection while it waits for another (each transaction
+// reads through itself), and serve's outbox listener takes its connection
+// out of the pool (it is hijacked); its default is a few per core.
 func PoolNeeds(cfg *config.Config) (least, def int32) {
 	if cfg.Role == config.Worker {
 		slots := int32(min(max(cfg.Worker.MaxConcurrentActivities, 1), maxActivityConns))
 		return workerReserved + 1, workerReserved + slots
 	}
-	return 3, int32(max(4, runtime.NumCPU())) + 2
+	return 1, int32(max(4, runtime.NumCPU())) + 2
 }
 
 // sizePool sets pc's MaxConns from PoolNeeds when DATABASE_URL leaves it

@@ -111,6 +111,8 @@ func TestPoolNeeds(t *testing.T) {
 	least, def = fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: 2}})
 	require.EqualValues(t, 4, least)
 	require.EqualValues(t, 5, def)
+	least, _ = fxapp.PoolNeeds(&config.Config{Role: config.Starter})
+	require.EqualValues(t, 1, least, "every starter command runs on one connection (cmd/starter TestEveryCommandOnOneConnection)")
 }
 
 func TestRetryWindowCoversEveryAttempt(t *testing.T) {
