@@ -596,12 +596,15 @@ func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.N
 			return no, newError(http.StatusBadRequest, CodeMissingField, f.name, "%s is required", f.name)
 		}
 	}
-	if !isASCII(*req.Currency) {
-		// strings.ToLower would fold the Kelvin sign K (U+212A) to k.
-		return no, newError(http.StatusBadRequest, CodeInvalidField, "currency", "%q is not an ISO 4217 code: it has non-ASCII characters", *req.Currency)
+	currency, err := orders.NormalizeCurrency(*req.Currency) // the rule starter create applies too
+	if err != nil {
+		var verr *orders.ValidationError
+		if errors.As(err, &verr) {
+			return no, newError(http.StatusBadRequest, CodeInvalidField, verr.Field, "%s", verr.Reason)
+		}
+		return no, newError(http.StatusBadRequest, CodeInvalidField, "currency", "%v", err)
 	}
-	no.ID, no.AmountMinor = *req.OrderID, *req.AmountMinor
-	no.Currency = strings.ToLower(*req.Currency)
+	no.ID, no.AmountMinor, no.Currency = *req.OrderID, *req.AmountMinor, currency
 	no.CustomerEmail, no.PaymentMethod = *req.CustomerEmail, *req.PaymentMethod
 	return no, nil
 }
