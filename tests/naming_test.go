@@ -48,29 +48,30 @@ func TestNoEffectsClientIsNamedFx(t *testing.T) {
 // clientsNamedFx returns where f names an effects client fx.
 func clientsNamedFx(f *ast.File) []token.Pos {
 	var out []token.Pos
+	// selector returns pkg and name of an expression pkg.name.
+	selector := func(e ast.Expr) (pkg, name string) {
+		if sel, ok := e.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok {
+				return id.Name, sel.Sel.Name
+			}
+		}
+		return "", ""
+	}
 	isClient := func(e ast.Expr) bool {
 		star, ok := e.(*ast.StarExpr)
 		if !ok {
 			return false
 		}
-		sel, ok := star.X.(*ast.SelectorExpr)
-		if !ok {
-			return false
-		}
-		pkg, ok := sel.X.(*ast.Ident)
-		return ok && pkg.Name == "effects" && sel.Sel.Name == "Client"
+		pkg, name := selector(star.X)
+		return pkg == "effects" && name == "Client"
 	}
 	isNewClient := func(e ast.Expr) bool {
 		call, ok := e.(*ast.CallExpr)
 		if !ok {
 			return false
 		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok {
-			return false
-		}
-		pkg, ok := sel.X.(*ast.Ident)
-		return ok && (pkg.Name == "effects" || pkg.Name == "effectstest") && sel.Sel.Name == "NewClient"
+		pkg, name := selector(call.Fun)
+		return (pkg == "effects" || pkg == "effectstest") && name == "NewClient"
 	}
 	named := func(ids []*ast.Ident) {
 		for _, id := range ids {
