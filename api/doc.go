@@ -20,7 +20,10 @@
 // POST requires an Idempotency-Key header: 1 to 255 bytes of printable
 // ASCII without spaces, such as a UUID, chosen once per logical request and
 // sent unchanged on every retry. Keys belong to the authenticated tenant, so
-// one tenant can neither replay nor block another's requests.
+// one tenant can neither replay nor block another's requests. The key may
+// come bare, as Stripe sends it, or as an RFC 8941 string, as the IETF
+// Idempotency-Key draft sends it: abc and "abc" are one key. Malformed
+// quoting, and parameters after the string, get 400.
 //
 //   - First use: the order, the start request for its workflow (an outbox
 //     row) and the response are written in one transaction. 201 when the

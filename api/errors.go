@@ -13,7 +13,7 @@ import (
 const (
 	CodeUnauthorized          = "unauthorized"            // 401: missing or unknown API key
 	CodeMissingIdempotencyKey = "missing_idempotency_key" // 400
-	CodeInvalidIdempotencyKey = "invalid_idempotency_key" // 400: empty, over 255 bytes, or bad characters
+	CodeInvalidIdempotencyKey = "invalid_idempotency_key" // 400: empty, over 255 bytes, bad characters, or malformed quoting
 	CodeBodyTooLarge          = "body_too_large"          // 413: body over MaxBodyBytes
 	CodeInvalidJSON           = "invalid_json"            // 400: not one JSON object
 	CodeUnknownField          = "unknown_field"           // 400: a member the API does not know, or a known one in another case

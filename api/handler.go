@@ -32,7 +32,8 @@ import (
 const (
 	// HeaderIdempotencyKey is required on POST: 1 to 255 bytes of printable
 	// ASCII without spaces, chosen by the client once per logical request
-	// and sent unchanged on every retry.
+	// and sent unchanged on every retry; bare or as an RFC 8941 string
+	// ("abc" is the key abc).
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderReplayed is "true" on a response replayed from the first
 	// request with the same Idempotency-Key.
@@ -572,33 +573,6 @@ func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Cl
 	return resp, err
 }
 
-// idempotencyKey returns the request's Idempotency-Key, or a 400.
-func idempotencyKey(r *http.Request) (string, *Error) {
-	vals := r.Header.Values(HeaderIdempotencyKey)
-	if len(vals) == 0 {
-		return "", newError(http.StatusBadRequest, CodeMissingIdempotencyKey, HeaderIdempotencyKey,
-			"POST needs an Idempotency-Key header: a unique value per logical request, sent unchanged on every retry")
-	}
-	if len(vals) > 1 {
-		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "send one Idempotency-Key header, not %d", len(vals))
-	}
-	key := vals[0]
-	switch {
-	case key == "":
-		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "Idempotency-Key is empty")
-	case len(key) > MaxIdempotencyKeyLen:
-		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey,
-			"Idempotency-Key is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c <= ' ' || c >= 0x7f {
-			return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey,
-				"Idempotency-Key byte %d is 0x%02x; use printable ASCII without spaces, such as a UUID", i, c)
-		}
-	}
-	return key, nil
-}
-
 // decodeStrict reads the body as one JSON object into a T whose members are
 // exactly members: a body over the limit is 413, and an empty body, a
 // member sent twice or in another case, an unknown member, or data after the
@@ -656,12 +630,15 @@ func (h *Handler) decodeCreate(w http.ResponseWriter, r *http.Request) (orders.N
 			return no, newError(http.StatusBadRequest, CodeMissingField, f.name, "%s is required", f.name)
 		}
 	}
-	if !isASCII(*req.Currency) {
-		// strings.ToLower would fold the Kelvin sign K (U+212A) to k.
-		return no, newError(http.StatusBadRequest, CodeInvalidField, "currency", "%q is not an ISO 4217 code: it has non-ASCII characters", *req.Currency)
+	currency, err := orders.NormalizeCurrency(*req.Currency) // the rule starter create applies too
+	if err != nil {
+		var verr *orders.ValidationError
+		if errors.As(err, &verr) {
+			return no, newError(http.StatusBadRequest, CodeInvalidField, verr.Field, "%s", verr.Reason)
+		}
+		return no, newError(http.StatusBadRequest, CodeInvalidField, "currency", "%v", err)
 	}
-	no.ID, no.AmountMinor = *req.OrderID, *req.AmountMinor
-	no.Currency = strings.ToLower(*req.Currency)
+	no.ID, no.AmountMinor, no.Currency = *req.OrderID, *req.AmountMinor, currency
 	no.CustomerEmail, no.PaymentMethod = *req.CustomerEmail, *req.PaymentMethod
 	return no, nil
 }

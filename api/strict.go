@@ -57,15 +57,6 @@ func caseVariant(name string, known []string) (string, bool) {
 	return "", false
 }
 
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
 // readError answers a failed body read without quoting the error, which
 // names socket addresses: 408 request_timeout when the body did not arrive
 // within the server's read timeout, else 400 invalid_json.

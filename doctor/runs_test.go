@@ -50,7 +50,7 @@ func standIn(ctx workflow.Context, mode, key string) error {
 	return workflow.ExecuteActivity(ctx, "Charge", mode, key).Get(ctx, nil)
 }
 
-type charger struct{ fx *effects.Client }
+type charger struct{ claims *effects.Client }
 
 // Charge fails its first attempt; guarded, it claims key first, as a keyed
 // activity does, and records the failure as transient.
@@ -66,23 +66,23 @@ func (c *charger) Charge(ctx context.Context, mode, key string) error {
 	if err != nil {
 		return err
 	}
-	cl, err := c.fx.Claim(ctx, effects.ClaimParams{Key: k, Owner: activity.GetInfo(ctx).WorkflowExecution.ID + "/charge"})
+	cl, err := c.claims.Claim(ctx, effects.ClaimParams{Key: k, Owner: activity.GetInfo(ctx).WorkflowExecution.ID + "/charge"})
 	if err != nil || cl.Done {
 		return err
 	}
 	if attempt == 1 {
 		cause := effects.Transient(errors.New("blip"))
-		return errors.Join(cause, c.fx.Fail(ctx, cl, cause))
+		return errors.Join(cause, c.claims.Fail(ctx, cl, cause))
 	}
-	return c.fx.Complete(ctx, cl, map[string]string{"payment_intent_id": "pi_1"})
+	return c.claims.Complete(ctx, cl, map[string]string{"payment_intent_id": "pi_1"})
 }
 
 // work runs a worker of the stand-in on d's namespace until the test ends.
-func (d *deployment) work(t *testing.T, fx *effects.Client) {
+func (d *deployment) work(t *testing.T, claims *effects.Client) {
 	t.Helper()
 	w := worker.New(d.client, "doctor", worker.Options{})
 	w.RegisterWorkflowWithOptions(standIn, workflow.RegisterOptions{Name: orders.WorkflowName})
-	w.RegisterActivity(&charger{fx: fx})
+	w.RegisterActivity(&charger{claims: claims})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 }
@@ -150,14 +150,14 @@ func TestRetriesTheGuardSawPass(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := effects.NewMetrics(reg)
 	require.NoError(t, err)
-	fx, err := effects.NewClient(d.pool, &effects.ClientOpts{Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	claims, err := effects.NewClient(d.pool, &effects.ClientOpts{Metrics: m, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	d.work(t, fx)
+	d.work(t, claims)
 	d.start(t, "1", modeGuarded)
 	// A second claim of the finished key is a suppressed duplicate.
 	k, err := effects.ParseKey("acme:order:1:charge")
 	require.NoError(t, err)
-	cl, err := fx.Claim(d.ctx, effects.ClaimParams{Key: k, Owner: "order:acme:1:fulfil/charge"})
+	cl, err := claims.Claim(d.ctx, effects.ClaimParams{Key: k, Owner: "order:acme:1:fulfil/charge"})
 	require.NoError(t, err)
 	require.True(t, cl.Done)
 

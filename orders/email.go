@@ -27,6 +27,14 @@ const (
 //     character is printable by unicode.IsPrint and none is a space, so
 //     C0 and C1 controls, U+202E RIGHT-TO-LEFT OVERRIDE, U+200B ZERO WIDTH
 //     SPACE and U+FEFF (BOM) are refused;
+//   - no invisible characters that unicode.IsPrint lets through: no
+//     Unicode Default_Ignorable_Code_Point (see defaultIgnorable), such as
+//     the variation selectors U+FE0F and U+180B, U+034F COMBINING GRAPHEME
+//     JOINER and the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, and
+//     no U+2800 BRAILLE PATTERN BLANK;
+//   - a local part that does not start with a combining mark (so not one
+//     made only of them, such as a lone U+0301): such a mark has no
+//     character to sit on;
 //   - a bare address, local@domain, that net/mail parses back to the same
 //     string: no display name, no angle brackets, no comments, and the
 //     local part (at most 64 bytes) per net/mail's rules;
@@ -56,7 +64,7 @@ func emailProblem(addr string) string {
 		return "not valid UTF-8"
 	}
 	for i, r := range addr {
-		if r == ' ' || !unicode.IsPrint(r) {
+		if r == ' ' || !unicode.IsPrint(r) || defaultIgnorable(r) || r == brailleBlank {
 			return fmt.Sprintf("character U+%04X at byte %d is a space, control or invisible character", r, i)
 		}
 	}
@@ -68,6 +76,9 @@ func emailProblem(addr string) string {
 	if local == "" || len(local) > maxLocalLen {
 		return fmt.Sprintf("the part before @ must be 1 to %d bytes", maxLocalLen)
 	}
+	if r, _ := utf8.DecodeRuneInString(local); unicode.Is(unicode.M, r) {
+		return fmt.Sprintf("the part before @ starts with the combining mark U+%04X, which has no character to combine with", r)
+	}
 	if reason := domainProblem(domain); reason != "" {
 		return reason
 	}
@@ -75,6 +86,38 @@ func emailProblem(addr string) string {
 		return "not a plain email address such as ann@example.com"
 	}
 	return ""
+}
+
+// brailleBlank is U+2800 BRAILLE PATTERN BLANK: a symbol (So) that shows
+// nothing, and no Default_Ignorable_Code_Point.
+const brailleBlank = '\u2800'
+
+// defaultIgnorable reports whether r has the Unicode property
+// Default_Ignorable_Code_Point: characters a renderer shows as nothing when
+// it does not support them. Go's unicode package has no table of this
+// derived property, so it is derived here as DerivedCoreProperties.txt
+// defines it, from tables the package does have:
+//
+//	  Other_Default_Ignorable_Code_Point
+//	+ Cf (format characters)
+//	+ Variation_Selector
+//	- White_Space
+//	- U+FFF9..U+FFFB (interlinear annotation format characters)
+//	- U+13430..U+13440 (Egyptian hieroglyph format characters)
+//	- Prepended_Concatenation_Mark (format characters that should be visible)
+//
+// TestDefaultIgnorableIsUnicodes compares it, code point by code point,
+// with the property's list in DerivedCoreProperties.txt of the Unicode
+// version of Go's tables (testdata/).
+func defaultIgnorable(r rune) bool {
+	switch {
+	case unicode.Is(unicode.White_Space, r),
+		r >= 0xFFF9 && r <= 0xFFFB,
+		r >= 0x13430 && r <= 0x13440,
+		unicode.Is(unicode.Prepended_Concatenation_Mark, r):
+		return false
+	}
+	return unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Cf, unicode.Variation_Selector)
 }
 
 func domainProblem(domain string) string {

@@ -50,6 +50,22 @@ func TestValidateEmailRefusesWhatTheRuleForbids(t *testing.T) {
 		"comment":                      "ann@example.com (Ann)",
 		"leading dot in local":         ".ann@example.com",
 		"quoted local part with space": `"ann lee"@example.com`,
+		// Invisible characters unicode.IsPrint lets through.
+		"variation selector 16":        "ann\ufe0f@example.com",
+		"variation selector 256":       "ann\U000e01ef@example.com",
+		"combining grapheme joiner":    "ann\u034f@example.com",
+		"Mongolian variation selector": "ann\u180b@example.com",
+		"Hangul filler":                "ann\u3164@example.com",
+		"Hangul filler alone":          "\u3164@example.com",
+		"halfwidth Hangul filler":      "ann\uffa0@example.com",
+		"Hangul choseong filler":       "ann\u115f@example.com",
+		"braille blank":                "ann\u2800@example.com",
+		"braille blank alone":          "\u2800@example.com",
+		"soft hyphen":                  "an\u00adn@example.com",
+		"tag character":                "ann\U000e0041@example.com",
+		"lone combining acute":         "\u0301@example.com",
+		"only combining marks":         "\u0301\u0308\u20dd@example.com",
+		"leading combining mark":       "\u0301ann@example.com",
 	}
 	for name, addr := range bad {
 		err := orders.ValidateEmail(addr)
@@ -77,7 +93,10 @@ func TestValidateEmailAcceptsOrdinaryAddresses(t *testing.T) {
 		"ann@xn--bcher-kva.example",
 		"ann@123.example",
 		"ann@a-b.example",
-		"josé@example.com", // net/mail takes UTF-8 in the local part
+		"josé@example.com",         // net/mail takes UTF-8 in the local part
+		"jose\u0301@example.com",   // é decomposed: the mark sits on e
+		"\u2801nn@example.com",     // a braille letter is not the blank
+		"\u1100\u1161@example.com", // a Hangul syllable in jamo, no filler
 		strings.Repeat("l", 64) + "@" + label63 + "." + label63 + "." + strings.Repeat("d", 254-64-1-63-1-63-1-4) + ".com", // exactly 254 bytes
 	} {
 		require.LessOrEqual(t, len(addr), orders.MaxEmailLen)

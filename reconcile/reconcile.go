@@ -175,7 +175,7 @@ type Opts struct {
 // It only reads, on both sides, so any number of runs, overlapping or
 // concurrent, are harmless. It is safe for concurrent use.
 type Reconciler struct {
-	fx       *effects.Client
+	claims   *effects.Client
 	db       effects.DB
 	stripe   *stripeclient.API
 	logger   *slog.Logger
@@ -185,16 +185,16 @@ type Reconciler struct {
 	metrics     *metrics
 }
 
-// New returns a Reconciler reading effect records through fx, the
+// New returns a Reconciler reading effect records through claims, the
 // database clock through db (so that leases are judged by the clock that
 // set them), the refund ledger through db, and PaymentIntents and refunds
 // through stripe, a client built by activities.NewStripeClient. It returns
-// an error for a nil fx, db or stripe (or one without a PaymentIntents or
+// an error for a nil claims client, db or stripe (or one without a PaymentIntents or
 // Refunds client), a page size outside 1 to 100, a negative refund grace,
 // or collectors already registered with opts.Registerer.
-func New(fx *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts) (*Reconciler, error) {
+func New(claims *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts) (*Reconciler, error) {
 	switch {
-	case fx == nil:
+	case claims == nil:
 		return nil, errors.New("reconcile: New: effects client is nil")
 	case db == nil:
 		return nil, errors.New("reconcile: New: db is nil")
@@ -204,7 +204,7 @@ func New(fx *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts
 	if opts == nil {
 		opts = &Opts{}
 	}
-	r := &Reconciler{fx: fx, db: db, stripe: stripe, logger: opts.Logger, pageSize: int64(opts.PageSize),
+	r := &Reconciler{claims: claims, db: db, stripe: stripe, logger: opts.Logger, pageSize: int64(opts.PageSize),
 		refundGrace: cmp.Or(opts.RefundGrace, DefaultRefundGrace)}
 	if opts.RefundGrace < 0 {
 		return nil, fmt.Errorf("reconcile: New: refund grace %s is negative", opts.RefundGrace)
@@ -250,7 +250,7 @@ func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 	if err := r.db.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
 		return nil, fmt.Errorf("reconcile: read database clock: %w", err)
 	}
-	recs, err := r.fx.ListKind(ctx, orders.StepCharge, w.From, w.To)
+	recs, err := r.claims.ListKind(ctx, orders.StepCharge, w.From, w.To)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
@@ -348,7 +348,7 @@ func (r *Reconciler) record(ctx context.Context, key string) (*effects.Record, e
 	if err != nil {
 		return nil, nil
 	}
-	rec, err := r.fx.Get(ctx, k)
+	rec, err := r.claims.Get(ctx, k)
 	if errors.Is(err, effects.ErrNotFound) {
 		return nil, nil
 	}

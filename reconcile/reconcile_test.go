@@ -34,7 +34,7 @@ var from = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 type bundle struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
-	fx     *effects.Client
+	claims *effects.Client
 	fake   *fakestripe.Server
 	stripe *stripeclient.API
 	reg    *prometheus.Registry
@@ -51,7 +51,7 @@ func setup(t *testing.T) *bundle {
 		window: reconcile.Window{From: from, To: from.Add(24 * time.Hour)}}
 	b.pool = dbtest.NewPool(t)
 	quiet := slog.New(slog.DiscardHandler)
-	b.fx = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: quiet})
+	b.claims = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: quiet})
 	b.fake = fakestripe.New(&fakestripe.Opts{Now: b.clock})
 	srv := httptest.NewServer(b.fake)
 	t.Cleanup(srv.Close)
@@ -59,7 +59,7 @@ func setup(t *testing.T) *bundle {
 	b.stripe, err = activities.NewStripeClient("sk_test_reconcile", srv.URL, srv.Client())
 	require.NoError(t, err)
 	// A small page makes every test page through the search.
-	b.rec, err = reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{Registerer: b.reg, Logger: quiet, PageSize: 2})
+	b.rec, err = reconcile.New(b.claims, b.pool, b.stripe, &reconcile.Opts{Registerer: b.reg, Logger: quiet, PageSize: 2})
 	require.NoError(t, err)
 	return b
 }
@@ -110,7 +110,7 @@ func (b *bundle) pi(t *testing.T, idem, effectKey string, amount int64, pm strin
 func (b *bundle) record(t *testing.T, key string, res any, at time.Time) {
 	t.Helper()
 	cl := b.claim(t, key, at)
-	require.NoError(t, b.fx.Complete(b.ctx, cl, res))
+	require.NoError(t, b.claims.Complete(b.ctx, cl, res))
 }
 
 // claim claims key and backdates its record to at.
@@ -118,7 +118,7 @@ func (b *bundle) claim(t *testing.T, key string, at time.Time) *effects.Claim {
 	t.Helper()
 	k, err := effects.ParseKey(key)
 	require.NoError(t, err)
-	cl, err := b.fx.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "test"} /* kind: the last part */)
+	cl, err := b.claims.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "test"} /* kind: the last part */)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = $2 WHERE key = $1`, key, at)
 	require.NoError(t, err)
@@ -132,7 +132,7 @@ func (b *bundle) charge(t *testing.T, key string, amount int64, at time.Time) *s
 	cl := b.claim(t, key, at)
 	pi := b.pi(t, key, key, amount, "pm_card_visa", at)
 	require.Equal(t, stripe.PaymentIntentStatusSucceeded, pi.Status)
-	require.NoError(t, b.fx.Complete(b.ctx, cl, result(pi)))
+	require.NoError(t, b.claims.Complete(b.ctx, cl, result(pi)))
 	return pi
 }
 
@@ -194,7 +194,7 @@ func TestCleanWhenRecordsAndStripeAgree(t *testing.T) {
 	cl := b.claim(t, "acme:order:3:charge", from.Add(4*time.Hour))
 	declined := b.pi(t, "acme:order:3:charge", "acme:order:3:charge", 100, "pm_card_chargeDeclined", from.Add(4*time.Hour))
 	require.Equal(t, stripe.PaymentIntentStatusRequiresPaymentMethod, declined.Status)
-	require.NoError(t, b.fx.Fail(b.ctx, cl, errors.New("card_declined")))
+	require.NoError(t, b.claims.Fail(b.ctx, cl, errors.New("card_declined")))
 	// Not keyed's: no effect_key metadata.
 	b.pi(t, "someone-else", "", 4200, "pm_card_visa", from.Add(5*time.Hour))
 	// Another kind of effect in the window.
@@ -224,7 +224,7 @@ func TestMissingRecordIsMoneyKeyedDoesNotKnowAbout(t *testing.T) {
 	lost := b.pi(t, "manual-1", "acme:order:lost:charge", 1999, "pm_card_visa", from.Add(time.Hour))
 	// The record failed terminally, yet Stripe charged.
 	cl := b.claim(t, "acme:order:failed:charge", from.Add(2*time.Hour))
-	require.NoError(t, b.fx.Fail(b.ctx, cl, errors.New("timeout")))
+	require.NoError(t, b.claims.Fail(b.ctx, cl, errors.New("timeout")))
 	b.pi(t, "acme:order:failed:charge", "acme:order:failed:charge", 300, "pm_card_visa", from.Add(2*time.Hour))
 	// The worker died after Stripe answered: the claim expired unfinished.
 	b.claim(t, "acme:order:died:charge", from.Add(3*time.Hour))
@@ -404,7 +404,7 @@ func TestWindowBoundariesAreRespected(t *testing.T) {
 	// whose charge Stripe created after it, and a charge at the start whose
 	// record was claimed before it.
 	cl := b.claim(t, "acme:order:late:charge", to.Add(-time.Second))
-	require.NoError(t, b.fx.Complete(b.ctx, cl, result(b.pi(t, "acme:order:late:charge", "acme:order:late:charge", 100, "pm_card_visa", to.Add(time.Second)))))
+	require.NoError(t, b.claims.Complete(b.ctx, cl, result(b.pi(t, "acme:order:late:charge", "acme:order:late:charge", 100, "pm_card_visa", to.Add(time.Second)))))
 	b.charge(t, "acme:order:early:charge", 100, from.Add(-time.Hour))
 	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = $1 WHERE key = 'acme:order:early:charge'`, from.Add(-time.Hour))
 	require.NoError(t, err)
@@ -431,15 +431,15 @@ func TestNewAndRunRefuseBadInput(t *testing.T) {
 	b := setup(t)
 	_, err := reconcile.New(nil, b.pool, b.stripe, nil)
 	require.ErrorContains(t, err, "effects client is nil")
-	_, err = reconcile.New(b.fx, nil, b.stripe, nil)
+	_, err = reconcile.New(b.claims, nil, b.stripe, nil)
 	require.ErrorContains(t, err, "db is nil")
-	_, err = reconcile.New(b.fx, b.pool, nil, nil)
+	_, err = reconcile.New(b.claims, b.pool, nil, nil)
 	require.ErrorContains(t, err, "Stripe client is nil")
-	_, err = reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{PageSize: 101})
+	_, err = reconcile.New(b.claims, b.pool, b.stripe, &reconcile.Opts{PageSize: 101})
 	require.ErrorContains(t, err, "page size 101")
-	_, err = reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{Registerer: b.reg})
+	_, err = reconcile.New(b.claims, b.pool, b.stripe, &reconcile.Opts{Registerer: b.reg})
 	require.ErrorContains(t, err, "register reconcile metrics")
-	r, err := reconcile.New(b.fx, b.pool, b.stripe, nil)
+	r, err := reconcile.New(b.claims, b.pool, b.stripe, nil)
 	require.NoError(t, err)
 
 	for _, w := range []reconcile.Window{{}, {From: from}, {From: from, To: from}, {From: from, To: from.Add(-time.Hour)}} {
@@ -455,7 +455,7 @@ func TestRunFailsWhenStripeRefuses(t *testing.T) {
 	t.Cleanup(srv.Close)
 	sc, err := activities.NewStripeClient("sk_test_wrong", srv.URL, srv.Client())
 	require.NoError(t, err)
-	r, err := reconcile.New(b.fx, b.pool, sc, nil)
+	r, err := reconcile.New(b.claims, b.pool, sc, nil)
 	require.NoError(t, err)
 	_, err = r.Run(b.ctx, b.window)
 	require.ErrorContains(t, err, "reconcile: search Stripe payment intents")

@@ -29,12 +29,12 @@ func (b *bundle) activityEnv(t *testing.T) (*testsuite.TestActivityEnvironment, 
 	require.NoError(t, err)
 	gts := httptest.NewServer(fakesendgrid.New(nil))
 	t.Cleanup(gts.Close)
-	sender, err := notify.NewSender(b.fx, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet})
+	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet})
 	require.NoError(t, err)
-	deps := activities.Deps{DB: b.pool, Effects: b.fx, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
+	deps := activities.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
 	acts, err := activities.New(deps)
 	require.NoError(t, err)
-	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.fx, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
+	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -81,7 +81,7 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 	rep := b.run(t)
 	require.True(t, rep.Clean(), "%v", kinds(rep))
 	require.Equal(t, 1, rep.InFlight, "r2 is refunded, its answer not yet recorded")
-	impatient, err := reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{Logger: slog.New(slog.DiscardHandler), RefundGrace: time.Nanosecond})
+	impatient, err := reconcile.New(b.claims, b.pool, b.stripe, &reconcile.Opts{Logger: slog.New(slog.DiscardHandler), RefundGrace: time.Nanosecond})
 	require.NoError(t, err)
 	rep, err = impatient.Run(b.ctx, b.window)
 	require.NoError(t, err)

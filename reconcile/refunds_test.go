@@ -262,7 +262,7 @@ func TestRefundMissingAtProviderIsARefundNeverMade(t *testing.T) {
 	b.reserve(t, "acme", "1", "stalled", 100, from.Add(4*time.Hour))
 	b.reserve(t, "acme", "1", "refused", 100, from.Add(5*time.Hour))
 	cl := b.claim(t, stripeKey(t, "acme", "1", "refused"), from.Add(5*time.Hour))
-	require.NoError(t, b.fx.Fail(b.ctx, cl, errors.New("amount_too_large")))
+	require.NoError(t, b.claims.Fail(b.ctx, cl, errors.New("amount_too_large")))
 	// Still running: a live claim. Not a finding, yet.
 	b.reserve(t, "acme", "1", "running", 100, from.Add(6*time.Hour))
 	b.claim(t, stripeKey(t, "acme", "1", "running"), from.Add(6*time.Hour))
@@ -303,7 +303,7 @@ func TestARecentRefundWithoutAStripeRefundIsInFlight(t *testing.T) {
 func TestNewRefusesANegativeRefundGrace(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := reconcile.New(b.fx, b.pool, b.stripe, &reconcile.Opts{RefundGrace: -time.Second})
+	_, err := reconcile.New(b.claims, b.pool, b.stripe, &reconcile.Opts{RefundGrace: -time.Second})
 	require.ErrorContains(t, err, "refund grace -1s is negative")
 }
 
@@ -328,7 +328,7 @@ func TestReleasedRefunds(t *testing.T) {
 	pi := b.order(t, "acme", "1", 1999, from.Add(time.Hour))
 	b.reserve(t, "acme", "1", "refused", 100, from.Add(2*time.Hour))
 	cl := b.claim(t, stripeKey(t, "acme", "1", "refused"), from.Add(2*time.Hour))
-	require.NoError(t, b.fx.Fail(b.ctx, cl, errors.New("charge_disputed")))
+	require.NoError(t, b.claims.Fail(b.ctx, cl, errors.New("charge_disputed")))
 	b.release(t, "1", "refused")
 	// Released, and yet refunded at Stripe under its key.
 	b.reserve(t, "acme", "1", "both", 200, from.Add(3*time.Hour))

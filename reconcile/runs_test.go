@@ -23,7 +23,7 @@ func TestASuccessfulRunIsRecordedAndAFailedOneIsNot(t *testing.T) {
 	t.Cleanup(srv.Close)
 	sc, err := activities.NewStripeClient("sk_test_wrong", srv.URL, srv.Client())
 	require.NoError(t, err)
-	failing, err := reconcile.New(b.fx, b.pool, sc, nil)
+	failing, err := reconcile.New(b.claims, b.pool, sc, nil)
 	require.NoError(t, err)
 	_, err = failing.Run(b.ctx, b.window)
 	require.Error(t, err)

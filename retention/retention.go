@@ -52,7 +52,7 @@ type Opts struct {
 
 // Pruner runs its jobs once per window across all replicas.
 type Pruner struct {
-	fx     *effects.Client
+	claims *effects.Client
 	jobs   []Job
 	every  time.Duration
 	owner  string
@@ -63,11 +63,11 @@ type Pruner struct {
 	done sync.WaitGroup
 }
 
-// New returns a Pruner running jobs through fx. It returns an error for a
+// New returns a Pruner running jobs through claims. It returns an error for a
 // nil client, no jobs, a job without a name or function, or an interval
 // under one minute.
-func New(fx *effects.Client, jobs []Job, opts *Opts) (*Pruner, error) {
-	if fx == nil {
+func New(claims *effects.Client, jobs []Job, opts *Opts) (*Pruner, error) {
+	if claims == nil {
 		return nil, errors.New("retention: New: effects client is nil")
 	}
 	if len(jobs) == 0 {
@@ -81,7 +81,7 @@ func New(fx *effects.Client, jobs []Job, opts *Opts) (*Pruner, error) {
 	if opts == nil {
 		opts = &Opts{}
 	}
-	p := &Pruner{fx: fx, jobs: jobs, every: opts.Every, owner: opts.Owner, logger: opts.Logger, now: opts.Now}
+	p := &Pruner{claims: claims, jobs: jobs, every: opts.Every, owner: opts.Owner, logger: opts.Logger, now: opts.Now}
 	if p.every == 0 {
 		p.every = DefaultEvery
 	}
@@ -122,7 +122,7 @@ func (p *Pruner) RunWindow(ctx context.Context, at time.Time) (res Result, ran b
 	if err != nil {
 		return Result{}, false, err
 	}
-	res, err = effects.Do(ctx, p.fx, effects.ClaimParams{Key: key, Kind: "prune", Owner: p.owner},
+	res, err = effects.Do(ctx, p.claims, effects.ClaimParams{Key: key, Kind: "prune", Owner: p.owner},
 		func(ctx context.Context, _ *effects.Claim) (Result, error) {
 			ran = true
 			out := Result{Window: start, Deleted: map[string]int64{}}

@@ -19,21 +19,21 @@ import (
 )
 
 type bundle struct {
-	ctx  context.Context
-	fx   *effects.Client
-	runs atomic.Int64
-	fail atomic.Bool
+	ctx    context.Context
+	claims *effects.Client
+	runs   atomic.Int64
+	fail   atomic.Bool
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
-	return &bundle{ctx: context.Background(), fx: effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()})}
+	return &bundle{ctx: context.Background(), claims: effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()})}
 }
 
 func (b *bundle) pruner(t *testing.T, owner string) *retention.Pruner {
 	t.Helper()
-	p, err := retention.New(b.fx, []retention.Job{{Name: "things", Run: func(context.Context) (int64, error) {
+	p, err := retention.New(b.claims, []retention.Job{{Name: "things", Run: func(context.Context) (int64, error) {
 		if b.fail.Load() {
 			return 0, errors.New("database went away")
 		}
@@ -74,7 +74,7 @@ func TestReplicasPruneEachWindowOnce(t *testing.T) {
 	key, err := retention.WindowKey(at.Truncate(time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, "keyed:schedule:prune:20261129T2000Z", key.String())
-	rec, err := b.fx.Get(b.ctx, key)
+	rec, err := b.claims.Get(b.ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, effects.StateSucceeded, rec.State)
 	require.JSONEq(t, `{"window":"2026-11-29T20:00:00Z","deleted":{"things":7}}`, string(rec.Result))
@@ -107,11 +107,11 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	job := []retention.Job{{Name: "x", Run: func(context.Context) (int64, error) { return 0, nil }}}
 	_, err := retention.New(nil, job, nil)
 	require.Error(t, err)
-	_, err = retention.New(b.fx, nil, nil)
+	_, err = retention.New(b.claims, nil, nil)
 	require.Error(t, err)
-	_, err = retention.New(b.fx, []retention.Job{{Name: "x"}}, nil)
+	_, err = retention.New(b.claims, []retention.Job{{Name: "x"}}, nil)
 	require.Error(t, err)
-	_, err = retention.New(b.fx, job, &retention.Opts{Every: time.Second})
+	_, err = retention.New(b.claims, job, &retention.Opts{Every: time.Second})
 	require.ErrorContains(t, err, "under one minute")
 }
 

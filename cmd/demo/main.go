@@ -13,7 +13,12 @@
 //	bin/starter show --tenant "$KEYED_DEMO_TENANT" --order A-…
 //
 // Without -keep the servers stop when the report is printed, so it links to
-// none of them and .demo/env is removed.
+// none of them.
+//
+// Each demo has an ID, and its own Postgres schema (keyed_demo_ID) and task
+// queue (keyed-demo-ID), so that demos, and the tests, can run side by
+// side on one Postgres. When it exits it drops its schema, and removes
+// .demo/env if the file is still its own.
 package main
 
 import (
@@ -27,28 +32,29 @@ import (
 	"syscall"
 )
 
-// The demo's own corner of Postgres and Temporal, so it never touches a
-// deployment's: the CLI reaches it through .demo/env.
+// The demo's tenant and namespace, on its own dev server, and where it
+// keeps its state. Its schema and task queue are its own too (see
+// isolation.go): the CLI reaches them through .demo/env.
 const (
-	demoSchema = "keyed_demo"
-	tenant     = "demo"
-	taskQueue  = "keyed-demo"
-	namespace  = "default"
-	stateDir   = ".demo"
+	tenant    = "demo"
+	namespace = "default"
+	stateDir  = ".demo"
 )
 
 // options are the demo's flags.
 type options struct {
-	keep       bool
-	uiPort     int
-	workerBin  string
-	duplicates int
+	keep        bool
+	uiPort      int
+	metricsPort int
+	workerBin   string
+	duplicates  int
 }
 
 func main() {
 	var o options
 	flag.BoolVar(&o.keep, "keep", os.Getenv("KEEP") != "", "keep the dev server, Web UI and worker running until Ctrl-C, and write .demo/env (or set KEEP=1)")
 	flag.IntVar(&o.uiPort, "ui-port", 8233, "Web UI `port` (0 picks a free one)")
+	flag.IntVar(&o.metricsPort, "metrics-port", 9464, "the worker's metrics `port` (0 picks a free one)")
 	flag.StringVar(&o.workerBin, "worker", "bin/worker", "worker `binary` to run")
 	flag.IntVar(&o.duplicates, "duplicates", 5, "concurrent starts fired at each order")
 	flag.Parse()
@@ -74,7 +80,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	w := &errWriter{w: out}
 	st := &stack{out: w}
-	defer func() { err = joinErr(err, st.close(), removeIfExists(env), w.unreported(err)) }()
+	defer func() { err = joinErr(err, st.close(), removeOwnEnv(env, st.envWritten), w.unreported(err)) }()
 	if err := st.start(ctx, o); err != nil {
 		return err
 	}
@@ -96,12 +102,13 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 }
 
 // resetState makes the state directory and removes the env file an earlier
-// run left: it points at servers that are gone.
+// run left, unless that demo still runs: a gone demo's points at servers
+// that are gone.
 func resetState(env string) error {
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return fmt.Errorf("make %s: %w", stateDir, err)
 	}
-	return removeIfExists(env)
+	return removeStaleEnv(env)
 }
 
 // errWriter is an io.Writer that keeps the first error and writes nothing

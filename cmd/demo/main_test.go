@@ -9,14 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/devserver"
 )
 
@@ -99,14 +102,18 @@ func TestEnvFileIsSourceable(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "env")
 	vars := []string{
-		"DATABASE_URL=postgres://u:p'a$s%20\"w@127.0.0.1:5432/postgres?sslmode=disable&search_path=keyed_demo",
+		"DATABASE_URL=postgres://u:p'a$s%20\"w@127.0.0.1:5432/postgres?sslmode=disable&search_path=keyed_demo_0a1b2c3d",
 		"TEMPORAL_ADDRESS=127.0.0.1:41234",
 		"KEYED_DEMO_WEB_UI=http://127.0.0.1:8233/namespaces/default/workflows?query=TenantID%3D%22demo%22",
 	}
-	require.NoError(t, writeEnvFile(path, vars))
+	written, err := writeEnvFile(path, "0a1b2c3d", vars)
+	require.NoError(t, err)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "DATABASE_URL may hold a password")
+	onDisk, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(written), string(onDisk))
 	out, err := exec.Command("sh", "-c", `. "$1" && printf '%s\n' "$DATABASE_URL" "$TEMPORAL_ADDRESS" "$KEYED_DEMO_WEB_UI"`, "sh", path).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	want := ""
@@ -122,10 +129,47 @@ func TestEnvFileIsSourceable(t *testing.T) {
 	require.Contains(t, b.String(), "source .demo/env")
 }
 
-// TestDemoTheCLICanReach runs the demo twice against a real dev server and
-// worker: without keep it links to nothing and leaves no .demo/env; with
-// keep, a shell that sources .demo/env reaches the demo with bin/starter.
-func TestDemoTheCLICanReach(t *testing.T) {
+// A demo removes .demo/env when it exits only if the file is still its
+// own, and on start only if the demo that wrote it is gone.
+func TestEnvFileBelongsToItsDemo(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "env")
+	mine, err := writeEnvFile(path, "0a1b2c3d", []string{"TEMPORAL_ADDRESS=127.0.0.1:1"})
+	require.NoError(t, err)
+	require.NoError(t, removeStaleEnv(path))
+	require.FileExists(t, path, "its demo (this process) still runs")
+	require.NoError(t, removeOwnEnv(path, nil))
+	require.FileExists(t, path, "a demo that wrote nothing removes nothing")
+
+	theirs, err := writeEnvFile(path, "4e5f6a7b", []string{"TEMPORAL_ADDRESS=127.0.0.1:2"})
+	require.NoError(t, err)
+	require.NoError(t, removeOwnEnv(path, mine))
+	require.FileExists(t, path, "another demo's file stays")
+	require.NoError(t, removeOwnEnv(path, theirs))
+	require.NoFileExists(t, path)
+	require.NoError(t, removeOwnEnv(path, theirs), "gone already is fine")
+
+	// A process that has exited: its demo is gone, and so are its servers.
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	stale := strings.Replace(string(mine), fmt.Sprintf("process %d.", os.Getpid()), fmt.Sprintf("process %d.", gone.Process.Pid), 1)
+	require.NotEqual(t, string(mine), stale)
+	for _, content := range []string{stale, "export TEMPORAL_ADDRESS=gone:1\n"} {
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		require.NoError(t, removeStaleEnv(path))
+		require.NoFileExists(t, path, "%q", content)
+	}
+}
+
+// TestDemosRunSideBySideAndTheCLIReachesTheKeptOne runs two demos from one
+// checkout on one Postgres, against real dev servers and workers: one kept
+// up (make demo KEEP=1), and while it runs another without keep. Each has
+// its own schema and task queue, the second neither links to its stopped
+// servers nor touches the first's .demo/env, and a shell that sources
+// .demo/env reaches the kept demo with bin/starter and sees only its
+// orders. Each demo drops its schema when it exits, and a schema left by a
+// demo that is gone is dropped by the next.
+func TestDemosRunSideBySideAndTheCLIReachesTheKeptOne(t *testing.T) {
 	temporalBin, err := devserver.FindBinary()
 	require.NoError(t, err, "the demo needs the Temporal dev server: run `make tools`")
 	root, err := filepath.Abs("../..")
@@ -139,13 +183,53 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	t.Logf("built the worker and starter in %s", time.Since(began).Round(time.Second))
 	t.Setenv("KEYED_TEMPORAL_BIN", temporalBin)
 	t.Chdir(t.TempDir())
-	opts := options{uiPort: 0, workerBin: filepath.Join(bins, "worker"), duplicates: 3}
+	opts := options{uiPort: 0, metricsPort: 0, workerBin: filepath.Join(bins, "worker"), duplicates: 3}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	db, err := pgx.Connect(ctx, effectstest.DatabaseURL())
+	require.NoError(t, err, "connect to Postgres (run `make postgres`)")
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	schemaExists := func(name string) bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, name).Scan(&n))
+		return n == 1
+	}
 
-	// A stale file from an earlier run is removed: its servers are gone.
+	// A demo killed before it could clean up left a schema and a file.
+	id, err := newID()
+	require.NoError(t, err)
+	leftover := schemaPrefix + id
+	_, err = db.Exec(ctx, "CREATE SCHEMA "+leftover)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+leftover+" CASCADE") })
 	require.NoError(t, os.MkdirAll(stateDir, 0o755))
 	require.NoError(t, os.WriteFile(envPath(), []byte("export TEMPORAL_ADDRESS=gone:1\n"), 0o600))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+
+	keepOpts := opts
+	keepOpts.keep = true
+	keepCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var kept syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(keepCtx, keepOpts, &kept) }()
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(envPath())
+		return err == nil && strings.Contains(string(b), "KEYED_DEMO_ID") && strings.Contains(kept.String(), "Worker log: ")
+	}, 3*time.Minute, 100*time.Millisecond,
+		"the demo writes %s while it keeps its servers up:\n%s", envPath(), kept.String())
+	t.Logf("the kept demo was up after %s", time.Since(began).Round(time.Second))
+	require.Contains(t, kept.String(), "source .demo/env")
+	keptID, keptSchema, keptQueue := demoOf(t, kept.String())
+	require.True(t, schemaExists(keptSchema))
+	require.False(t, schemaExists(leftover), "the schema of a demo that is gone is dropped")
+	require.Contains(t, kept.String(), "dropped schema "+leftover)
+	env, err := os.ReadFile(envPath())
+	require.NoError(t, err)
+	require.Contains(t, string(env), "search_path="+keptSchema)
+	require.Contains(t, string(env), "TEMPORAL_TASK_QUEUE='"+keptQueue+"'")
+	keptOrder := firstOrder(t, kept.String())
+
+	// Another demo from the same checkout, on the same Postgres.
 	var plain bytes.Buffer
 	began = time.Now()
 	require.NoError(t, run(ctx, opts, &plain), plain.String())
@@ -161,29 +245,29 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	require.Contains(t, report, "partially_refunded after it")
 	require.Contains(t, report, "refunded after it")
 	require.Contains(t, report, "made 3 charges and 2 refunds")
-	require.NoFileExists(t, envPath())
 	for i, line := range strings.Split(report, "\n") {
 		require.LessOrEqual(t, utf8.RuneCountInString(line), maxWidth, "line %d: %s", i+1, line)
 	}
+	plainID, plainSchema, plainQueue := demoOf(t, report)
+	require.NotEqual(t, keptID, plainID)
+	require.NotEqual(t, keptSchema, plainSchema)
+	require.NotEqual(t, keptQueue, plainQueue)
+	require.False(t, schemaExists(plainSchema), "a demo drops its schema when it exits")
+	require.True(t, schemaExists(keptSchema), "but not another's")
+	require.FileExists(t, filepath.Join(stateDir, "worker-"+keptID+".log"))
+	require.FileExists(t, filepath.Join(stateDir, "worker-"+plainID+".log"))
+	now, err := os.ReadFile(envPath())
+	require.NoError(t, err, "the second demo leaves the kept one's %s", envPath())
+	require.Equal(t, string(env), string(now))
 
-	opts.keep = true
-	began = time.Now()
-	keepCtx, stop := context.WithCancel(ctx)
-	var kept syncBuffer
-	done := make(chan error, 1)
-	go func() { done <- run(keepCtx, opts, &kept) }()
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(envPath())
-		return err == nil && strings.Contains(kept.String(), "Worker log: ")
-	}, 2*time.Minute, 100*time.Millisecond,
-		"the demo writes %s while it keeps its servers up:\n%s", envPath(), kept.String())
-	require.Contains(t, kept.String(), "source .demo/env")
-	order := firstOrder(t, kept.String())
-
-	show := exec.Command("sh", "-c", `. .demo/env && "$1" show --tenant "$KEYED_DEMO_TENANT" --order "$2" --json`, "sh",
-		filepath.Join(bins, "starter"), order)
-	show.Env = []string{"PATH=" + os.Getenv("PATH")} // nothing but what .demo/env sets
-	out, err = show.CombinedOutput()
+	// .demo/env reaches the kept demo, and only it.
+	show := func(order string) ([]byte, error) {
+		cmd := exec.Command("sh", "-c", `. .demo/env && "$1" show --tenant "$KEYED_DEMO_TENANT" --order "$2" --json`, "sh",
+			filepath.Join(bins, "starter"), order)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // nothing but what .demo/env sets
+		return cmd.CombinedOutput()
+	}
+	out, err = show(keptOrder)
 	require.NoError(t, err, "starter show with .demo/env: %s", out)
 	var shown struct {
 		Order struct {
@@ -198,13 +282,28 @@ func TestDemoTheCLICanReach(t *testing.T) {
 	require.Equal(t, "paid", shown.Order.Status)
 	require.Empty(t, shown.Workflow.Error, "the workflow query reaches the demo's worker")
 	require.NotEmpty(t, shown.Workflow.Steps)
+	plainOrder := firstOrder(t, report)
+	require.NotEqual(t, keptOrder, plainOrder)
+	out, err = show(plainOrder)
+	require.Error(t, err, "the other demo's order is not in the kept demo's schema: %s", out)
 
-	t.Logf("with keep, .demo/env was written and starter show answered after %s", time.Since(began).Round(time.Second))
 	began = time.Now()
 	stop()
 	require.NoError(t, <-done)
-	t.Logf("the demo stopped %s after Ctrl-C", time.Since(began).Round(time.Second))
+	t.Logf("the kept demo stopped %s after Ctrl-C", time.Since(began).Round(time.Second))
 	require.NoFileExists(t, envPath(), "the file goes when its servers stop")
+	require.False(t, schemaExists(keptSchema), "and so does the schema")
+}
+
+// demoOf returns the ID, schema and task queue a demo's output names.
+func demoOf(t *testing.T, output string) (id, schema, queue string) {
+	t.Helper()
+	m := regexp.MustCompile(`demo ([0-9a-f]{8}): Postgres schema (` + schemaPrefix + `[0-9a-f]{8}), task queue (` + taskQueuePrefix + `[0-9a-f]{8})`).
+		FindStringSubmatch(output)
+	require.NotNil(t, m, output)
+	require.Equal(t, schemaPrefix+m[1], m[2])
+	require.Equal(t, taskQueuePrefix+m[1], m[3])
+	return m[1], m[2], m[3]
 }
 
 // firstOrder returns the first order ID of the report's table.

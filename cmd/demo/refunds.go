@@ -83,7 +83,7 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	switch {
 	case errors.As(err, &exceeds) || errors.Is(err, refunds.ErrNotRefundable):
 		r.refused = err
-		run, err := refunds.Start(ctx, s.tc, in, taskQueue)
+		run, err := refunds.Start(ctx, s.tc, in, s.taskQueue)
 		if err != nil {
 			return fmt.Errorf("start refused refund %s: %w", in.WorkflowID(), err)
 		}
@@ -96,7 +96,7 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	if err != nil {
 		return err
 	}
-	starter := fxapp.TemporalStarter(s.tc, s.store, &workflows.StartOpts{TaskQueue: taskQueue})
+	starter := fxapp.TemporalStarter(s.tc, s.store, &workflows.StartOpts{TaskQueue: s.taskQueue})
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup

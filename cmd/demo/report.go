@@ -210,17 +210,20 @@ func suppressed(body []byte) string {
 func envPath() string { return stateDir + "/env" }
 
 // writeEnvFile writes vars ("NAME=value") as export lines a POSIX shell
-// can source. It is readable by its owner only: DATABASE_URL may hold a
+// can source, under a line naming demo id and this process, and returns
+// what it wrote. It is readable by its owner only: DATABASE_URL may hold a
 // password.
-func writeEnvFile(path string, vars []string) error {
+func writeEnvFile(path, id string, vars []string) ([]byte, error) {
 	var b strings.Builder
-	b.WriteString("# Written by `make demo KEEP=1` for the servers it keeps running; removed when they stop.\n")
+	fmt.Fprintf(&b, "# Written by demo %s, process %d.\n", id, os.Getpid())
+	b.WriteString("# `make demo KEEP=1` keeps its servers running; this file goes when they stop.\n")
 	b.WriteString("# source .demo/env, then run bin/starter (e.g. bin/starter show --tenant \"$KEYED_DEMO_TENANT\" --order ID).\n")
 	for _, v := range vars {
 		name, value, _ := strings.Cut(v, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", name, shellQuote(value))
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o600)
+	out := []byte(b.String())
+	return out, os.WriteFile(path, out, 0o600)
 }
 
 // shellQuote quotes s for a POSIX shell: inside single quotes, with each

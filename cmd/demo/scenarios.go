@@ -94,7 +94,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 	)
 	for range dups {
 		wg.Go(func() {
-			st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue, Order: ord})
+			st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: s.taskQueue, Order: ord})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -112,7 +112,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 // a failed one may start a new run (a deliberate re-run), whose charge step
 // refuses a failed order without calling Stripe.
 func (s *stack) startLater(ctx context.Context, o *demoOrder) error {
-	st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: taskQueue})
+	st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: s.taskQueue})
 	if err != nil {
 		return fmt.Errorf("later start %s: %w", o.id, err)
 	}
@@ -192,7 +192,7 @@ func (s *stack) effectStates(ctx context.Context, orderID string) (string, error
 
 // statesUnder lists the effect records under prefix as "charge=succeeded …".
 func (s *stack) statesUnder(ctx context.Context, prefix effects.Key) (string, error) {
-	recs, err := s.fxc.List(ctx, prefix)
+	recs, err := s.claims.List(ctx, prefix)
 	if err != nil {
 		return "", fmt.Errorf("list effects of %s: %w", prefix, err)
 	}

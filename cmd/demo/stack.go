@@ -31,7 +31,11 @@ import (
 // stack is everything the demo runs, and how to stop it.
 type stack struct {
 	// out keeps its first write error, which run returns.
-	out         *errWriter
+	out *errWriter
+	// id names this demo's schema, task queue and worker log.
+	id          string
+	schema      string
+	taskQueue   string
 	srv         *devserver.Server
 	dbURL       string
 	pool        *pgxpool.Pool
@@ -40,8 +44,11 @@ type stack struct {
 	logPath     string
 	tc          client.Client
 	store       *orders.Store
-	fxc         *effects.Client
+	claims      *effects.Client
 	started     time.Time
+	// envWritten is what keep wrote to .demo/env, removed on exit only
+	// if the file still holds it.
+	envWritten []byte
 	// stops run in reverse order on close.
 	stops []func() error
 }
@@ -56,6 +63,11 @@ func (s *stack) say(format string, args ...any) {
 // clients, in that order.
 func (s *stack) start(ctx context.Context, o options) error {
 	s.started = time.Now()
+	id, err := newID()
+	if err != nil {
+		return err
+	}
+	s.id, s.schema, s.taskQueue = id, schemaPrefix+id, taskQueuePrefix+id
 	for _, step := range []func(context.Context, options) error{
 		s.startTemporal, s.prepareDB, s.startWorker, s.dial,
 	} {
@@ -86,19 +98,30 @@ func (s *stack) startTemporal(ctx context.Context, o options) error {
 }
 
 func (s *stack) prepareDB(ctx context.Context, _ options) error {
-	s.say("preparing Postgres schema %s", demoSchema)
+	s.say("demo %s: Postgres schema %s, task queue %s", s.id, s.schema, s.taskQueue)
 	base := os.Getenv("DATABASE_URL")
 	if base == "" {
 		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
-	if err := createSchema(ctx, base); err != nil {
-		return err
+	// This connection holds the schema's lock for the demo's life, and
+	// drops the schema when the demo stops.
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return fmt.Errorf("connect to Postgres (run `make postgres`): %w", err)
 	}
+	dropped, err := claimSchema(ctx, conn, s.schema)
+	for _, d := range dropped {
+		s.say("dropped schema %s, left by a demo that is gone", d)
+	}
+	if err != nil {
+		return joinErr(err, conn.Close(context.WithoutCancel(ctx)))
+	}
+	s.stops = append(s.stops, func() error { return dropSchema(conn, s.schema) })
 	sep := "?"
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	s.dbURL = base + sep + "search_path=" + demoSchema
+	s.dbURL = base + sep + "search_path=" + s.schema
 	pool, err := pgxpool.New(ctx, s.dbURL)
 	if err != nil {
 		return err
@@ -106,19 +129,7 @@ func (s *stack) prepareDB(ctx context.Context, _ options) error {
 	s.pool = pool
 	s.stops = append(s.stops, func() error { pool.Close(); return nil })
 	if _, err := migrations.Apply(ctx, pool); err != nil {
-		return fmt.Errorf("migrate schema %s: %w", demoSchema, err)
-	}
-	return nil
-}
-
-func createSchema(ctx context.Context, base string) (err error) {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return fmt.Errorf("connect to Postgres (run `make postgres`): %w", err)
-	}
-	defer func() { err = joinErr(err, conn.Close(ctx)) }()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+demoSchema); err != nil {
-		return fmt.Errorf("create schema %s: %w", demoSchema, err)
+		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
 	}
 	return nil
 }
@@ -142,12 +153,12 @@ func (s *stack) providerEnv() []string {
 // startWorker starts the worker binary, its output in .demo/worker.log,
 // with the settings to reach the demo and its providers.
 func (s *stack) startWorker(_ context.Context, o options) error {
-	env, err := s.workerEnv()
+	env, err := s.workerEnv(o)
 	if err != nil {
 		return err
 	}
 	s.say("starting the worker: %s", o.workerBin)
-	s.logPath = filepath.Join(stateDir, "worker.log")
+	s.logPath = filepath.Join(stateDir, "worker-"+s.id+".log")
 	logFile, err := os.Create(s.logPath)
 	if err != nil {
 		return fmt.Errorf("create the worker log: %w", err)
@@ -163,17 +174,18 @@ func (s *stack) startWorker(_ context.Context, o options) error {
 	return nil
 }
 
-// workerEnv picks the worker's metrics address (9464 unless it is taken)
-// and returns the worker's settings, starting the fake providers if needed.
-func (s *stack) workerEnv() ([]string, error) {
-	s.metricsAddr = "127.0.0.1:9464"
-	if !portFree(9464) {
-		port, err := freePort()
-		if err != nil {
+// workerEnv picks the worker's metrics address (o.metricsPort unless it
+// is 0 or taken, then a free one) and returns the worker's settings,
+// starting the fake providers if needed.
+func (s *stack) workerEnv(o options) ([]string, error) {
+	port := o.metricsPort
+	if port == 0 || !portFree(port) {
+		var err error
+		if port, err = freePort(); err != nil {
 			return nil, err
 		}
-		s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	}
+	s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	env := append(s.cliEnv(), "METRICS_ADDR="+s.metricsAddr)
 	env = append(env, s.providerEnv()...)
 	if os.Getenv("RECEIPT_FROM") == "" {
@@ -203,7 +215,7 @@ func (s *stack) dial(_ context.Context, _ options) error {
 	if s.store, err = orders.NewStore(s.pool); err != nil {
 		return err
 	}
-	s.fxc, err = effects.NewClient(s.pool, &effects.ClientOpts{Logger: quiet})
+	s.claims, err = effects.NewClient(s.pool, &effects.ClientOpts{Logger: quiet})
 	return err
 }
 
@@ -213,7 +225,7 @@ func (s *stack) cliEnv() []string {
 		"DATABASE_URL=" + s.dbURL,
 		"TEMPORAL_ADDRESS=" + s.srv.Address(),
 		"TEMPORAL_NAMESPACE=" + namespace,
-		"TEMPORAL_TASK_QUEUE=" + taskQueue,
+		"TEMPORAL_TASK_QUEUE=" + s.taskQueue,
 	}
 }
 
@@ -230,13 +242,16 @@ func (s *stack) close() error {
 // keep writes .demo/env, prints how to use it, and waits for Ctrl-C.
 func (s *stack) keep(ctx context.Context, path, someOrder string) error {
 	vars := append(s.cliEnv(),
+		"KEYED_DEMO_ID="+s.id,
 		"KEYED_DEMO_TENANT="+tenant,
 		"KEYED_DEMO_WEB_UI="+s.webUI(),
 		"KEYED_DEMO_METRICS=http://"+s.metricsAddr+"/metrics",
 	)
-	if err := writeEnvFile(path, vars); err != nil {
+	written, err := writeEnvFile(path, s.id, vars)
+	if err != nil {
 		return err
 	}
+	s.envWritten = written
 	if err := printKeep(s.out, path, vars, someOrder, s.logPath); err != nil {
 		return err
 	}

@@ -73,8 +73,12 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 	if err := requireFlags([][2]string{{"tenant", *tenant}, {"order", *order}, {"amount", amountSet}, {"currency", *currency}, {"email", *email}, {"payment-method", *pm}}); err != nil {
 		return err
 	}
+	cur, err := orders.NormalizeCurrency(*currency)
+	if err != nil {
+		return validationUsage(err)
+	}
 	no := orders.NewOrder{
-		TenantID: *tenant, ID: *order, AmountMinor: *amount, Currency: strings.ToLower(*currency),
+		TenantID: *tenant, ID: *order, AmountMinor: *amount, Currency: cur,
 		CustomerEmail: *email, PaymentMethod: *pm,
 	}
 	if err := no.Validate(); err != nil {

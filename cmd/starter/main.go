@@ -59,7 +59,8 @@ type command struct {
 	name    string
 	summary string
 	// run parses args and does the work. It returns a *usageError for bad
-	// input (exit 2) and any other error for a failure (exit 1).
+	// input or an error matching config.ErrInvalid for bad configuration
+	// (exit 2), and any other error for a failure (exit 1).
 	run func(ctx context.Context, e *env, args []string) error
 }
 
@@ -144,7 +145,7 @@ func run(ctx context.Context, args []string, e *env) int {
 			return exitFindings
 		case errors.As(err, &ecerr):
 			return ecerr.code
-		case errors.As(err, &uerr):
+		case errors.As(err, &uerr), errors.Is(err, config.ErrInvalid): // bad input, or configuration found bad on start
 			fmt.Fprintf(e.stderr, "starter %s: %v\n", name, err)
 			return 2
 		default:

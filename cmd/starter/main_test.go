@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/reconcile"
@@ -95,6 +98,14 @@ func TestBadInputNamesTheFlagAndCreatesNothing(t *testing.T) {
 		{with("--email", "a@b"), "invalid --email"},
 		{with("--email", "ann\u202e@example.com"), "invalid --email"},
 		{with("--email", "ann@[127.0.0.1]"), "invalid --email"},
+		{with("--email", "ann\ufe0f@example.com"), "invalid --email"},
+		{with("--email", "ann\u034f@example.com"), "invalid --email"},
+		{with("--email", "ann\u180b@example.com"), "invalid --email"},
+		{with("--email", "ann\u3164@example.com"), "invalid --email"},
+		{with("--email", "ann\uffa0@example.com"), "invalid --email"},
+		{with("--email", "ann\u2800@example.com"), "invalid --email"},
+		{with("--email", "\u0301@example.com"), "invalid --email"},
+		{with("--currency", "DK\u212a"), "invalid --currency"}, // the Kelvin sign folds to k
 		{with("--email", strings.Repeat("a", 250)+"@example.com"), "invalid --email"},
 		{with("--payment-method", "card_123"), "invalid --payment-method"},
 		{with("--tenant", "ac:me"), "invalid --tenant"},
@@ -120,6 +131,19 @@ func TestBadInputNamesTheFlagAndCreatesNothing(t *testing.T) {
 	require.Contains(t, errOut, "TEMPORAL_ADDRESS")
 	require.Contains(t, errOut, "DATABASE_URL")
 	require.NotContains(t, errOut, "sekrit")
+
+	// A pool smaller than the starter needs is bad configuration found on
+	// start: exit 2 too, naming DATABASE_URL, and nothing is created.
+	least, _ := fxapp.PoolNeeds(&config.Config{Role: config.Starter})
+	small := map[string]string{"DATABASE_URL": url + "&pool_max_conns=" + strconv.Itoa(int(least)-1), "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	for _, args := range [][]string{append([]string{"create"}, good...), {"show", "--tenant", "acme", "--order", "o1"}} {
+		code, out, errOut := starter(t, small, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "DATABASE_URL", "%v", args)
+		require.Empty(t, out)
+	}
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n))
+	require.Zero(t, n, "bad configuration creates nothing")
 }
 
 func TestCreateStartShowAgainstAWorker(t *testing.T) {

@@ -2,7 +2,6 @@ package fxapp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -28,7 +27,7 @@ func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		// pgx quotes the connection string; keep the password out of the message.
-		return nil, errors.New("DATABASE_URL is not a Postgres connection string")
+		return nil, configErrorf("DATABASE_URL is not a Postgres connection string")
 	}
 	if err := sizePool(pc, full); err != nil {
 		return nil, err
@@ -96,7 +95,7 @@ func sizePool(pc *pgxpool.Config, cfg *config.Config) error {
 		return nil
 	}
 	if pc.MaxConns < least {
-		return fmt.Errorf("DATABASE_URL pool_max_conns=%d is below the %d connections the %s needs "+
+		return configErrorf("DATABASE_URL pool_max_conns=%d is below the %d connections the %s needs "+
 			"(the outbox listener, the relay and the prune hold or use one each, and the activities at least one); "+
 			"raise it or drop it to get the default of %d", pc.MaxConns, least, cfg.Role, def)
 	}

@@ -91,6 +91,7 @@ func TestWorkerUnderLoadAndOnTheSmallestPool(t *testing.T) {
 		d.Env["DATABASE_URL"] += "&pool_max_conns=1"
 		_, err := fxapptest.StartOn(t, d, nil)
 		require.ErrorContains(t, err, "pool_max_conns=1 is below the 4 connections the worker needs")
+		require.ErrorIs(t, err, config.ErrInvalid, "bad configuration: the worker exits 2")
 	})
 
 	t.Run("a retention shorter than the namespace's is refused", func(t *testing.T) {
@@ -100,6 +101,7 @@ func TestWorkerUnderLoadAndOnTheSmallestPool(t *testing.T) {
 		require.Error(t, err)
 		require.True(t, strings.HasPrefix(err.Error(), "EFFECTS_RETENTION 2h0m0s is shorter than namespace"), err.Error())
 		require.ErrorContains(t, err, "set it to at least")
+		require.ErrorIs(t, err, config.ErrInvalid, "bad configuration: the worker exits 2")
 	})
 }
 

@@ -10,6 +10,7 @@ package fxapp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -102,18 +103,20 @@ func splitConfig(c *config.Config) configParts {
 // Serve runs app until SIGINT or SIGTERM (or an fx.Shutdowner) asks it to
 // stop: it starts it within its start timeout, waits, and stops it within
 // its stop timeout, logging any failure with its root cause. It returns the
-// process exit code: 0 after a clean stop, 1 when the app failed to build,
-// start or stop, or the exit code a Shutdowner asked for.
+// process exit code: 0 after a clean stop, 2 when the app failed to build
+// or start for bad configuration (an error matching config.ErrInvalid, as
+// for a problem config.Load finds), 1 when it failed to build, start or
+// stop otherwise, or the exit code a Shutdowner asked for.
 func Serve(app *fx.App, logger *slog.Logger) int {
 	if err := app.Err(); err != nil {
 		logger.Error("cannot build the app", "err", RootCause(err))
-		return 1
+		return failedCode(err)
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
 		logger.Error("cannot start", "err", RootCause(err))
-		return 1
+		return failedCode(err)
 	}
 	sig := <-app.Wait()
 	logger.Info("stopping", "signal", sig.Signal.String(), "stop_timeout", app.StopTimeout().String())
@@ -126,6 +129,33 @@ func Serve(app *fx.App, logger *slog.Logger) int {
 	logger.Info("stopped")
 	return sig.ExitCode
 }
+
+// failedCode is the exit code of an app that failed to build or start
+// with err: 2 for bad configuration, else 1.
+func failedCode(err error) int {
+	if errors.Is(RootCause(err), config.ErrInvalid) {
+		return 2
+	}
+	return 1
+}
+
+// configError is a configuration problem found while the app builds or
+// starts, such as a pool too small for the process or a retention shorter
+// than the namespace's: its message is the problem's own, and it matches
+// config.ErrInvalid, so that the process exits 2 as for a problem
+// config.Load finds.
+type configError struct{ err error }
+
+func configErrorf(format string, args ...any) error {
+	return &configError{err: fmt.Errorf(format, args...)}
+}
+
+func (e *configError) Error() string { return e.err.Error() }
+
+func (e *configError) Unwrap() error { return e.err }
+
+// Is reports whether target is config.ErrInvalid.
+func (e *configError) Is(target error) bool { return target == config.ErrInvalid }
 
 // Run starts app, calls fn, and stops app, for a command that does one
 // thing and exits. The error is fn's, or the start's

@@ -84,7 +84,7 @@ func CheckRetention(ctx context.Context, c client.Client, namespace string, rete
 	run := workflows.LongestRun() + decisionTimeout
 	need := max(nsRetention+run, api.Retention)
 	if retention < need {
-		return fmt.Errorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest run %s "+
+		return configErrorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest run %s "+
 			"(retries and DECISION_TIMEOUT; or the API's Idempotency-Key retention %s): a reset or retry could outlive "+
 			"its effect record and act again; set it to at least %s", retention, namespace, nsRetention, run, api.Retention,
 			need.Round(time.Hour)+time.Hour)

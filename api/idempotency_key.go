@@ -1,0 +1,109 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// idempotencyKey returns the request's Idempotency-Key, parsed by
+// parseIdempotencyKey, or a 400: missing_idempotency_key when there is
+// none, invalid_idempotency_key when there are several or the one is
+// malformed.
+func idempotencyKey(r *http.Request) (string, *Error) {
+	vals := r.Header.Values(HeaderIdempotencyKey)
+	if len(vals) == 0 {
+		return "", newError(http.StatusBadRequest, CodeMissingIdempotencyKey, HeaderIdempotencyKey,
+			"POST needs an Idempotency-Key header: a unique value per logical request, sent unchanged on every retry")
+	}
+	if len(vals) > 1 {
+		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "send one Idempotency-Key header, not %d", len(vals))
+	}
+	key, problem := parseIdempotencyKey(vals[0])
+	if problem != "" {
+		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "Idempotency-Key %s", problem)
+	}
+	return key, nil
+}
+
+// parseIdempotencyKey returns the key an Idempotency-Key field value
+// carries, or what is wrong with it. Leading and trailing spaces and tabs
+// are not part of a field value (RFC 9110 §5.5). Two forms carry a key,
+// so that abc and "abc" are one key:
+//
+//   - a value starting with a double quote is an RFC 8941 String (§3.3.3),
+//     as the IETF httpapi Idempotency-Key draft sends it: the key is what
+//     lies between the quotes, with \" and \\ unescaped. Only printable
+//     ASCII (0x20 to 0x7E, so spaces too) may appear, a backslash may only
+//     escape " or \, and nothing may follow the closing quote. That
+//     refuses parameters ("abc";x=1): the draft defines the field as a
+//     bare sf-string and no parameters, and ignoring unknown ones would
+//     make "abc";x=1 and "abc";x=2 one key without saying so. Refusing
+//     them can be relaxed later without changing what any key means;
+//   - any other value is a bare token, as Stripe sends it: the key is the
+//     value itself, printable ASCII without spaces.
+//
+// Either way the key is 1 to MaxIdempotencyKeyLen bytes (unquoted). The
+// problem is a phrase that follows "Idempotency-Key"; it never quotes the
+// value.
+func parseIdempotencyKey(v string) (key, problem string) {
+	v = strings.Trim(v, " \t")
+	if v == "" {
+		return "", "is empty"
+	}
+	if v[0] != '"' {
+		if problem := keyProblem(v, false); problem != "" {
+			return "", problem
+		}
+		return v, ""
+	}
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\':
+			if i+1 == len(v) {
+				return "", "ends in a backslash inside its quotes"
+			}
+			i++
+			if next := v[i]; next != '"' && next != '\\' {
+				return "", fmt.Sprintf("byte %d: a backslash may only escape \" or \\ inside quotes (RFC 8941 §3.3.3), not 0x%02x", i, next)
+			}
+			b.WriteByte(v[i])
+		case c == '"':
+			if i+1 < len(v) {
+				if v[i+1] == ';' {
+					return "", "has parameters after its quoted key; send the key alone, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\""
+				}
+				return "", fmt.Sprintf("has more after its closing quote at byte %d; send one quoted key alone", i)
+			}
+			if problem := keyProblem(b.String(), true); problem != "" {
+				return "", problem
+			}
+			return b.String(), ""
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Sprintf("byte %d is 0x%02x; a quoted key holds printable ASCII only (RFC 8941 §3.3.3)", i, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", "opens a quote it does not close; send a bare key (abc) or a quoted one (\"abc\")"
+}
+
+// keyProblem checks an unquoted key: its length, and for a bare one its
+// bytes (a quoted key's were checked while unquoting it).
+func keyProblem(key string, quoted bool) string {
+	switch {
+	case key == "":
+		return "is an empty string"
+	case len(key) > MaxIdempotencyKeyLen:
+		return fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyLen)
+	case quoted:
+		return ""
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Sprintf("byte %d is 0x%02x; use printable ASCII without spaces, such as a UUID", i, c)
+		}
+	}
+	return ""
+}
