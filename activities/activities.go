@@ -102,15 +102,16 @@ func New(d Deps) (*Activities, error) {
 }
 
 // The order pipeline's activities, declared once: their names, effect
-// classes, key steps and, for the receipt, its delivery policy. Definitions
+// classes, key steps, the rule for an operator's "done" outcome (from the
+// outcome type) and, for the receipt, its delivery policy. Definitions
 // binds them to an *Activities; the workflow runs them by these
 // declarations.
 var (
-	DeclCharge      = Keyed[orders.ChargeResult]{Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge}}
-	DeclMarkPaid    = Keyed[orders.MarkPaidResult]{Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid}}
-	DeclSendReceipt = Keyed[orders.ReceiptResult]{Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
-		Step: orders.StepReceipt, Policy: notify.AtMostOnce}}
-	DeclMarkFailed = Keyed[orders.MarkFailedResult]{Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed}}
+	DeclCharge      = Declare[orders.ChargeResult](Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge})
+	DeclMarkPaid    = Declare[orders.MarkPaidResult](Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid})
+	DeclSendReceipt = Declare[orders.ReceiptResult](Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
+		Step: orders.StepReceipt, Policy: notify.AtMostOnce})
+	DeclMarkFailed = Declare[orders.MarkFailedResult](Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed})
 )
 
 // Definitions returns the order pipeline's activities bound to a, for

@@ -29,19 +29,20 @@ const (
 const EmailTemplate = "refund"
 
 // The refund workflow's activities, declared once: names, effect classes,
-// key steps and, for the email, its delivery policy. The workflow takes
+// key steps, the rule for an operator's "done" outcome (from the outcome
+// type) and, for the email, its delivery policy. The workflow takes
 // each step's Temporal options from its declaration.
 var (
-	DeclReserve = activities.KeyedOf[RefundInput, ReserveResult]{Declaration: activities.Declaration{Name: NameReserve,
-		Class: effects.ClassAbsoluteWrite, Step: StepReserve}}
-	DeclStripe = activities.KeyedOf[RefundInput, StripeResult]{Declaration: activities.Declaration{Name: NameRefundAtStripe,
-		Class: effects.ClassExternalCreate, Step: StepStripe}}
-	DeclMark = activities.KeyedOf[RefundInput, MarkResult]{Declaration: activities.Declaration{Name: NameMarkRefunded,
-		Class: effects.ClassAbsoluteWrite, Step: StepMark}}
-	DeclEmail = activities.KeyedOf[RefundInput, EmailResult]{Declaration: activities.Declaration{Name: NameSendRefundEmail,
-		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce}}
-	DeclRelease = activities.KeyedOf[RefundInput, ReleaseResult]{Declaration: activities.Declaration{Name: NameReleaseRefund,
-		Class: effects.ClassAbsoluteWrite, Step: StepRelease}}
+	DeclReserve = activities.DeclareOf[RefundInput, ReserveResult](activities.Declaration{Name: NameReserve,
+		Class: effects.ClassAbsoluteWrite, Step: StepReserve})
+	DeclStripe = activities.DeclareOf[RefundInput, StripeResult](activities.Declaration{Name: NameRefundAtStripe,
+		Class: effects.ClassExternalCreate, Step: StepStripe})
+	DeclMark = activities.DeclareOf[RefundInput, MarkResult](activities.Declaration{Name: NameMarkRefunded,
+		Class: effects.ClassAbsoluteWrite, Step: StepMark})
+	DeclEmail = activities.DeclareOf[RefundInput, EmailResult](activities.Declaration{Name: NameSendRefundEmail,
+		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce})
+	DeclRelease = activities.DeclareOf[RefundInput, ReleaseResult](activities.Declaration{Name: NameReleaseRefund,
+		Class: effects.ClassAbsoluteWrite, Step: StepRelease})
 )
 
 // Declarations returns the declarations of the refund activities, in the
