@@ -96,6 +96,7 @@ type Activities struct {
 	ledger *Ledger
 	stripe *stripeclient.API
 	sender *notify.Sender
+	check  *checker
 }
 
 // New returns Activities over d. It returns an error naming the first
@@ -113,24 +114,30 @@ func New(d Deps) (*Activities, error) {
 	case d.Sender == nil:
 		return nil, errors.New("refunds: New: Sender is nil")
 	}
-	ledger, err := NewLedger(d.DB)
+	check, err := newChecker(CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
 	if err != nil {
 		return nil, err
 	}
 	return &Activities{run: activities.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects, orders: d.Orders,
-		ledger: ledger, stripe: d.Stripe, sender: d.Sender}, nil
+		ledger: check.ledger, stripe: d.Stripe, sender: d.Sender, check: check}, nil
 }
 
 // Definitions returns the refund activities bound to a, for
-// activities.Register. A nil a is good for naming them.
+// activities.Register, each with the Verify of an operator's "done"
+// outcome (see Checks) for pipeline.NewDecider. A nil a is good for naming
+// them, and verifies nothing.
 func (a *Activities) Definitions() []activities.Definition {
-	return []activities.Definition{
+	defs := []activities.Definition{
 		DeclReserve.Bind(a.Reserve),
 		DeclStripe.Bind(a.RefundAtStripe),
 		DeclMark.Bind(a.MarkRefunded),
 		DeclEmail.Bind(a.SendRefundEmail),
 		DeclRelease.Bind(a.ReleaseRefund),
 	}
+	if a != nil {
+		a.check.bind(defs)
+	}
+	return defs
 }
 
 // entry returns the refund's ledger row, or an InvalidState error when it
