@@ -243,7 +243,7 @@ func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string)
 		return fmt.Errorf("%w: %w", ErrLookupFailed, err)
 	}
 	if since < s.lookup.lag {
-		return fmt.Errorf("%w: SendGrid shows %s under %s yet; its index may take %s and the effect record changed %s ago: ask again in %s",
+		return fmt.Errorf("%w: SendGrid shows %s under %s so far; its index may take %s and the effect record changed %s ago: ask again in %s",
 			ErrLookupPending, shows, key, s.lookup.lag, since.Round(time.Second), (s.lookup.lag - since).Round(time.Second))
 	}
 	return fmt.Errorf("%w: SendGrid's Email Activity shows %s under %s, not %s", ErrNotSent, shows, key, messageID)
