@@ -16,11 +16,12 @@ import (
 	"github.com/keyedhq/keyed/orders"
 )
 
-// CheckDeps is what the checks of operators' "done" outcomes of the order
-// steps need (Checks). DB and Orders are required: the writes' checks read
-// the order's transitions, the charge's its amount. Stripe and Sender are
-// optional: a check that must ask one that is nil finds the record
-// unverifiable, saying which setting is missing.
+// CheckDeps is what the checks of operators' "done" outcomes of a
+// pipeline's steps need (Checks, refunds.Checks). DB and Orders are
+// required: the writes' checks read the order's transitions and ledger,
+// the charge's its amount. Stripe and Sender are optional: a check that
+// must ask one that is nil finds the record unverifiable, saying which
+// setting is missing.
 type CheckDeps struct {
 	DB     *pgxpool.Pool
 	Orders *orders.Store

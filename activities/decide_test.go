@@ -17,6 +17,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 )
 
 // undecided leaves key's effect record failed with code, as a step that
@@ -58,15 +59,11 @@ func (b *bundle) decider(t *testing.T) *pipeline.Decider {
 	return d
 }
 
-// requireRefused checks that d refuses in with a *pipeline.RefusedError
-// saying want, and that the record is still failed.
+// requireRefused checks that d refuses in saying want
+// (pipelinetest.RequireRefused), and that the record is still failed.
 func (b *bundle) requireRefused(t *testing.T, d *pipeline.Decider, in pipeline.DecisionInput, want string, unverifiable bool) {
 	t.Helper()
-	_, err := d.Apply(context.Background(), in)
-	var refused *pipeline.RefusedError
-	require.ErrorAs(t, err, &refused, want)
-	require.ErrorContains(t, err, want)
-	require.Equal(t, unverifiable, refused.Unverifiable, want)
+	pipelinetest.RequireRefused(t, d, in, want, unverifiable)
 	key, err := effects.ParseKey(in.EffectKey)
 	require.NoError(t, err)
 	rec, err := b.claims.Get(context.Background(), key)
@@ -213,13 +210,7 @@ func TestEveryOrderStepIsVerified(t *testing.T) {
 	require.NoError(t, err)
 	_, err = activities.Checks(activities.CheckDeps{})
 	require.Error(t, err)
-	for i, def := range b.acts.Definitions() {
-		require.NotNil(t, def.Verify, def.Name)
-		require.NotNil(t, def.Outcome, def.Name)
-		require.Equal(t, def.Declaration, checks[i].Declaration)
-		require.NotNil(t, checks[i].Verify, def.Name)
-		require.Nil(t, checks[i].Fn, "Checks' definitions cannot be registered")
-	}
+	pipelinetest.RequireVerified(t, b.acts.Definitions(), checks)
 	require.Len(t, checks, len(activities.Declarations()))
 	require.Error(t, activities.Register(&registry{}, checks...), "a definition without a function is refused")
 

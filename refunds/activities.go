@@ -114,7 +114,7 @@ func New(d Deps) (*Activities, error) {
 	case d.Sender == nil:
 		return nil, errors.New("refunds: New: Sender is nil")
 	}
-	check, err := newChecker(CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
+	check, err := newChecker(activities.CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
 	if err != nil {
 		return nil, err
 	}

@@ -4,33 +4,20 @@ import (
 	"context"
 	"errors"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
-	stripeclient "github.com/stripe/stripe-go/v76/client"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 )
 
-// CheckDeps is what the checks of operators' "done" outcomes of the refund
-// steps need (Checks). DB and Orders are required; Stripe and Sender are
-// optional, as in activities.CheckDeps.
-type CheckDeps struct {
-	DB     *pgxpool.Pool
-	Orders *orders.Store
-	Stripe *stripeclient.API
-	Sender *notify.Sender
-}
-
 // checker holds the refund steps' Verify functions.
 type checker struct {
-	CheckDeps
+	activities.CheckDeps
 	ledger *Ledger
 }
 
-func newChecker(d CheckDeps) (*checker, error) {
+func newChecker(d activities.CheckDeps) (*checker, error) {
 	if d.DB == nil || d.Orders == nil {
 		return nil, errors.New("refunds: Checks: DB and Orders are required")
 	}
@@ -45,9 +32,9 @@ func newChecker(d CheckDeps) (*checker, error) {
 // Definitions whose Verify checks an operator's "done" outcome, as
 // Activities.Definitions' do, and whose Fn is nil: for a pipeline.Decider
 // that applies decisions without running steps (starter resolve);
-// activities.Register refuses them. It returns an error if d.DB or
-// d.Orders is nil.
-func Checks(d CheckDeps) ([]activities.Definition, error) {
+// activities.Register refuses them. d is as for activities.Checks: DB and
+// Orders are required (an error otherwise), Stripe and Sender optional.
+func Checks(d activities.CheckDeps) ([]activities.Definition, error) {
 	c, err := newChecker(d)
 	if err != nil {
 		return nil, err
@@ -138,10 +125,10 @@ func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) e
 	if err != nil {
 		return err
 	}
-	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
+	rel, err := c.released(ctx, in)
 	switch {
 	case err != nil:
-		return activities.Unverifiable("read the refund's releases: %v", err)
+		return err
 	case rel != nil:
 		return activities.Contradicted("refund %s was released after Stripe refused it (%s)", in.RefundID, rel.Code)
 	case r.AmountMinor != e.AmountMinor:
@@ -210,16 +197,26 @@ func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentInten
 	return nil
 }
 
+// released returns in's release, nil when there is none, or an
+// unverifiable error when the ledger cannot be read.
+func (c *checker) released(ctx context.Context, in RefundInput) (*Release, error) {
+	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
+	if err != nil {
+		return nil, activities.Unverifiable("read the refund's releases: %v", err)
+	}
+	return rel, nil
+}
+
 // release checks a release's outcome against the ledger's releases.
 func (c *checker) release(ctx context.Context, key effects.Key, r ReleaseResult) error {
 	in, err := inputOfKey(key)
 	if err != nil {
 		return err
 	}
-	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
+	rel, err := c.released(ctx, in)
 	switch {
 	case err != nil:
-		return activities.Unverifiable("read the refund's releases: %v", err)
+		return err
 	case rel == nil:
 		return activities.Contradicted("refund %s of order %s/%s was never released", in.RefundID, in.TenantID, in.OrderID)
 	case rel.EffectKey != key.String():

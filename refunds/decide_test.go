@@ -12,6 +12,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
 )
 
@@ -61,15 +62,6 @@ func (b *bundle) stripeRefund(t *testing.T, pi string, amount int64, effectKey s
 	return re
 }
 
-func requireRefused(t *testing.T, d *pipeline.Decider, in pipeline.DecisionInput, want string, unverifiable bool) {
-	t.Helper()
-	_, err := d.Apply(context.Background(), in)
-	var refused *pipeline.RefusedError
-	require.ErrorAs(t, err, &refused, want)
-	require.ErrorContains(t, err, want)
-	require.Equal(t, unverifiable, refused.Unverifiable, want)
-}
-
 // A refund at Stripe whose retries ran out is decided "done" only with the
 // refund Stripe made under its effect key for the ledger's amount, against
 // the order's charge; once confirmed it is recorded as RefundAtStripe
@@ -98,16 +90,16 @@ func TestDeciderVerifiesARefundAtStripe(t *testing.T) {
 		return di
 	}
 
-	requireRefused(t, d, with(result("re_fake1")), "Stripe has no refund re_fake1", false)
-	requireRefused(t, d, with(result(b.stripeRefund(t, pi, 400, key.String()).ID)), "is for 4.00 EUR, the ledger's for 5.00 EUR", false)
-	requireRefused(t, d, with(result(b.stripeRefund(t, pi, 100, "acme:order:o1:refund:r9:refund_stripe").ID)),
+	pipelinetest.RequireRefused(t, d, with(result("re_fake1")), "Stripe has no refund re_fake1", false)
+	pipelinetest.RequireRefused(t, d, with(result(b.stripeRefund(t, pi, 400, key.String()).ID)), "is for 4.00 EUR, the ledger's for 5.00 EUR", false)
+	pipelinetest.RequireRefused(t, d, with(result(b.stripeRefund(t, pi, 100, "acme:order:o1:refund:r9:refund_stripe").ID)),
 		`carries the effect key "acme:order:o1:refund:r9:refund_stripe"`, false)
 	wrongAmount := result(made.ID)
 	wrongAmount.AmountMinor = 600
-	requireRefused(t, d, with(wrongAmount), "the ledger reserved 500, the result says 600", false)
-	requireRefused(t, d, with(refunds.StripeResult{RefundID: "ch_1"}), `stripe_refund_id "ch_1" is not a Stripe refund ID`, false)
+	pipelinetest.RequireRefused(t, d, with(wrongAmount), "the ledger reserved 500, the result says 600", false)
+	pipelinetest.RequireRefused(t, d, with(refunds.StripeResult{RefundID: "ch_1"}), `stripe_refund_id "ch_1" is not a Stripe refund ID`, false)
 	b.stripe.SetOutage(true)
-	requireRefused(t, d, decision, "look up refund "+made.ID+" at Stripe", true)
+	pipelinetest.RequireRefused(t, d, decision, "look up refund "+made.ID+" at Stripe", true)
 	b.stripe.SetOutage(false)
 	_, found, err := b.ledger.StripeOutcome(context.Background(), tenant, "o1", "r1")
 	require.NoError(t, err)
@@ -151,16 +143,10 @@ func TestDeciderRefusesDoneOnARefusedReserve(t *testing.T) {
 func TestEveryRefundStepIsVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	checks, err := refunds.Checks(refunds.CheckDeps{DB: b.pool, Orders: b.store})
+	checks, err := refunds.Checks(activities.CheckDeps{DB: b.pool, Orders: b.store})
 	require.NoError(t, err)
-	_, err = refunds.Checks(refunds.CheckDeps{})
+	_, err = refunds.Checks(activities.CheckDeps{})
 	require.Error(t, err)
-	defs := b.racts.Definitions()
+	pipelinetest.RequireVerified(t, b.racts.Definitions(), checks)
 	require.Len(t, checks, len(refunds.Declarations()))
-	for i, def := range defs {
-		require.NotNil(t, def.Verify, def.Name)
-		require.NotNil(t, def.Outcome, def.Name)
-		require.Equal(t, def.Declaration, checks[i].Declaration)
-		require.NotNil(t, checks[i].Verify, def.Name)
-	}
 }

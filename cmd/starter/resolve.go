@@ -257,11 +257,12 @@ func newDecider(e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.S
 			return nil, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
 		}
 	}
-	orderChecks, err := activities.Checks(activities.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender})
+	deps := activities.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender}
+	orderChecks, err := activities.Checks(deps)
 	if err != nil {
 		return nil, err
 	}
-	refundChecks, err := refunds.Checks(refunds.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender})
+	refundChecks, err := refunds.Checks(deps)
 	if err != nil {
 		return nil, err
 	}
