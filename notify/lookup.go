@@ -212,8 +212,8 @@ func (s *Sender) findAll(ctx context.Context, key effects.Key) ([]string, error)
 var ErrNotSent = errors.New("SendGrid shows no such message under the effect key")
 
 // Confirm asks SendGrid's Email Activity API whether the message whose
-// X-Message-Id is messageID went out under key, for an operator's decision
-// that it did. It returns nil when SendGrid shows it; an error wrapping
+// X-Message-Id is messageID (or whose msg_id, as the activity feed shows
+// it) went out under key, for an operator's decision that it did. It returns nil when SendGrid shows it; an error wrapping
 // ErrNotSent, naming what SendGrid shows instead, when it does not although
 // the key's effect record last changed at least LookupLag (plus the send
 // timeout) ago; an error wrapping ErrLookupPending when it does not and the
@@ -231,7 +231,7 @@ func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string)
 		}
 		return fmt.Errorf("%w: %s", ErrLookupFailed, msg)
 	}
-	if slices.Contains(ids, messageID) {
+	if slices.Contains(ids, xMessageID(messageID)) { // The activity feed's msg_id names it too.
 		return nil
 	}
 	shows := "no message"

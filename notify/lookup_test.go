@@ -408,6 +408,7 @@ func TestConfirmChecksTheMessageUnderTheKey(t *testing.T) {
 	require.ErrorIs(t, err, notify.ErrLookupPending)
 	require.ErrorContains(t, err, "ask again in")
 	require.Eventually(t, func() bool { return b.sender.Confirm(ctx, m.Key, res.MessageID) == nil }, 5*time.Second, 50*time.Millisecond)
+	require.NoError(t, b.sender.Confirm(ctx, m.Key, res.MessageID+".filter0001p1las1-16816-5A023E36-0.0"), "the feed's msg_id names it too")
 
 	err = b.sender.Confirm(ctx, m.Key, "fake-id")
 	require.ErrorIs(t, err, notify.ErrLookupPending, "another ID within the lag may still be indexed")
