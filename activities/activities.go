@@ -77,6 +77,7 @@ type Activities struct {
 	stripe *stripeclient.API
 	sender *notify.Sender
 	logger *slog.Logger
+	check  *checker
 }
 
 // New returns Activities over d. It returns an error naming the first
@@ -98,30 +99,38 @@ func New(d Deps) (*Activities, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Activities{db: d.DB, claims: d.Effects, orders: d.Orders, stripe: d.Stripe, sender: d.Sender, logger: logger}, nil
+	return &Activities{db: d.DB, claims: d.Effects, orders: d.Orders, stripe: d.Stripe, sender: d.Sender, logger: logger,
+		check: &checker{CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender}}}, nil
 }
 
 // The order pipeline's activities, declared once: their names, effect
-// classes, key steps and, for the receipt, its delivery policy. Definitions
+// classes, key steps, the rule for an operator's "done" outcome (from the
+// outcome type) and, for the receipt, its delivery policy. Definitions
 // binds them to an *Activities; the workflow runs them by these
 // declarations.
 var (
-	DeclCharge      = Keyed[orders.ChargeResult]{Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge}}
-	DeclMarkPaid    = Keyed[orders.MarkPaidResult]{Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid}}
-	DeclSendReceipt = Keyed[orders.ReceiptResult]{Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
-		Step: orders.StepReceipt, Policy: notify.AtMostOnce}}
-	DeclMarkFailed = Keyed[orders.MarkFailedResult]{Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed}}
+	DeclCharge      = Declare[orders.ChargeResult](Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge})
+	DeclMarkPaid    = Declare[orders.MarkPaidResult](Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid})
+	DeclSendReceipt = Declare[orders.ReceiptResult](Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
+		Step: orders.StepReceipt, Policy: notify.AtMostOnce})
+	DeclMarkFailed = Declare[orders.MarkFailedResult](Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed})
 )
 
 // Definitions returns the order pipeline's activities bound to a, for
-// Register. A nil a is good for naming them.
+// Register, each with the Verify of an operator's "done" outcome (see
+// Checks) for pipeline.NewDecider. A nil a is good for naming them, and
+// verifies nothing.
 func (a *Activities) Definitions() []Definition {
-	return []Definition{
+	defs := []Definition{
 		DeclCharge.Bind(a.Charge),
 		DeclMarkPaid.Bind(a.MarkPaid),
 		DeclSendReceipt.Bind(a.SendReceipt),
 		DeclMarkFailed.Bind(a.MarkFailed),
 	}
+	if a != nil {
+		a.check.bind(defs)
+	}
+	return defs
 }
 
 // Declarations returns the declarations of the order pipeline's

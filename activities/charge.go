@@ -117,15 +117,13 @@ func (a *Activities) findCharge(ctx context.Context, r *Step) (*stripe.PaymentIn
 	it := a.stripe.PaymentIntents.Search(params)
 	for it.Next() {
 		pi := it.PaymentIntent()
-		if pi.Metadata["effect_key"] != r.Key.String() || pi.Status != stripe.PaymentIntentStatusSucceeded {
-			continue
-		}
-		if pi.Amount != r.Order.AmountMinor || string(pi.Currency) != r.Order.Currency {
+		switch m, problem := intentMismatch(pi, r.Key.String(), r.Order.AmountMinor, r.Order.Currency); m {
+		case intentMatches:
+			return pi, nil
+		case intentOtherAmount:
 			return nil, &Error{Type: ErrTypeKeyReused, kind: effects.ErrKeyReused, Message: fmt.Sprintf(
-				"charge %s: payment intent %s under this key is for %s, the order for %s", r.Key, pi.ID,
-				FormatAmount(pi.Amount, string(pi.Currency)), FormatAmount(r.Order.AmountMinor, r.Order.Currency))}
+				"charge %s: payment intent %s under this key %s", r.Key, pi.ID, problem)}
 		}
-		return pi, nil
 	}
 	if err := it.Err(); err != nil {
 		return nil, StripeError("search charges for "+r.Key.String(), err)

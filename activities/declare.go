@@ -83,6 +83,12 @@ type Declaration struct {
 	Policy notify.Policy
 	// Options overrides the class's default activity options.
 	Options Options
+	// Outcome checks the outcome an operator gives the step with a "done"
+	// decision, before the decision enters the run's history (the decide
+	// update's validator) and again before it is applied. Declare and
+	// DeclareOf set it from the step's outcome type; nil means "done" needs
+	// a result, which nothing checks.
+	Outcome Outcome `json:"-"`
 }
 
 // ActivityOptions returns the Temporal activity options of d for a run
@@ -153,6 +159,10 @@ func (d Declaration) Validate() error {
 type Definition struct {
 	Declaration
 	Fn any
+	// Verify, if set, checks an operator's "done" outcome of the step
+	// against the provider's record before pipeline.Decider applies it
+	// (see Verify). Keyed.Verifier and KeyedOf.Verifier make one.
+	Verify Verify
 }
 
 // Bind returns d bound to fn, for Register. Prefer Keyed.Bind, which checks

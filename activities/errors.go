@@ -87,6 +87,10 @@ type errorKind struct {
 	// todo says whether Temporal retries and what an operator does: the
 	// end of the one-line message ToTemporal writes.
 	todo string
+	// refusal says the step refused deterministically: it did not act and
+	// would refuse again, so its effect cannot be decided done
+	// (RefusedForGood).
+	refusal bool
 }
 
 // errorKinds is the error table: every error type, code and sentinel of the
@@ -106,19 +110,19 @@ var errorKinds = []errorKind{
 		todo: "not retried: the outcome is unknown; check the provider's record for the effect key and decide"},
 	{typ: ErrTypeKeyReused, code: "key_reused", sentinel: effects.ErrKeyReused,
 		todo: "not retried: the effect key came back with other inputs; compare them with the provider's record and decide"},
-	{typ: ErrTypeOrderNotFound, code: "order_not_found", sentinel: orders.ErrNotFound,
+	{typ: ErrTypeOrderNotFound, refusal: true, code: "order_not_found", sentinel: orders.ErrNotFound,
 		todo: "not retried: the tenant has no such order"},
-	{typ: ErrTypeInvalidInput, code: "invalid_input", sentinel: ErrInvalidInput,
+	{typ: ErrTypeInvalidInput, refusal: true, code: "invalid_input", sentinel: ErrInvalidInput,
 		also: []error{orders.ErrUnsupportedVersion, effects.ErrInvalidKey, orders.ErrInvalid, notify.ErrInvalidMessage},
 		todo: "not retried: fix the input or the order's data, then start a new order"},
-	{typ: ErrTypeInvalidState, code: "invalid_state", sentinel: ErrInvalidState, also: []error{orders.ErrBadTransition},
+	{typ: ErrTypeInvalidState, refusal: true, code: "invalid_state", sentinel: ErrInvalidState, also: []error{orders.ErrBadTransition},
 		todo: "not retried: check the order's status"},
-	{typ: ErrTypeProviderRejected, code: "provider_rejected", sentinel: ErrProviderRejected,
+	{typ: ErrTypeProviderRejected, refusal: true, code: "provider_rejected", sentinel: ErrProviderRejected,
 		also: []error{notify.ErrRejected}, legacy: []string{notify.CodeRejected},
 		todo: "not retried: the provider refused the request; fix the data or the configuration"},
-	{typ: ErrTypeCardDeclined, code: "card_declined", sentinel: ErrCardDeclined,
+	{typ: ErrTypeCardDeclined, refusal: true, code: "card_declined", sentinel: ErrCardDeclined,
 		todo: "not retried: the customer must pay with another card"},
-	{typ: ErrTypePaymentIncomplete, code: "payment_incomplete", sentinel: ErrPaymentIncomplete,
+	{typ: ErrTypePaymentIncomplete, refusal: true, code: "payment_incomplete", sentinel: ErrPaymentIncomplete,
 		todo: "not retried: the payment needs the customer (such as 3-D Secure)"},
 	// "unclassified" is what effects stores for an error without a code.
 	{typ: ErrTypeTerminal, code: "terminal", legacy: []string{"unclassified"},

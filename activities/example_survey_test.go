@@ -14,7 +14,7 @@ import (
 )
 
 // DeclSendSurvey declares SendSurvey: an irreversible send, at most once, keyed "…:survey".
-var DeclSendSurvey = Keyed[notify.Result]{Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce}}
+var DeclSendSurvey = Declare[notify.Result](Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce})
 
 // SendSurvey emails the customer a survey about the order, once. Errors as SendReceipt's.
 func (a *Activities) SendSurvey(ctx context.Context, in orders.OrderInput) (notify.Result, error) {

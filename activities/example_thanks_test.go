@@ -9,7 +9,7 @@ import (
 )
 
 // DeclSendThanks declares SendThanks: an irreversible send, at most once, keyed "…:thanks".
-var DeclSendThanks = Keyed[notify.Result]{Declaration{Name: "SendThanks", Class: effects.ClassIrreversibleSend, Step: "thanks", Policy: notify.AtMostOnce}}
+var DeclSendThanks = Declare[notify.Result](Declaration{Name: "SendThanks", Class: effects.ClassIrreversibleSend, Step: "thanks", Policy: notify.AtMostOnce})
 
 // SendThanks emails the customer a thank-you note for the order, once. Errors as SendReceipt's.
 func (a *Activities) SendThanks(ctx context.Context, in orders.OrderInput) (notify.Result, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,6 +166,17 @@ func ActivityQuery(key effects.Key) string {
 // returns its X-Message-Id, or "" when there is none. A failed request
 // returns a *lookupFailure.
 func (s *Sender) find(ctx context.Context, key effects.Key) (string, error) {
+	ids, err := s.findAll(ctx, key)
+	if err != nil || len(ids) == 0 {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// findAll asks SendGrid's Email Activity API for the messages under key
+// and returns their X-Message-Ids, most recent first, none when there are
+// none. A failed request returns a *lookupFailure.
+func (s *Sender) findAll(ctx context.Context, key effects.Key) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.lookup.timeout)
 	defer cancel()
 	req := sendgrid.GetRequest(s.apiKey, activityPath, s.baseURL)
@@ -172,10 +184,10 @@ func (s *Sender) find(ctx context.Context, key effects.Key) (string, error) {
 	req.QueryParams = map[string]string{"query": ActivityQuery(key), "limit": "10"}
 	resp, err := s.http.SendWithContext(ctx, req)
 	if err != nil {
-		return "", &lookupFailure{reason: withoutURL(err)}
+		return nil, &lookupFailure{reason: withoutURL(err)}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", &lookupFailure{status: resp.StatusCode, reason: reason(resp.Body)}
+		return nil, &lookupFailure{status: resp.StatusCode, reason: reason(resp.Body)}
 	}
 	var body struct {
 		Messages []struct {
@@ -183,14 +195,71 @@ func (s *Sender) find(ctx context.Context, key effects.Key) (string, error) {
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
-		return "", &lookupFailure{status: resp.StatusCode, reason: "undecodable answer"}
+		return nil, &lookupFailure{status: resp.StatusCode, reason: "undecodable answer"}
 	}
+	var ids []string
 	for _, msg := range body.Messages {
-		if msg.MsgID != "" {
-			return xMessageID(msg.MsgID), nil
+		if id := xMessageID(msg.MsgID); id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
-	return "", nil
+	return ids, nil
+}
+
+// ErrNotSent means SendGrid's Email Activity shows no message of the given
+// ID under the effect key, and its index has had the lag window to show
+// one: the message did not go out under that key. See Sender.Confirm.
+var ErrNotSent = errors.New("SendGrid shows no such message under the effect key")
+
+// Confirm asks SendGrid's Email Activity API whether the message whose
+// X-Message-Id is messageID (or whose msg_id, as the activity feed shows
+// it) went out under key, for an operator's decision that it did. It returns nil when SendGrid shows it; an error wrapping
+// ErrNotSent, naming what SendGrid shows instead, when it does not although
+// the key's effect record last changed at least LookupLag (plus the send
+// timeout) ago; an error wrapping ErrLookupPending when it does not and the
+// index may still lag; and an error wrapping ErrLookupFailed when the
+// look-up failed (unreachable, a timeout, 429, 5xx, and 401/403 for a key
+// without the Email Activity scope or an account without the add-on).
+// Errors never hold the API key.
+func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string) error {
+	ids, err := s.findAll(ctx, key)
+	if err != nil {
+		msg := err.Error()
+		var f *lookupFailure
+		if errors.As(err, &f) && (f.status == http.StatusUnauthorized || f.status == http.StatusForbidden) {
+			msg += " (the API key needs the Email Activity scope, and the account the Email Activity add-on)"
+		}
+		return fmt.Errorf("%w: %s", ErrLookupFailed, msg)
+	}
+	if slices.Contains(ids, xMessageID(messageID)) { // The activity feed's msg_id names it too.
+		return nil
+	}
+	shows := "no message"
+	if len(ids) > 0 {
+		shows = "only " + strings.Join(ids, ", ")
+	}
+	since, err := s.sinceChange(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrLookupFailed, err)
+	}
+	if since < s.lookup.lag {
+		return fmt.Errorf("%w: SendGrid shows %s under %s so far; its index may take %s and the effect record changed %s ago: ask again in %s",
+			ErrLookupPending, shows, key, s.lookup.lag, since.Round(time.Second), (s.lookup.lag - since).Round(time.Second))
+	}
+	return fmt.Errorf("%w: SendGrid's Email Activity shows %s under %s, not %s", ErrNotSent, shows, key, messageID)
+}
+
+// sinceChange returns how long ago key's effect record last changed, which
+// is after any POST of its attempts; a key with no record is long settled.
+func (s *Sender) sinceChange(ctx context.Context, key effects.Key) (time.Duration, error) {
+	rec, err := s.claims.Get(ctx, key)
+	if errors.Is(err, effects.ErrNotFound) {
+		return s.lookup.lag, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read effect record: %w", err)
+	}
+	return time.Since(rec.UpdatedAt), nil
 }
 
 // xMessageID returns the X-Message-Id part of SendGrid's msg_id, which is

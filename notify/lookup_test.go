@@ -388,3 +388,47 @@ func TestCheckLookup(t *testing.T) {
 	denied.fake.SetLookupOutage(true)
 	require.ErrorContains(t, denied.sender.CheckLookup(ctx), "status 503")
 }
+
+// Confirm tells an operator's "done" apart: the message SendGrid shows
+// under the key is confirmed; another ID, or none once the index had the
+// lag window, is not sent; none within it is pending; a failing look-up
+// (an outage, a key without the Email Activity add-on) is a failure that
+// says so.
+func TestConfirmChecksTheMessageUnderTheKey(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, lookupOpts(notify.AtMostOnce), &fakesendgrid.Opts{IndexLag: 300 * time.Millisecond})
+	ctx := context.Background()
+	m := message("c1", "receipt")
+	res, err := b.sender.Send(ctx, m)
+	require.NoError(t, err)
+
+	// Accepted now: SendGrid's index does not show it yet, and the record
+	// changed less than the lag ago.
+	err = b.sender.Confirm(ctx, m.Key, res.MessageID)
+	require.ErrorIs(t, err, notify.ErrLookupPending)
+	require.ErrorContains(t, err, "ask again in")
+	require.Eventually(t, func() bool { return b.sender.Confirm(ctx, m.Key, res.MessageID) == nil }, 5*time.Second, 50*time.Millisecond)
+	require.NoError(t, b.sender.Confirm(ctx, m.Key, res.MessageID+".filter0001p1las1-16816-5A023E36-0.0"), "the feed's msg_id names it too")
+
+	err = b.sender.Confirm(ctx, m.Key, "fake-id")
+	require.ErrorIs(t, err, notify.ErrLookupPending, "another ID within the lag may still be indexed")
+	time.Sleep(testSendTimeout + testLag)
+	err = b.sender.Confirm(ctx, m.Key, "fake-id")
+	require.ErrorIs(t, err, notify.ErrNotSent)
+	require.ErrorContains(t, err, "shows only "+res.MessageID+" under acme:order:c1:receipt, not fake-id")
+	err = b.sender.Confirm(ctx, effects.MustKey("acme", "order", "none", "receipt"), res.MessageID)
+	require.ErrorIs(t, err, notify.ErrNotSent, "no record: the index is long settled")
+	require.ErrorContains(t, err, "shows no message under acme:order:none:receipt")
+
+	b.fake.SetLookupOutage(true)
+	err = b.sender.Confirm(ctx, m.Key, res.MessageID)
+	require.ErrorIs(t, err, notify.ErrLookupFailed)
+	require.ErrorContains(t, err, "status 503")
+	require.NotContains(t, err.Error(), apiKey)
+
+	noAddOn := setupWith(t, lookupOpts(notify.AtMostOnce), &fakesendgrid.Opts{NoActivityAccess: true})
+	err = noAddOn.sender.Confirm(ctx, m.Key, res.MessageID)
+	require.ErrorIs(t, err, notify.ErrLookupFailed)
+	require.ErrorContains(t, err, "status 403")
+	require.ErrorContains(t, err, "the Email Activity add-on")
+}

@@ -50,7 +50,9 @@ const (
 	MetricAttentionWaits   = "keyed_attention_waits"
 )
 
-// Limits on a Decision, checked by the update's validator.
+// Limits on a Decision, checked by CheckDecision: the decide update's
+// validator and `starter resolve`. A reason fits the audit line
+// ApplyDecision stores with it within effects.MaxReasonBytes.
 const (
 	MaxDecisionReason = 200
 	MaxDecisionBy     = 64
@@ -67,20 +69,32 @@ const attentionChange = "wait-for-decision"
 //
 //	{"step":"receipt","resolution":"done","by":"ada","reason":"found in SendGrid",
 //	 "result":{"message_id":"msg_1"}}
+//
+// A "done" carries the step's outcome, which the step's declared rule
+// checks (activities.Declaration.Outcome) before the decision enters
+// history, and ApplyDecision checks against the provider's record before
+// it resolves anything (see Decider).
 type Decision struct {
 	// Step is the waiting step, such as "receipt".
 	Step string `json:"step"`
 	// Resolution is "done" (the effect happened: Result is its outcome) or
 	// "retry" (it did not: the step acts again).
 	Resolution effects.Resolution `json:"resolution"`
-	// Result is the step's outcome with "done", such as
-	// {"message_id":"…"} for a receipt or {"payment_intent_id":"…",
-	// "status":"succeeded",…} for a charge; at most effects.MaxResultBytes.
+	// Result is the step's outcome with "done", required: such as
+	// {"message_id":"…"} for a receipt or {"payment_intent_id":"pi_…",
+	// "status":"succeeded","amount_minor":2500,"currency":"eur"} for a
+	// charge; at most effects.MaxResultBytes.
 	Result json.RawMessage `json:"result,omitempty"`
-	// Reason says why, for the audit trail. Required.
+	// Reason says why, for the audit trail. Required: one line of
+	// printable text, at most MaxDecisionReason bytes.
 	Reason string `json:"reason"`
-	// By names the operator. Required.
+	// By names the operator. Required, at most MaxDecisionBy bytes.
 	By string `json:"by"`
+	// Unverified applies a "done" even when the provider's record cannot
+	// be read (an outage, a key without the look-up's scope); the record
+	// keeps that it was not verified. A record that contradicts the result
+	// refuses it all the same.
+	Unverified bool `json:"unverified,omitempty"`
 }
 
 // DecisionResult is what the UpdateDecide update returns once the decision
@@ -96,6 +110,9 @@ type DecisionResult struct {
 	// Generation is the record's generation after the decision: an owner
 	// holding an older one is fenced off.
 	Generation int64 `json:"generation"`
+	// Verification says how a "done" outcome was checked: "confirmed"
+	// by the provider's record, or "unverified: " and why it could not be.
+	Verification string `json:"verification,omitempty"`
 }
 
 // waiting is the step a run waits on and the decision once applied.
@@ -186,9 +203,9 @@ func (r *Run) setDecideHandler(ctx workflow.Context) error {
 }
 
 // validateDecision refuses a decision when no step waits, or another
-// decision is being applied, and a decision for another step, with a
-// resolution other than done or retry, without a reason or an operator, or
-// with a result that is not JSON or larger than effects.MaxResultBytes.
+// decision is being applied, and otherwise every problem CheckDecision
+// finds with it as a decision on the waiting step under its declared
+// Outcome, at once.
 func (r *Run) validateDecision(_ workflow.Context, d Decision) error {
 	w := r.wait
 	switch {
@@ -197,31 +214,13 @@ func (r *Run) validateDecision(_ workflow.Context, d Decision) error {
 	case w.applying || w.decided:
 		return errors.New("a decision is already being applied")
 	}
-	step := r.status[w.step].Step
-	reason, by := strings.TrimSpace(d.Reason), strings.TrimSpace(d.By)
-	switch {
-	case d.Step != step:
-		return fmt.Errorf("step %q is not waiting; %q is", d.Step, step)
-	case d.Resolution != effects.ResolveDone && d.Resolution != effects.ResolveRetry:
-		return fmt.Errorf("resolution %q is neither %q nor %q", d.Resolution, effects.ResolveDone, effects.ResolveRetry)
-	case reason == "" || len(reason) > MaxDecisionReason:
-		return fmt.Errorf("reason is required, at most %d bytes", MaxDecisionReason)
-	case by == "" || len(by) > MaxDecisionBy:
-		return fmt.Errorf("by (who decides) is required, at most %d bytes", MaxDecisionBy)
-	case len(d.Result) > effects.MaxResultBytes:
-		return fmt.Errorf("result is larger than %d bytes", effects.MaxResultBytes)
-	case len(d.Result) > 0 && !json.Valid(d.Result):
-		return errors.New("result is not valid JSON")
-	case len(d.Result) > 0 && d.Resolution == effects.ResolveRetry:
-		return errors.New("a retry takes no result")
-	}
-	return nil
+	return CheckDecision(d, r.status[w.step].Step, r.decls[w.step].Outcome)
 }
 
 // decide applies d to the waiting step's effect record through the
 // ApplyDecision activity. On success the waiting step runs again; on
-// failure (a live claim, a record already succeeded by a retry) the run
-// keeps waiting and the caller gets the error.
+// failure (a refused "done", a live claim, a record already succeeded by a
+// retry) the run keeps waiting and the caller gets why.
 func (r *Run) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
 	w := r.wait
 	if w == nil || w.applying || w.decided { // The validator checked; replay safety only.
@@ -233,14 +232,27 @@ func (r *Run) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
 	info := workflow.GetInfo(ctx)
 	in := DecisionInput{
 		EffectKey: s.EffectKey, Step: s.Step, Resolution: d.Resolution, Result: d.Result,
-		Reason: strings.TrimSpace(d.Reason), By: strings.TrimSpace(d.By),
+		Reason: strings.TrimSpace(d.Reason), By: strings.TrimSpace(d.By), Unverified: d.Unverified,
 		WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 	}
 	var res DecisionResult
 	actx := workflow.WithActivityOptions(ctx, DecisionActivityOptions(s.EffectKey))
 	if err := workflow.ExecuteActivity(actx, NameApplyDecision, in).Get(ctx, &res); err != nil {
-		return res, err
+		return res, refusal(err)
 	}
 	w.decided = true
 	return res, nil
+}
+
+// refusal returns the error the decide update fails with when
+// ApplyDecision failed with err: its application error's type and message
+// (such as DecisionRefused and why), without the activity error's
+// envelope, so that the operator reads why and nothing else; any other
+// error unchanged.
+func refusal(err error) error {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError(app.Message(), app.Type(), nil)
 }

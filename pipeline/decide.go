@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -23,6 +24,9 @@ const NameApplyDecision = "ApplyDecision"
 const StepDecision = "decision"
 
 // DecisionInput is ApplyDecision's input: the decision and what it is about.
+// WorkflowID and RunID are empty for a decision applied outside a run, as
+// `starter resolve` applies one when no run waits (Decider.Apply); Via then
+// says how it came, for the audit, such as "starter resolve".
 type DecisionInput struct {
 	EffectKey  string             `json:"effect_key"`
 	Step       string             `json:"step"`
@@ -30,8 +34,10 @@ type DecisionInput struct {
 	Result     json.RawMessage    `json:"result,omitempty"`
 	Reason     string             `json:"reason"`
 	By         string             `json:"by"`
+	Unverified bool               `json:"unverified,omitempty"`
 	WorkflowID string             `json:"workflow_id"`
 	RunID      string             `json:"run_id"`
+	Via        string             `json:"via,omitempty"`
 }
 
 // DeclDecision declares ApplyDecision: an absolute write (applying a
@@ -48,21 +54,48 @@ func DecisionActivityOptions(key string) workflow.ActivityOptions {
 	return o
 }
 
+// ErrTypeDecisionRefused is the error type of a "done" decision the
+// Decider refused (a *RefusedError): the provider's record contradicts it
+// or could not be read, or the step refused for good. Non-retryable; a
+// waiting run keeps waiting.
+const ErrTypeDecisionRefused = "DecisionRefused"
+
+// VerifyTimeout bounds the check of one "done" outcome against the
+// provider's record (Definition.Verify); past it the record could not be
+// read.
+const VerifyTimeout = 15 * time.Second
+
 // Decider applies operators' decisions; its ApplyDecision is the activity
-// the UpdateDecide update runs. Register it exactly once with every worker
-// of a workflow that uses Run, whichever pipelines it runs:
-// workflows.RegisterActivities does.
+// the UpdateDecide update runs. Before it resolves a "done", it checks the
+// outcome with the decided step's declared Outcome and against the
+// provider's record with the step's Verify, both from the pipelines'
+// Definitions it was made with. Register it exactly once with every worker
+// of a workflow that uses Run, whichever pipelines it runs.
 type Decider struct {
 	claims *effects.Client
+	steps  map[string]activities.Definition
 }
 
-// NewDecider returns a Decider over the effects client claims. It returns
-// an error if claims is nil.
-func NewDecider(claims *effects.Client) (*Decider, error) {
+// NewDecider returns a Decider over the effects client claims that checks
+// a "done" on a step of defs (the Definitions of the worker's pipelines)
+// with the step's declared Outcome and its Verify. A "done" on a step no
+// def declares takes any JSON result and cannot be verified. It returns an
+// error if claims is nil or two of defs declare one step.
+func NewDecider(claims *effects.Client, defs ...activities.Definition) (*Decider, error) {
 	if claims == nil {
 		return nil, errors.New("pipeline: NewDecider: effects client is nil")
 	}
-	return &Decider{claims: claims}, nil
+	steps := make(map[string]activities.Definition, len(defs))
+	for _, def := range defs {
+		if def.Step == StepDecision {
+			continue
+		}
+		if prev, ok := steps[def.Step]; ok {
+			return nil, fmt.Errorf("pipeline: NewDecider: %q and %q both declare step %q", prev.Name, def.Name, def.Step)
+		}
+		steps[def.Step] = def
+	}
+	return &Decider{claims: claims, steps: steps}, nil
 }
 
 // Definition returns ApplyDecision bound to its declaration, DeclDecision,
@@ -71,49 +104,183 @@ func (d *Decider) Definition() activities.Definition {
 	return DeclDecision.Bind(d.ApplyDecision)
 }
 
-// ApplyDecision resolves in.EffectKey with effects.Resolve: "done" stores
-// in.Result as the outcome, "retry" makes the record a transient failure so
-// the next attempt acts again. The record keeps who decided, why and from
-// which run; the generation bump fences off any owner that wakes up later.
-// It is idempotent: a "done" that finds the record already succeeded, and a
-// "retry" that finds no record (the effect was never claimed), succeed.
-//
-// Errors (through activities.ToTemporal): a record that cannot be resolved
-// (a live claim, or succeeded when the decision is "retry") or a bad key or
-// result is terminal, with a message saying what to do; a database failure
-// is transient.
+// Check returns every problem of dec (CheckDecision) as a decision on its
+// own step under that step's declared Outcome, or nil: what the decide
+// update's validator checks, for a decision applied outside a run.
+func (d *Decider) Check(dec Decision) error {
+	return CheckDecision(dec, dec.Step, d.steps[dec.Step].Outcome)
+}
+
+// RefusedError is a "done" decision the Decider refused before resolving
+// anything, and why. A waiting run keeps waiting.
+type RefusedError struct {
+	Step      string
+	EffectKey string
+	// Why says what refused it, such as "Stripe has no PaymentIntent
+	// pi_1" or "the look-up failed: …".
+	Why string
+	// Unverifiable is true when the provider's record could not be read:
+	// the same decision with Unverified applies it.
+	Unverifiable bool
+}
+
+func (e *RefusedError) Error() string {
+	msg := fmt.Sprintf("%s: done on %s %s refused: %s", ErrTypeDecisionRefused, e.Step, e.EffectKey, e.Why)
+	if e.Unverifiable {
+		msg += `; check the provider yourself, then send the decision again with "unverified": true ` +
+			"(starter resolve --unverified) to apply it unverified: the record keeps that it was"
+	}
+	return msg
+}
+
+// ApplyDecision applies in as Apply does, for Temporal: a *RefusedError is
+// a non-retryable ErrTypeDecisionRefused error, a record that cannot be
+// resolved a non-retryable ErrTypeInvalidState one, both with the message
+// saying why and what to do; everything else goes through
+// activities.ToTemporal (a database failure is retried).
 func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (DecisionResult, error) {
-	res, err := d.apply(ctx, in)
+	res, err := d.Apply(ctx, in)
+	var refused *RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return res, temporal.NewNonRetryableApplicationError(refused.Error(), ErrTypeDecisionRefused, nil)
+	case errors.Is(err, effects.ErrNotResolvable):
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidState, nil)
+	}
 	return res, activities.ToTemporal(err)
 }
 
-func (d *Decider) apply(ctx context.Context, in DecisionInput) (DecisionResult, error) {
+// Apply resolves in.EffectKey with effects.Resolve: "done" stores the
+// outcome, "retry" makes the record a transient failure so the next
+// attempt acts again. The record keeps who decided, why, from which run
+// (or how, outside one) and how the outcome was checked; the generation
+// bump fences off any owner that wakes up later. It is idempotent: a
+// "done" that finds the record already succeeded, and a "retry" that finds
+// no record (the effect was never claimed), succeed.
+//
+// Before a "done" resolves anything, Apply refuses it, with a *RefusedError
+// saying why, when there is no record, when the record failed terminally
+// with a refusal (activities.RefusedForGood: the step did not act), when
+// the result is not the step's declared outcome, when the step's Verify
+// finds the provider's record contradicts it, and when that record cannot
+// be read (or the step has no Verify) unless in.Unverified.
+//
+// Errors: a *RefusedError; an error wrapping effects.ErrNotResolvable for
+// a live claim or a "retry" of a succeeded record, saying what to do; a bad
+// key; a database failure.
+func (d *Decider) Apply(ctx context.Context, in DecisionInput) (DecisionResult, error) {
 	out := DecisionResult{Step: in.Step, EffectKey: in.EffectKey, Resolution: string(in.Resolution)}
 	key, err := effects.ParseKey(in.EffectKey)
 	if err != nil {
 		return out, fmt.Errorf("apply decision on %s: %w", in.EffectKey, err)
 	}
-	var result any
-	if len(in.Result) > 0 {
-		result = in.Result
+	p := effects.ResolveParams{Resolution: in.Resolution}
+	if in.Resolution == effects.ResolveDone {
+		rec, err := d.doneable(ctx, key, in)
+		if err != nil || rec.State == effects.StateSucceeded {
+			// Applied by an earlier attempt, or the step finished after
+			// all: its outcome stands.
+			out.State, out.Generation = string(rec.State), rec.Generation
+			return out, err
+		}
+		if p.Result, out.Verification, err = d.confirm(ctx, key, in); err != nil {
+			return out, err
+		}
 	}
-	reason := fmt.Sprintf("%s decided %s via the %s update of run %s: %s", in.By, in.Resolution, UpdateDecide, in.RunID, in.Reason)
-	rec, err := d.claims.Resolve(ctx, key, effects.ResolveParams{Resolution: in.Resolution, Result: result, Reason: reason})
+	p.Reason = audit(in, out.Verification)
+	rec, err := d.claims.Resolve(ctx, key, p)
 	switch {
 	case err == nil:
 	case errors.Is(err, effects.ErrNotFound) && in.Resolution == effects.ResolveRetry:
 		out.State = "absent"
 		return out, nil
 	case errors.Is(err, effects.ErrNotResolvable) && rec != nil && rec.State == effects.StateSucceeded && in.Resolution == effects.ResolveDone:
-		// Applied by an earlier attempt, or the step finished after all:
-		// its outcome stands.
+		// The step finished while the outcome was being checked.
 	case errors.Is(err, effects.ErrNotResolvable):
-		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"%s %s: decision %s refused: %v; wait for a live claim's lease to run out, or decide \"done\" for a record that succeeded",
-			in.Step, in.EffectKey, in.Resolution, err), activities.ErrTypeInvalidState, nil)
+		return out, fmt.Errorf("%s %s: decision %s refused: %w; wait for a live claim's lease to run out, or decide \"done\" for a record that succeeded",
+			in.Step, in.EffectKey, in.Resolution, err)
 	default:
 		return out, fmt.Errorf("apply decision on %s: %w", in.EffectKey, err)
 	}
 	out.State, out.Generation = string(rec.State), rec.Generation
 	return out, nil
+}
+
+// doneable returns key's record when a "done" may settle it (or it already
+// succeeded), and a *RefusedError when there is none or it failed with a
+// refusal.
+func (d *Decider) doneable(ctx context.Context, key effects.Key, in DecisionInput) (*effects.Record, error) {
+	rec, err := d.claims.Get(ctx, key)
+	switch {
+	case errors.Is(err, effects.ErrNotFound):
+		return &effects.Record{}, &RefusedError{Step: in.Step, EffectKey: in.EffectKey,
+			Why: "there is no effect record under this key: the step never claimed it, so it did not happen"}
+	case err != nil:
+		return &effects.Record{}, fmt.Errorf("apply decision on %s: %w", key, err)
+	case rec.State == effects.StateFailedTerminal && activities.RefusedForGood(rec.ErrorCode):
+		return &effects.Record{}, &RefusedError{Step: in.Step, EffectKey: in.EffectKey, Why: fmt.Sprintf(
+			"the step refused for good (%s: %s): it did not act and would refuse again, so it cannot be done; its run failed with it",
+			rec.ErrorCode, firstLine(rec.ErrorMessage, 200))}
+	}
+	return rec, nil
+}
+
+// confirm decodes in's result with the step's declared Outcome and checks
+// it with the step's Verify, and returns the outcome to store and how it
+// was checked, or a *RefusedError.
+func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput) (any, string, error) {
+	refuse := func(why string, unverifiable bool) error {
+		return &RefusedError{Step: in.Step, EffectKey: in.EffectKey, Why: why, Unverifiable: unverifiable}
+	}
+	def, known := d.steps[in.Step]
+	var outcome any = in.Result
+	if def.Outcome != nil {
+		v, err := def.Outcome.Decode(in.Result)
+		if err != nil {
+			return nil, "", refuse(err.Error(), false)
+		}
+		outcome = v
+	} else if text := resultProblem(in.Result, nil); text != "" {
+		return nil, "", refuse("result "+text, false)
+	}
+	verr := activities.Unverifiable("no check of step %q against its provider is registered with this Decider", in.Step)
+	if known && def.Verify != nil {
+		vctx, cancel := context.WithTimeout(ctx, VerifyTimeout)
+		verr = def.Verify(vctx, key, outcome)
+		cancel()
+	}
+	switch {
+	case verr == nil:
+		return outcome, "confirmed", nil
+	case errors.Is(verr, activities.ErrContradicted):
+		return nil, "", refuse(verr.Error(), false)
+	case !in.Unverified:
+		return nil, "", refuse("the record could not be checked: "+verr.Error(), true)
+	}
+	return outcome, "unverified: " + verr.Error(), nil
+}
+
+// audit is the reason a decision stores on the record: who decided what,
+// where, why, and how the outcome was checked (note, cut to fit
+// effects.MaxReasonBytes).
+func audit(in DecisionInput, note string) string {
+	where := "outside any run"
+	switch {
+	case in.RunID != "":
+		where = fmt.Sprintf("via the %s update of run %s", UpdateDecide, in.RunID)
+	case in.Via != "":
+		where = "via " + in.Via
+	}
+	s := fmt.Sprintf("%s decided %s %s: %s", in.By, in.Resolution, where, in.Reason)
+	if note == "" {
+		return s
+	}
+	room := effects.MaxReasonBytes - len(s) - len(" ()")
+	if room <= 0 {
+		return s
+	}
+	if len(note) > room {
+		note = strings.ToValidUTF8(note[:max(room-len("…"), 0)], "") + "…"
+	}
+	return s + " (" + note + ")"
 }

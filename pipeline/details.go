@@ -3,6 +3,8 @@ package pipeline
 import (
 	"strings"
 
+	"github.com/keyedhq/keyed/activities"
+
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -34,9 +36,18 @@ func (r *Run) details() string {
 		b.WriteString("\n**Needs a decision** (" + SearchAttrAttentionName + " = `" + s.Step + ":" + w.reason + "`): " +
 			"check the provider for `" + s.EffectKey + "`, then send the `" + UpdateDecide + "` update with " +
 			"`{\"step\":\"" + s.Step + "\",\"resolution\":\"done\"|\"retry\",\"by\":\"…\",\"reason\":\"…\"}` " +
-			"(and `\"result\"` with done).\n")
+			"and with done its outcome, `\"result\":" + outcomeShape(r.decls[w.step].Outcome) + "`, which is checked at the provider.\n")
 	}
 	return b.String()
+}
+
+// outcomeShape is the JSON shape of a step's outcome for the details, or
+// a placeholder when its declaration has no Outcome.
+func outcomeShape(o activities.Outcome) string {
+	if o == nil {
+		return "{…}"
+	}
+	return o.Shape()
 }
 
 // firstLine returns s up to its first newline, cut to at most n bytes.

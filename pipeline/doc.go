@@ -30,18 +30,25 @@
 // such as "receipt:ambiguous" or "refund_email:ambiguous", the current
 // details say what to decide, and the run waits up to its decision timeout
 // (Opts, DefaultDecisionTimeout) for a Decision sent as the UpdateDecide
-// ("decide") update. The update's validator refuses a bad decision before
-// it enters history; an accepted one runs the ApplyDecision activity
-// (Decider, an absolute write of the decided record through
-// effects.Resolve), and the step runs again in the same run: after "done"
-// it returns the stored outcome, after "retry" it acts. With no decision in
+// ("decide") update. The update's validator (CheckDecision) refuses a bad
+// decision before it enters history, naming every problem: a "done" must
+// carry the step's outcome, which the step's declared rule
+// (activities.Declaration.Outcome) decodes and validates. An accepted one
+// runs the ApplyDecision activity (Decider): it checks a "done" against the
+// provider's record with the step's Verify (from the Definitions the
+// Decider was made with) and refuses it, saying why, when the record
+// contradicts it or cannot be read (unless the decision says Unverified),
+// or when the step refused for good; otherwise it resolves the decided
+// record through effects.Resolve, and the step runs again in the same run:
+// after "done" it returns the stored outcome, after "retry" it acts. With no decision in
 // time the run fails with a non-retryable ErrTypeDecisionTimeout error and
 // counts MetricDecisionTimeouts. Waiting sits behind the workflow.GetVersion
 // change "wait-for-decision", so a run that failed on an unknown outcome
 // before it replays unchanged.
 //
 // Every worker of a workflow that uses Run registers ApplyDecision exactly
-// once (Decider.Definition, DeclDecision), whichever pipelines it runs.
+// once (Decider.Definition, DeclDecision), whichever pipelines it runs,
+// from a Decider made with every pipeline's Definitions (NewDecider).
 //
 // # Operating
 //

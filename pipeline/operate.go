@@ -86,9 +86,11 @@ func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID 
 // workflow id (empty runID means the current run) and waits until it is applied. The
 // workflow's validator refuses a bad decision before it enters history (no
 // step waiting, another step, an unknown resolution, no reason or operator,
-// an oversized result); ApplyDecision's refusal (a live claim) comes back
-// as its error, and the run keeps waiting. Errors wrap the update's failure
-// or the client's error.
+// a "done" without the step's outcome: a *DecisionError's text);
+// ApplyDecision's refusal (a DecisionRefused "done" the provider
+// contradicts or cannot confirm, a live claim) comes back as its error,
+// and the run keeps waiting. Errors wrap the update's failure or the
+// client's error.
 func SendDecision(ctx context.Context, c client.Client, id, runID string, d Decision) (*DecisionResult, error) {
 	if c == nil {
 		return nil, errors.New("send decision: client is nil")

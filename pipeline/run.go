@@ -51,7 +51,9 @@ type Run struct {
 	in      Keyer
 	status  []orders.StepStatus
 	outcome []string
-	wait    *waiting
+	// decls[i] declares step i: its Outcome checks a "done" decision.
+	decls []activities.Declaration
+	wait  *waiting
 	// decisionTimeout bounds each wait for an operator's decision.
 	decisionTimeout time.Duration
 }
@@ -102,6 +104,7 @@ func (r *Run) Index(d activities.Declaration) (int, error) {
 	}
 	r.status = append(r.status, orders.StepStatus{Step: d.Step, EffectKey: key.String(), State: StatePending})
 	r.outcome = append(r.outcome, "")
+	r.decls = append(r.decls, d)
 	return len(r.status) - 1, nil
 }
 

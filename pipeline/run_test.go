@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -40,18 +41,28 @@ type notified struct {
 	MessageID string `json:"message_id"`
 }
 
+// Validate requires the message ID, as an operator's "done" must give it.
+func (n notified) Validate() error {
+	if n.MessageID == "" {
+		return errors.New("message_id is required")
+	}
+	return nil
+}
+
 type shipResult struct {
 	Label    label    `json:"label"`
 	Notified notified `json:"notified"`
 }
 
 var (
-	ship       = shipInput{TenantID: "acme", ShipmentID: "s1"}
+	ship = shipInput{TenantID: "acme", ShipmentID: "s1"}
+	// declLabel declares no Outcome: "done" needs some JSON result.
 	declLabel  = activities.Declaration{Name: "BuyLabel", Class: effects.ClassExternalCreate, Step: "label"}
-	declNotify = activities.Declaration{Name: "NotifyShipped", Class: effects.ClassIrreversibleSend, Step: "notify", Policy: notify.AtMostOnce}
-	bought     = label{LabelID: "lbl--1"}
-	told       = notified{MessageID: "msg_1"}
-	ambiguous  = temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
+	declNotify = activities.Declaration{Name: "NotifyShipped", Class: effects.ClassIrreversibleSend, Step: "notify", Policy: notify.AtMostOnce,
+		Outcome: activities.OutcomeOf[notified]()}
+	bought    = label{LabelID: "lbl--1"}
+	told      = notified{MessageID: "msg_1"}
+	ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
 )
 
 const shipWorkflowName = "ShipWorkflow"
@@ -154,10 +165,13 @@ func TestRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(told, nil).Once()
 
 	bad := pipelinetest.Decide(b.env, pipeline.Decision{Step: "notify", Resolution: effects.ResolveRetry, By: "ada", Reason: "x"}, time.Hour)
+	// A step whose declaration gives no Outcome still needs a result with done.
+	bare := pipelinetest.Decide(b.env, pipeline.Decision{Step: "label", Resolution: effects.ResolveDone, By: "ada", Reason: "x"}, time.Hour)
 	good := pipelinetest.Decide(b.env, pipeline.Decision{Step: "label", Resolution: effects.ResolveRetry, By: "ada", Reason: "no label bought"}, 2*time.Hour)
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
 	require.ErrorContains(t, bad.Rejected, `step "notify" is not waiting; "label" is`)
+	require.EqualError(t, bare.Rejected, "decision refused: result is required with done: the step's outcome as JSON")
 	require.NoError(t, good.Rejected)
 	require.NoError(t, good.Completed)
 	require.NoError(t, b.env.GetWorkflowError())
@@ -172,32 +186,48 @@ func TestDecisionValidatorRefusesBadInput(t *testing.T) {
 	b.env.OnActivity(declLabel.Name, mock.Anything, ship).Return(bought, nil).Once()
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(notified{}, ambiguous).Once()
 
-	ok := pipeline.Decision{Step: "notify", Resolution: effects.ResolveDone, By: "ada", Reason: "checked"}
-	cases := map[string]func(d *pipeline.Decision){
-		"unknown step":   func(d *pipeline.Decision) { d.Step = "label" },
-		"bad resolution": func(d *pipeline.Decision) { d.Resolution = "maybe" },
-		"missing reason": func(d *pipeline.Decision) { d.Reason = "  " },
-		"long reason":    func(d *pipeline.Decision) { d.Reason = strings.Repeat("x", pipeline.MaxDecisionReason+1) },
-		"missing by":     func(d *pipeline.Decision) { d.By = "" },
-		"long by":        func(d *pipeline.Decision) { d.By = strings.Repeat("x", pipeline.MaxDecisionBy+1) },
-		"oversized result": func(d *pipeline.Decision) {
+	ok := pipeline.Decision{Step: "notify", Resolution: effects.ResolveDone, By: "ada", Reason: "checked",
+		Result: json.RawMessage(`{"message_id":"msg_1"}`)}
+	cases := map[string]struct {
+		edit func(d *pipeline.Decision)
+		want string
+	}{
+		"unknown step":    {func(d *pipeline.Decision) { d.Step = "label" }, `step "label" is not waiting; "notify" is`},
+		"bad resolution":  {func(d *pipeline.Decision) { d.Resolution = "maybe" }, `resolution "maybe" is neither "done" nor "retry"`},
+		"missing reason":  {func(d *pipeline.Decision) { d.Reason = "  " }, "reason is required"},
+		"long reason":     {func(d *pipeline.Decision) { d.Reason = strings.Repeat("x", pipeline.MaxDecisionReason+1) }, "reason is too long: 201 bytes, at most 200"},
+		"two-line reason": {func(d *pipeline.Decision) { d.Reason = "one\ntwo" }, `reason holds '\n' at byte 3, a control or invisible character`},
+		"missing by":      {func(d *pipeline.Decision) { d.By = "" }, "by (who decides) is required"},
+		"long by":         {func(d *pipeline.Decision) { d.By = strings.Repeat("x", pipeline.MaxDecisionBy+1) }, "by (who decides) is too long: 65 bytes, at most 64"},
+		"done, no result": {func(d *pipeline.Decision) { d.Result = nil }, `result is required with done: the step's outcome, {"message_id":"…"}`},
+		"done, null":      {func(d *pipeline.Decision) { d.Result = json.RawMessage(`null`) }, "result is required with done"},
+		"unknown field":   {func(d *pipeline.Decision) { d.Result = json.RawMessage(`{"msg":"1"}`) }, `result has the unknown field "msg"`},
+		"invalid outcome": {func(d *pipeline.Decision) { d.Result = json.RawMessage(`{"message_id":""}`) }, "result is not the step's outcome: message_id is required"},
+		"oversized result": {func(d *pipeline.Decision) {
 			d.Result = json.RawMessage(`"` + strings.Repeat("x", effects.MaxResultBytes) + `"`)
-		},
-		"result with retry": func(d *pipeline.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
+		}, "result is too large"},
+		"result with retry": {func(d *pipeline.Decision) { d.Resolution, d.Result = effects.ResolveRetry, json.RawMessage(`{}`) },
+			"result goes with done only"},
+		"unverified retry": {func(d *pipeline.Decision) { d.Resolution, d.Result, d.Unverified = effects.ResolveRetry, nil, true },
+			"unverified goes with done only"},
 	}
 	updates := map[string]*pipelinetest.Update{}
-	for name, edit := range cases {
+	for name, c := range cases {
 		d := ok
-		edit(&d)
+		c.edit(&d)
 		updates[name] = pipelinetest.Decide(b.env, d, time.Hour)
 	}
+	// Every problem at once.
+	all := pipelinetest.Decide(b.env, pipeline.Decision{Step: "notify", Resolution: effects.ResolveDone}, time.Hour)
 	early := pipelinetest.Decide(b.env, ok, 0) // Before anything waits.
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
 	for name, u := range updates {
-		require.Error(t, u.Rejected, name)
+		require.ErrorContains(t, u.Rejected, cases[name].want, name)
 		require.False(t, u.Accepted, name)
 	}
+	require.EqualError(t, all.Rejected, `decision refused: reason is required; by (who decides) is required; `+
+		`result is required with done: the step's outcome, {"message_id":"…"}`)
 	require.ErrorContains(t, early.Rejected, "no step of this run is waiting")
 	// Nothing was decided: the run waited out the default decision timeout.
 	var app *temporal.ApplicationError

@@ -29,19 +29,20 @@ const (
 const EmailTemplate = "refund"
 
 // The refund workflow's activities, declared once: names, effect classes,
-// key steps and, for the email, its delivery policy. The workflow takes
+// key steps, the rule for an operator's "done" outcome (from the outcome
+// type) and, for the email, its delivery policy. The workflow takes
 // each step's Temporal options from its declaration.
 var (
-	DeclReserve = activities.KeyedOf[RefundInput, ReserveResult]{Declaration: activities.Declaration{Name: NameReserve,
-		Class: effects.ClassAbsoluteWrite, Step: StepReserve}}
-	DeclStripe = activities.KeyedOf[RefundInput, StripeResult]{Declaration: activities.Declaration{Name: NameRefundAtStripe,
-		Class: effects.ClassExternalCreate, Step: StepStripe}}
-	DeclMark = activities.KeyedOf[RefundInput, MarkResult]{Declaration: activities.Declaration{Name: NameMarkRefunded,
-		Class: effects.ClassAbsoluteWrite, Step: StepMark}}
-	DeclEmail = activities.KeyedOf[RefundInput, EmailResult]{Declaration: activities.Declaration{Name: NameSendRefundEmail,
-		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce}}
-	DeclRelease = activities.KeyedOf[RefundInput, ReleaseResult]{Declaration: activities.Declaration{Name: NameReleaseRefund,
-		Class: effects.ClassAbsoluteWrite, Step: StepRelease}}
+	DeclReserve = activities.DeclareOf[RefundInput, ReserveResult](activities.Declaration{Name: NameReserve,
+		Class: effects.ClassAbsoluteWrite, Step: StepReserve})
+	DeclStripe = activities.DeclareOf[RefundInput, StripeResult](activities.Declaration{Name: NameRefundAtStripe,
+		Class: effects.ClassExternalCreate, Step: StepStripe})
+	DeclMark = activities.DeclareOf[RefundInput, MarkResult](activities.Declaration{Name: NameMarkRefunded,
+		Class: effects.ClassAbsoluteWrite, Step: StepMark})
+	DeclEmail = activities.DeclareOf[RefundInput, EmailResult](activities.Declaration{Name: NameSendRefundEmail,
+		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce})
+	DeclRelease = activities.DeclareOf[RefundInput, ReleaseResult](activities.Declaration{Name: NameReleaseRefund,
+		Class: effects.ClassAbsoluteWrite, Step: StepRelease})
 )
 
 // Declarations returns the declarations of the refund activities, in the
@@ -95,6 +96,7 @@ type Activities struct {
 	ledger *Ledger
 	stripe *stripeclient.API
 	sender *notify.Sender
+	check  *checker
 }
 
 // New returns Activities over d. It returns an error naming the first
@@ -112,24 +114,30 @@ func New(d Deps) (*Activities, error) {
 	case d.Sender == nil:
 		return nil, errors.New("refunds: New: Sender is nil")
 	}
-	ledger, err := NewLedger(d.DB)
+	check, err := newChecker(activities.CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
 	if err != nil {
 		return nil, err
 	}
 	return &Activities{run: activities.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects, orders: d.Orders,
-		ledger: ledger, stripe: d.Stripe, sender: d.Sender}, nil
+		ledger: check.ledger, stripe: d.Stripe, sender: d.Sender, check: check}, nil
 }
 
 // Definitions returns the refund activities bound to a, for
-// activities.Register. A nil a is good for naming them.
+// activities.Register, each with the Verify of an operator's "done"
+// outcome (see Checks) for pipeline.NewDecider. A nil a is good for naming
+// them, and verifies nothing.
 func (a *Activities) Definitions() []activities.Definition {
-	return []activities.Definition{
+	defs := []activities.Definition{
 		DeclReserve.Bind(a.Reserve),
 		DeclStripe.Bind(a.RefundAtStripe),
 		DeclMark.Bind(a.MarkRefunded),
 		DeclEmail.Bind(a.SendRefundEmail),
 		DeclRelease.Bind(a.ReleaseRefund),
 	}
+	if a != nil {
+		a.check.bind(defs)
+	}
+	return defs
 }
 
 // entry returns the refund's ledger row, or an InvalidState error when it

@@ -107,12 +107,21 @@ func (in RefundInput) WorkflowID() string {
 // "refund_email". ok is false for any other key (an order's, another
 // pipeline's).
 func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
-	parts := k.Parts()
-	if len(parts) != 5 || parts[0] != "order" || parts[2] != "refund" {
+	in, step, ok := refundOfKey(k)
+	if !ok {
 		return "", "", false
 	}
-	in := RefundInput{TenantID: k.Tenant(), OrderID: parts[1], RefundID: parts[3]}
-	return in.WorkflowID(), parts[4], true
+	return in.WorkflowID(), step, true
+}
+
+// refundOfKey returns the refund (its IDs only) and the step of a refund
+// step's key; ok is false for any other key.
+func refundOfKey(k effects.Key) (in RefundInput, step string, ok bool) {
+	parts := k.Parts()
+	if len(parts) != 5 || parts[0] != "order" || parts[2] != "refund" {
+		return RefundInput{}, "", false
+	}
+	return RefundInput{TenantID: k.Tenant(), OrderID: parts[1], RefundID: parts[3]}, parts[4], true
 }
 
 // EffectKey returns the effect key of one step of the refund, such as

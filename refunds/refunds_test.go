@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	stripeclient "github.com/stripe/stripe-go/v76/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -41,6 +42,7 @@ type bundle struct {
 	ledger   *refunds.Ledger
 	stripe   *fakestripe.Server
 	sendgrid *fakesendgrid.Server
+	api      *stripeclient.API
 	racts    *refunds.Activities
 	env      *testsuite.TestActivityEnvironment
 }
@@ -64,6 +66,7 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(gts.Close)
 	sc, err := activities.NewStripeClient("sk_test_refunds", sts.URL, sts.Client())
 	require.NoError(t, err)
+	b.api = sc
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet()})
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})

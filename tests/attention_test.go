@@ -101,7 +101,7 @@ func lookupOutageOpts(o *notify.SenderOpts) {
 // ApplyDecision, as every production worker must.
 func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 	t.Helper()
-	d, err := pipeline.NewDecider(b.effects)
+	d, err := pipeline.NewDecider(b.effects, b.acts.Definitions()...)
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)

@@ -105,7 +105,7 @@ func (b *bundle) startWorker(t *testing.T) worker.Worker {
 	t.Helper()
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
-	d, err := pipeline.NewDecider(b.effects)
+	d, err := pipeline.NewDecider(b.effects, b.acts.Definitions()...)
 	require.NoError(t, err)
 	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
 	require.NoError(t, w.Start())

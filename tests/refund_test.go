@@ -34,7 +34,7 @@ func (b *bundle) startRefundWorker(t *testing.T, edit ...func(*notify.SenderOpts
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	workflows.Register(w)
-	d, err := pipeline.NewDecider(b.effects)
+	d, err := pipeline.NewDecider(b.effects, append(b.acts.Definitions(), racts.Definitions()...)...)
 	require.NoError(t, err)
 	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
 	refunds.Register(w)

@@ -54,16 +54,34 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 // returns its output.
 func (b *bundle) starterCLI(t *testing.T) func(args ...string) string {
 	t.Helper()
+	run := b.starterRun(t)
+	return func(args ...string) string {
+		t.Helper()
+		code, out := run(args...)
+		require.Zero(t, code, "starter %v:\n%s", args, out)
+		return out
+	}
+}
+
+// starterRun builds cmd/starter and returns a function that runs it with
+// args against the test's schema and the dev server, and returns its exit
+// code and combined output.
+func (b *bundle) starterRun(t *testing.T) func(args ...string) (int, string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "starter")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyedhq/keyed/cmd/starter").CombinedOutput()
 	require.NoError(t, err, "build cmd/starter: %s", out)
-	return func(args ...string) string {
+	return func(args ...string) (int, string) {
 		t.Helper()
 		cmd := exec.CommandContext(b.ctx, bin, args...)
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+b.dbURL, "TEMPORAL_ADDRESS="+temporalAddr, "TEMPORAL_NAMESPACE=default")
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "starter %v:\n%s", args, out)
-		return string(out)
+		var exit *exec.ExitError
+		if err != nil {
+			require.ErrorAs(t, err, &exit, "starter %v:\n%s", args, out)
+			return exit.ExitCode(), string(out)
+		}
+		return 0, string(out)
 	}
 }
 

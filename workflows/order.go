@@ -75,8 +75,9 @@ func Declarations() []activities.Declaration {
 
 // RegisterActivities registers with r every activity the order workflow
 // runs: acts's (activities.Activities.Definitions) and d's ApplyDecision,
-// which the refund workflow runs too (register it once per worker). It
-// returns activities.Register's error.
+// which the refund workflow runs too (register it once per worker; make d
+// with every pipeline's Definitions, so that it checks each step's "done"
+// at its provider). It returns activities.Register's error.
 func RegisterActivities(r worker.ActivityRegistry, acts *activities.Activities, d *pipeline.Decider) error {
 	return activities.Register(r, append(acts.Definitions(), d.Definition())...)
 }

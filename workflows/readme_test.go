@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -80,6 +82,31 @@ func TestREADMEListsTheDeclarations(t *testing.T) {
 		return
 	}
 	require.Equal(t, declarationsTable(), table, "README's table of declarations; run go test ./workflows/ -run TestREADME -update-readme")
+}
+
+// outcomesTable renders each declared step's done result as the README's
+// table.
+func outcomesTable() string {
+	var b strings.Builder
+	b.WriteString("  | step | `result` with `done` |\n")
+	b.WriteString("  | --- | --- |\n")
+	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
+		fmt.Fprintf(&b, "  | `%s` | `%s` |\n", d.Step, d.Outcome.Shape())
+	}
+	return b.String()
+}
+
+// TestREADMEListsTheOutcomes checks README's table of the result a done
+// decision carries for each declared step against the declarations'
+// Outcome.
+func TestREADMEListsTheOutcomes(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, table, ok := strings.Cut(string(b), "<!-- outcomes -->\n")
+	require.True(t, ok, "README has no <!-- outcomes --> table")
+	table, _, _ = strings.Cut(table, "  <!-- /outcomes -->")
+	require.Equal(t, outcomesTable(), table, "README's table of done outcomes")
 }
 
 // TestREADMEExampleIsCompiled checks that the code README's "Adding a keyed

@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // TestEveryCommandsHelp renders each command's help and checks what a
@@ -81,20 +82,32 @@ func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("ambiguous", "may have been sent")))
 
-	resolve := func(args ...string) []string { return append([]string{"resolve", "--key", key.String()}, args...) }
+	resolve := func(args ...string) []string {
+		return append([]string{"resolve", "--key", key.String(), "--by", "ada"}, args...)
+	}
 	bigResult := `{"message_id":"` + strings.Repeat("x", effects.MaxResultBytes) + `"}`
+	long := strings.Repeat("r", pipeline.MaxDecisionReason+1)
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{resolve("--as", "done", "--reason", strings.Repeat("r", maxReasonBytes+1)), "invalid --reason: 491 bytes, over the 490"},
-		{resolve("--as", "done", "--reason", "x", "--result", bigResult), "invalid --result: 4113 bytes of JSON, over the 4096"},
-		{resolve("--as", "retry", "--reason", "x", "--result", `{"message_id":"m"}`), "--result goes with --as done only"},
-		{resolve("--as", "retry", "--reason", "x", "--result", "null"), "--result goes with --as done only"},
-		{resolve("--as", "retry", "--reason", "checked\x1b[2J SendGrid"), `invalid --reason: '\x1b' at byte 7 is a control or invisible character`},
-		{resolve("--as", "retry", "--reason", "line one\nline two"), `invalid --reason: '\n' at byte 8`},
+		{resolve("--as", "done", "--reason", long, "--result", `{"message_id":"m"}`), "--reason is too long: 201 bytes, at most 200"},
+		{resolve("--as", "done", "--reason", "x", "--result", bigResult), "--result is too large: 4113 bytes, at most 4096"},
+		{resolve("--as", "done", "--reason", "x"), `--result is required with done: the step's outcome, {"message_id":"…","collapsed":false}`},
+		{resolve("--as", "done", "--reason", "x", "--result", "{"), "--result is not valid JSON"},
+		{resolve("--as", "done", "--reason", "x", "--result", `{"id":"m"}`), `--result has the unknown field "id"`},
+		{resolve("--as", "done", "--reason", "x", "--result", `{"message_id":""}`), "--result is not the step's outcome: message_id is required"},
+		{resolve("--as", "retry", "--reason", "x", "--result", `{"message_id":"m"}`), "--result goes with done only"},
+		{resolve("--as", "retry", "--reason", "x", "--result", "null"), "--result goes with done only"},
+		{resolve("--as", "retry", "--reason", "x", "--unverified"), "--unverified goes with done only"},
+		{resolve("--as", "retry", "--reason", "checked\x1b[2J SendGrid"), `--reason holds '\x1b' at byte 7, a control or invisible character`},
+		{resolve("--as", "retry", "--reason", "line one\nline two"), `--reason holds '\n' at byte 8`},
 		{resolve("--as", "retry", "--reason", "evil\u202etxt"), `'\u202e' at byte 4`},
 		{resolve("--as", "retry\x1b", "--reason", "x"), `invalid --as "retry\x1b"`},
+		{resolve("--as", "retry", "--reason", "x", "--by", strings.Repeat("b", pipeline.MaxDecisionBy+1)), "--by (who decides) is too long: 65 bytes, at most 64"},
+		// Every problem at once.
+		{[]string{"resolve", "--key", key.String(), "--as", "done"},
+			"--reason is required; --by (who decides) is required (it defaults to $USER); --result is required with done"},
 	} {
 		code, out, errOut := starter(t, env, c.args...)
 		require.Equal(t, 2, code, "%q: %s", c.args, errOut)
@@ -105,8 +118,9 @@ func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, effects.StateFailedTerminal, rec.State, "bad input changes nothing")
 
-	// The longest reason fits.
-	code, out, errOut := starter(t, env, resolve("--as", "retry", "--reason", strings.Repeat("r", maxReasonBytes), "--json")...)
+	// The longest reason fits, with the longest operator.
+	code, out, errOut := starter(t, env, "resolve", "--key", key.String(), "--as", "retry", "--reason", long[1:],
+		"--by", strings.Repeat("b", pipeline.MaxDecisionBy), "--json")
 	require.Equal(t, 0, code, errOut)
 	var got effects.Record
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
@@ -235,7 +249,7 @@ func TestMissingTablesNameTheSchema(t *testing.T) {
 	require.Contains(t, errOut, "source .demo/env")
 	require.NotContains(t, errOut, "--migrate")
 
-	code, _, errOut = starter(t, env, "resolve", "--key", "acme:order:o1:receipt", "--as", "retry", "--reason", "x")
+	code, _, errOut = starter(t, env, "resolve", "--key", "acme:order:o1:receipt", "--as", "retry", "--by", "ada", "--reason", "x")
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, `searched schema "`+schema+`"`)
 
@@ -301,8 +315,9 @@ func TestAFailedOrderIsFinal(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"start", "--tenant", "acme", "--order", "d1"},
-		{"resolve", "--key", key.String(), "--as", "retry", "--reason", "customer has a new card"},
-		{"resolve", "--key", key.String(), "--as", "done", "--reason", "x"},
+		{"resolve", "--key", key.String(), "--as", "retry", "--by", "ada", "--reason", "customer has a new card"},
+		{"resolve", "--key", key.String(), "--as", "done", "--by", "ada", "--reason", "x",
+			"--result", `{"payment_intent_id":"pi_1","status":"succeeded","amount_minor":500,"currency":"eur"}`},
 	} {
 		code, out, errOut := starter(t, env, args...)
 		require.Equal(t, 2, code, "%q: %s", args, errOut)

@@ -232,26 +232,34 @@ func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"resolve", "--key", key.String()}, "missing --as, --reason"},
+		{[]string{"resolve", "--key", key.String()}, "--as is required: done or retry; --reason is required"},
 		{[]string{"resolve", "--key", "no-tenant", "--as", "retry", "--reason", "x"}, "invalid --key"},
 		{[]string{"resolve", "--key", key.String(), "--as", "maybe", "--reason", "x"}, "invalid --as"},
-		{[]string{"resolve", "--key", key.String(), "--as", "done", "--reason", "x", "--result", "{"}, "invalid --result"},
-		{[]string{"resolve", "--key", "acme:order:nope:receipt", "--as", "retry", "--reason", "x"}, "not found"},
+		{[]string{"resolve", "--key", key.String(), "--as", "done", "--reason", "x", "--result", "{"}, "--result is not valid JSON"},
+		{[]string{"resolve", "--key", "acme:order:nope:receipt", "--as", "retry", "--by", "ada", "--reason", "x"}, "not found"},
 	} {
 		code, _, errOut := starter(t, env, c.args...)
 		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
 
-	code, out, errOut := starter(t, env, "resolve", "--key", key.String(), "--as", "done",
-		"--result", `{"message_id":"sg-123"}`, "--reason", "found in SendGrid activity")
+	// With no SendGrid key to ask, a done is refused unless unverified.
+	done := []string{"resolve", "--key", key.String(), "--as", "done", "--by", "ada",
+		"--result", `{"message_id":"sg-123"}`, "--reason", "found in SendGrid activity"}
+	code, out, errOut := starter(t, env, done...)
+	require.Equal(t, 2, code, errOut)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "no SendGrid client to ask (SENDGRID_API_KEY is not set)")
+	require.Contains(t, errOut, "--unverified")
+	code, out, errOut = starter(t, env, append(done, "--unverified")...)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "is now succeeded")
+	require.Contains(t, out, "ada decided done via starter resolve: found in SendGrid activity (unverified: no SendGrid client")
 	rec, err := fxc.Get(ctx, key)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"message_id":"sg-123"}`, string(rec.Result))
 
-	code, _, errOut = starter(t, env, "resolve", "--key", key.String(), "--as", "retry", "--reason", "changed my mind")
+	code, _, errOut = starter(t, env, "resolve", "--key", key.String(), "--as", "retry", "--by", "ada", "--reason", "changed my mind")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "cannot be resolved")
 }

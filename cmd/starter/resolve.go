@@ -1,67 +1,69 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	stripeclient "github.com/stripe/stripe-go/v76/client"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "resolve", "--key KEY --as done|retry --reason TEXT [--result JSON] [--json] [flags]",
+	f := newFlags(e, "resolve", "--key KEY --as done|retry --reason TEXT [--result JSON] [--unverified] [--by NAME] [--json] [flags]",
 		"Settles an effect whose outcome keyed cannot know: an at-most-once receipt that failed as\n"+
-			"\"ambiguous\", a terminal failure that a fix has made worth retrying, or a claim whose owner died.\n"+
-			"Check the provider first (Stripe: metadata effect_key; SendGrid: custom_args effect_key), then:\n"+
-			"  --as done   it happened: later runs replay --result and never act\n"+
+			"\"ambiguous\", a charge whose key came back with other inputs, a terminal failure that a fix has made\n"+
+			"worth retrying, or a claim whose owner died. Check the provider first (Stripe: metadata effect_key;\n"+
+			"SendGrid: custom_args effect_key), then:\n"+
+			"  --as done   it happened: --result is its outcome, which later runs replay without acting\n"+
 			"  --as retry  it did not happen: the next run acts again\n"+
-			"Then re-run the order's checkout with 'starter start': a failed run may run again, and every\n"+
-			"step that already happened replays its stored outcome. Live claims and succeeded effects are refused,\n"+
-			"and so is every effect of a failed order (a declined charge): a failed order is final.\n"+
-			"The reason is refused, not stored, when it holds a control or invisible character (newlines too).\n"+
+			"A done needs the step's outcome as --result, such as '{\"payment_intent_id\":\"pi_…\",\"status\":\"succeeded\",\n"+
+			"\"amount_minor\":2500,\"currency\":\"eur\"}' for a charge or '{\"message_id\":\"…\"}' for a receipt, and is checked\n"+
+			"against the provider before anything changes: the PaymentIntent, refund or message must exist under the\n"+
+			"key, succeeded, for the amount. A contradicted done is refused; one whose provider cannot be asked is\n"+
+			"refused too unless --unverified, which the record keeps. A done is refused as well for an effect whose\n"+
+			"step refused for good (an invalid state, a decline, the provider's refusal): it did not happen.\n"+
 			"When the run of the key's order or refund waits for this decision (KeyedAttention, see\n"+
-			"'starter attention'), resolve sends it the decide update instead: the run applies it, fenced and\n"+
-			"audited with --by, and continues in the same run, so no 'starter start' is needed. Otherwise it\n"+
-			"settles the record alone.",
+			"'starter attention'), resolve sends it the decide update: the run checks and applies it, fenced and\n"+
+			"audited with --by, and continues in the same run. Otherwise it checks and settles the record alone,\n"+
+			"asking Stripe with STRIPE_SECRET_KEY (STRIPE_API_BASE) and SendGrid with SENDGRID_API_KEY\n"+
+			"(SENDGRID_API_BASE) from the environment; then re-run the order's checkout with 'starter start' (a\n"+
+			"refund: 'starter refund'). Live claims and succeeded effects are refused, and so is every effect of a\n"+
+			"failed order (a declined charge): a failed order is final. A refused decision exits 2 and says why.",
 		config.MigrateFlag)
 	key := f.String("key", "", "the effect `key`, such as acme:order:9f3a:receipt (required)")
 	as := f.String("as", "", "the `outcome`: done (it happened) or retry (it did not) (required)")
-	reason := f.String("reason", "", fmt.Sprintf("why, kept on the record: one line of printable `text`, at most %d bytes (required)", maxReasonBytes))
-	result := f.String("result", "", fmt.Sprintf("with --as done only: the outcome to store, as `JSON` of at most %d bytes,\n"+
-		"such as '{\"message_id\":\"…\"}' (default null)", effects.MaxResultBytes))
+	reason := f.String("reason", "", fmt.Sprintf("why, kept on the record: one line of printable `text`, at most %d bytes (required)", pipeline.MaxDecisionReason))
+	result := f.String("result", "", fmt.Sprintf("with --as done, required: the step's outcome, as `JSON` of at most %d bytes,\n"+
+		"such as '{\"message_id\":\"…\"}'", effects.MaxResultBytes))
+	unverified := f.Bool("unverified", false, "with --as done: apply it even when the provider cannot be asked (an outage, a key\n"+
+		"without the look-up's scope); the record keeps that it was not verified")
 	asJSON := f.Bool("json", false, "print the record (or the decision) as JSON")
-	by := f.String("by", "", "who decides, kept with a decision sent to a waiting run (default $USER)")
+	by := f.String("by", "", fmt.Sprintf("who decides: a `name` kept on the record, at most %d bytes (default $USER)", pipeline.MaxDecisionBy))
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
 	}
-	if err := requireFlags([][2]string{{"key", *key}, {"as", *as}, {"reason", *reason}}); err != nil {
-		return err
-	}
-	params, err := resolveParams(*as, *reason, *result, f.isSet("result"))
-	if err != nil {
-		return err
-	}
-	k, err := effects.ParseKey(*key)
-	if err != nil {
-		return usagef("invalid --key: %v", err)
-	}
 	if *by == "" {
 		*by, _ = e.lookup("USER")
+	}
+	k, d, err := decisionOf(*key, *as, *reason, *result, *by, f.isSet("result"), *unverified)
+	if err != nil {
+		return err
 	}
 	var (
 		pool  *pgxpool.Pool
@@ -73,14 +75,11 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		if err := refuseFinalOrder(ctx, store, k); err != nil {
 			return migrationHint(ctx, pool, cfg, err)
 		}
-		decided, err := decideWaitingRun(ctx, e, tc, k, params, *by)
+		decided, err := decideWaitingRun(ctx, e, tc, k, d)
 		if err != nil || decided != nil {
 			return printDecision(e, decided, err, *asJSON)
 		}
-		rec, err := fxc.Resolve(ctx, k, params)
-		if errors.Is(err, effects.ErrNotResolvable) || errors.Is(err, effects.ErrNotFound) {
-			return usagef("%v", err)
-		}
+		rec, err := resolveRecord(ctx, e, pool, fxc, store, k, d)
 		if err != nil {
 			return migrationHint(ctx, pool, cfg, err)
 		}
@@ -92,13 +91,80 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	}, &pool, &fxc, &store, &tc)
 }
 
-// decideWaitingRun sends the decision to the run that makes k's effect,
-// an order's or a refund's (runOfKey), when it waits on k's step, and
-// returns what the run applied. It returns nil and no error when no run
-// waits (or Temporal cannot be asked, which it reports on stderr), so that
-// the caller settles the record alone; and a usage error when the run
-// waits on another step or refuses the decision.
-func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, p effects.ResolveParams, by string) (*pipeline.DecisionResult, error) {
+// decisionOf checks resolve's flags and returns the key and the decision
+// on its step, or a usage error naming every problem at once: the key's,
+// then pipeline.CheckDecision's under the step's declared outcome, in
+// flags' names.
+func decisionOf(key, as, reason, result, by string, resultSet, unverified bool) (effects.Key, pipeline.Decision, error) {
+	var problems []string
+	k, err := effects.ParseKey(key)
+	switch {
+	case strings.TrimSpace(key) == "":
+		problems = append(problems, "--key is required")
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("invalid --key: %v", err))
+	}
+	d := pipeline.Decision{Resolution: effects.Resolution(as), Reason: reason, By: by, Unverified: unverified}
+	if resultSet {
+		d.Result = json.RawMessage(result)
+	}
+	var outcome activities.Outcome
+	if err == nil {
+		d.Step = stepOfKey(k)
+		outcome = declaredOutcome(d.Step)
+	}
+	var invalid *pipeline.DecisionError
+	if errors.As(pipeline.CheckDecision(d, d.Step, outcome), &invalid) {
+		for _, p := range invalid.Problems {
+			problems = append(problems, flagProblem(p, d))
+		}
+	}
+	if problems != nil {
+		return k, d, usagef("%s", strings.Join(problems, "; "))
+	}
+	return k, d, nil
+}
+
+// flagProblem renders a decision's problem in resolve's flags.
+func flagProblem(p pipeline.Problem, d pipeline.Decision) string {
+	switch p.Field {
+	case "resolution":
+		if d.Resolution == "" {
+			return "--as is required: done or retry"
+		}
+		return fmt.Sprintf("invalid --as %q: want done or retry", d.Resolution)
+	case "by":
+		return "--by " + p.Text + " (it defaults to $USER)"
+	case "step":
+		return "--key " + p.Text
+	}
+	return "--" + p.Field + " " + p.Text
+}
+
+// stepOfKey returns the step whose effect k is: the key's last part.
+func stepOfKey(k effects.Key) string {
+	parts := k.Parts()
+	return parts[len(parts)-1]
+}
+
+// declaredOutcome returns the declared Outcome of the order or refund
+// step named step, or nil for a step neither pipeline declares.
+func declaredOutcome(step string) activities.Outcome {
+	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
+		if d.Step == step {
+			return d.Outcome
+		}
+	}
+	return nil
+}
+
+// decideWaitingRun sends d to the run that makes k's effect, an order's or
+// a refund's (runOfKey), when it waits on k's step, and returns what the
+// run applied. It returns nil and no error when no run waits (or Temporal
+// cannot be asked, which it reports on stderr), so that the caller settles
+// the record alone; and a usage error when the run waits on another step
+// or refuses the decision, saying why.
+func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, d pipeline.Decision) (*pipeline.DecisionResult, error) {
 	id, keyStep, ok := runOfKey(k)
 	if !ok {
 		return nil, nil
@@ -118,15 +184,89 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 	if step != keyStep {
 		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, step, waits, keyStep)
 	}
-	d := pipeline.Decision{Step: step, Resolution: p.Resolution, Reason: p.Reason, By: by}
-	if raw, ok := p.Result.(json.RawMessage); ok {
-		d.Result = raw
-	}
 	res, err := pipeline.SendDecision(ctx, tc, id, runID, d)
 	if err != nil {
-		return nil, usagef("the waiting run refused the decision: %v", err)
+		return nil, usagef("the waiting run %s refused the decision: %s", id, failureMessage(err))
 	}
 	return res, nil
+}
+
+// failureMessage returns the message of the application error in err's
+// chain (the validator's or ApplyDecision's reason, without the SDK's
+// envelope), or err's text.
+func failureMessage(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
+	return err.Error()
+}
+
+// resolveRecord applies d to k's record when no run waits for it, with a
+// pipeline.Decider over both pipelines' checks (asking Stripe and SendGrid
+// when their keys are in the environment), and returns the record after
+// it. A refused decision, a record that cannot be resolved and a missing
+// one are usage errors.
+func resolveRecord(ctx context.Context, e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store,
+	k effects.Key, d pipeline.Decision) (*effects.Record, error) {
+	decider, err := newDecider(e, pool, fxc, store)
+	if err != nil {
+		return nil, err
+	}
+	res, err := decider.Apply(ctx, pipeline.DecisionInput{EffectKey: k.String(), Step: d.Step, Resolution: d.Resolution,
+		Result: d.Result, Reason: strings.TrimSpace(d.Reason), By: strings.TrimSpace(d.By), Unverified: d.Unverified, Via: "starter resolve"})
+	var refused *pipeline.RefusedError
+	switch {
+	case errors.As(err, &refused), errors.Is(err, effects.ErrNotResolvable):
+		return nil, usagef("%v", err)
+	case err != nil:
+		return nil, err
+	case res.State == "absent":
+		return nil, usagef("resolve %s: %v: no effect record under this key, nothing to retry", k, effects.ErrNotFound)
+	}
+	return fxc.Get(ctx, k)
+}
+
+// lookupOnlyFrom is the From of the SendGrid client resolve makes when
+// RECEIPT_FROM is not set: it only looks messages up and never sends.
+const lookupOnlyFrom = "keyed-resolve@localhost.invalid"
+
+// newDecider returns a Decider over the order and refund pipelines'
+// checks, with a Stripe client when STRIPE_SECRET_KEY is set and a
+// SendGrid client when SENDGRID_API_KEY is: without one, the checks that
+// need it find the provider unverifiable, naming the missing setting.
+func newDecider(e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store) (*pipeline.Decider, error) {
+	var sc *stripeclient.API
+	if key, _ := e.lookup("STRIPE_SECRET_KEY"); strings.TrimSpace(key) != "" {
+		base, _ := e.lookup("STRIPE_API_BASE")
+		var err error
+		if sc, err = activities.NewStripeClient(strings.TrimSpace(key), strings.TrimSpace(base), nil); err != nil {
+			return nil, usagef("STRIPE_SECRET_KEY, STRIPE_API_BASE: %v", err)
+		}
+	}
+	var sender *notify.Sender
+	if key, _ := e.lookup("SENDGRID_API_KEY"); strings.TrimSpace(key) != "" {
+		base, _ := e.lookup("SENDGRID_API_BASE")
+		from, _ := e.lookup("RECEIPT_FROM")
+		if strings.TrimSpace(from) == "" {
+			from = lookupOnlyFrom
+		}
+		var err error
+		sender, err = notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: strings.TrimSpace(key), BaseURL: strings.TrimSpace(base), From: from})
+		if err != nil {
+			return nil, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
+		}
+	}
+	deps := activities.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender}
+	orderChecks, err := activities.Checks(deps)
+	if err != nil {
+		return nil, err
+	}
+	refundChecks, err := refunds.Checks(deps)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.NewDecider(fxc, append(orderChecks, refundChecks...)...)
 }
 
 // runOfKey returns the workflow ID of the run whose step makes the effect
@@ -148,8 +288,12 @@ func printDecision(e *env, d *pipeline.DecisionResult, err error, asJSON bool) e
 	if asJSON {
 		return writeJSON(e.stdout, d)
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s decided %s in the waiting run: the record is now %s (generation %d) and the run continues\n",
-		clean(d.EffectKey), d.Resolution, d.State, d.Generation)
+	checked := ""
+	if d.Verification != "" {
+		checked = ", " + clean(d.Verification)
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s decided %s in the waiting run: the record is now %s (generation %d%s) and the run continues\n",
+		clean(d.EffectKey), d.Resolution, d.State, d.Generation, checked)
 	return err
 }
 
@@ -163,7 +307,7 @@ func refuseFinalOrder(ctx context.Context, store *orders.Store, k effects.Key) e
 	}
 	o, err := store.Get(ctx, k.Tenant(), parts[1])
 	if errors.Is(err, orders.ErrNotFound) {
-		return nil // Resolve says what is wrong with the key.
+		return nil // The decision says what is wrong with the key.
 	}
 	if err != nil {
 		return fmt.Errorf("load the order of %s: %w", k, err)
@@ -172,44 +316,4 @@ func refuseFinalOrder(ctx context.Context, store *orders.Store, k effects.Key) e
 		return usagef("%v; its effects are not resolved", err)
 	}
 	return nil
-}
-
-// maxReasonBytes is the longest --reason effects.Resolve stores.
-const maxReasonBytes = effects.MaxReasonBytes
-
-// resolveParams checks resolve's --as, --reason and --result (resultSet
-// when --result was given) and returns Resolve's parameters, or a usage
-// error that says what is wrong.
-func resolveParams(as, reason, result string, resultSet bool) (effects.ResolveParams, error) {
-	p := effects.ResolveParams{Resolution: effects.Resolution(as), Reason: strings.TrimSpace(reason)}
-	switch p.Resolution {
-	case effects.ResolveDone:
-	case effects.ResolveRetry:
-		if resultSet {
-			return p, usagef("--result goes with --as done only: a retried effect stores no outcome")
-		}
-	default:
-		return p, usagef("invalid --as %q: want done or retry", as)
-	}
-	if n := len(p.Reason); n > maxReasonBytes {
-		return p, usagef("invalid --reason: %d bytes, over the %d kept on the record", n, maxReasonBytes)
-	}
-	for i, r := range p.Reason {
-		if r == utf8.RuneError || !printable(r) {
-			return p, usagef("invalid --reason: %s at byte %d is a control or invisible character; give one line of printable text",
-				strconv.QuoteRune(r), i)
-		}
-	}
-	if !resultSet {
-		return p, nil
-	}
-	var outcome bytes.Buffer
-	if err := json.Compact(&outcome, []byte(result)); err != nil {
-		return p, usagef("invalid --result: not JSON: %v", err)
-	}
-	if n := outcome.Len(); n > effects.MaxResultBytes {
-		return p, usagef("invalid --result: %d bytes of JSON, over the %d an outcome may have", n, effects.MaxResultBytes)
-	}
-	p.Result = json.RawMessage(outcome.Bytes())
-	return p, nil
 }

@@ -49,6 +49,7 @@ type Server struct {
 	refunds     []*refund
 	refundsByID map[string]*refund
 	refunded    map[string]int64
+	down        bool // SetOutage
 }
 
 // New returns a Server configured by opts, which may be nil.
@@ -90,6 +91,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Request-Id", newID("req_"))
 		if v := r.Header.Get("Stripe-Version"); v != "" {
 			w.Header().Set("Stripe-Version", v)
+		}
+		if s.outage(w) {
+			return
 		}
 	}
 	s.mux.ServeHTTP(w, r)
@@ -176,6 +180,7 @@ func (s *Server) reset() {
 	s.requests, s.charges = 0, 0
 	s.byKey = map[string]int{}
 	s.refunds, s.refundsByID, s.refunded = nil, map[string]*refund{}, map[string]int64{}
+	s.down = false
 }
 
 // authed wraps h with Stripe's API key check and passes the key on.

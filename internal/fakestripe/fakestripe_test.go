@@ -608,3 +608,24 @@ func (c *clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
+
+// An outage answers every request, reads included, 503 api_error and
+// performs nothing, until it ends.
+func TestOutageAnswersEveryRequest503(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pi, err := b.pi.New(params("o1", "pm_card_visa", "k1"))
+	require.NoError(t, err)
+	b.srv.SetOutage(true)
+	_, err = b.pi.Get(pi.ID, nil)
+	se := stripeErr(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, se.HTTPStatusCode)
+	require.Equal(t, stripe.ErrorTypeAPI, se.Type)
+	_, err = b.pi.New(params("o2", "pm_card_visa", "k2"))
+	require.Equal(t, http.StatusServiceUnavailable, stripeErr(t, err).HTTPStatusCode)
+	require.Equal(t, 1, b.srv.Charges(), "nothing performed during the outage")
+	b.srv.SetOutage(false)
+	got, err := b.pi.Get(pi.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, pi.ID, got.ID)
+}

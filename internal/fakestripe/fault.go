@@ -1,6 +1,10 @@
 package fakestripe
 
-import "github.com/keyedhq/keyed/internal/fakefault"
+import (
+	"net/http"
+
+	"github.com/keyedhq/keyed/internal/fakefault"
+)
 
 // FaultKind selects what an injected Fault does to a request.
 type FaultKind = fakefault.FaultKind
@@ -57,4 +61,25 @@ var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit
 // charges or refunds and then drops the response of about 10% of requests.
 func (s *Server) Inject(f Fault) {
 	s.faults.Inject(f)
+}
+
+// SetOutage turns an outage of the whole API on or off: while on, every
+// /v1 request, reads included, is answered 503 api_error, as Stripe answers
+// during an incident, and nothing is performed. Reset ends it.
+func (s *Server) SetOutage(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = on
+}
+
+// outage answers r with 503 and reports true while the outage is on.
+func (s *Server) outage(w http.ResponseWriter) bool {
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		writeError(w, http.StatusServiceUnavailable, &apiError{Type: "api_error",
+			Message: "Stripe is temporarily unavailable. Please try again later."})
+	}
+	return down
 }

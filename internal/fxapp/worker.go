@@ -93,15 +93,17 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
 	workflows.RegisterWithOpts(w, &workflows.WorkflowOpts{DecisionTimeout: in.Tuning.DecisionTimeout})
-	decider, err := pipeline.NewDecider(in.Effects)
+	steps := append(in.Activities.Definitions(), in.Refunds.Definitions()...)
+	// The decider checks an operator's "done" with every step's declared
+	// outcome and its Verify against the provider.
+	decider, err := pipeline.NewDecider(in.Effects, steps...)
 	if err != nil {
 		return nil, fmt.Errorf("decision activity: %w", err)
 	}
 	refunds.RegisterWithOpts(w, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout})
 	// One Register call for both pipelines, so that it refuses a name or an
 	// effect key step that an order and a refund activity both claim.
-	defs := append(append(in.Activities.Definitions(), decider.Definition()), in.Refunds.Definitions()...)
-	if err := activities.Register(w, defs...); err != nil {
+	if err := activities.Register(w, append(steps, decider.Definition())...); err != nil {
 		return nil, fmt.Errorf("register activities: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{

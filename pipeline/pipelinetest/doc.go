@@ -20,6 +20,10 @@
 //	require.NoError(t, u.Err())
 //	require.Equal(t, []string{"receipt:ambiguous", pipelinetest.Unset}, attention.Values())
 //
+// A pipeline's Decider tests (against a real Postgres and the providers'
+// fakes) check its steps' refusals with RequireRefused, and that every
+// step declares its done outcome and verifies it with RequireVerified.
+//
 // The package imports no keyed package but pipeline, orders, activities and
 // effects, so a pipeline of your own can use it as it is.
 package pipelinetest

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 )
@@ -218,4 +219,32 @@ func MockApplyDecision(env *testsuite.TestWorkflowEnvironment, generation int64)
 				State: "succeeded", Generation: generation}, nil
 		}).Once()
 	return applied
+}
+
+// RequireRefused applies in with d (pipeline.Decider.Apply) and fails the
+// test unless d refuses it with a *pipeline.RefusedError whose text holds
+// want and whose Unverifiable is unverifiable.
+func RequireRefused(t testing.TB, d *pipeline.Decider, in pipeline.DecisionInput, want string, unverifiable bool) {
+	t.Helper()
+	_, err := d.Apply(context.Background(), in)
+	var refused *pipeline.RefusedError
+	require.ErrorAs(t, err, &refused, "want a refusal saying %q", want)
+	require.ErrorContains(t, err, want)
+	require.Equal(t, unverifiable, refused.Unverifiable, "unverifiable: %v", err)
+}
+
+// RequireVerified fails the test unless every definition a pipeline's
+// worker registers (defs) and each of its Checks' (checks, the same steps
+// in the same order) declares an Outcome and has a Verify, and checks'
+// have no function, so that they cannot be registered.
+func RequireVerified(t testing.TB, defs, checks []activities.Definition) {
+	t.Helper()
+	require.Len(t, checks, len(defs))
+	for i, def := range defs {
+		require.NotNil(t, def.Outcome, "%s declares the rule for a done outcome", def.Name)
+		require.NotNil(t, def.Verify, "%s checks a done at its provider", def.Name)
+		require.Equal(t, def.Declaration, checks[i].Declaration)
+		require.NotNil(t, checks[i].Verify, def.Name)
+		require.Nil(t, checks[i].Fn, "%s: Checks' definitions cannot be registered", def.Name)
+	}
 }

@@ -1,0 +1,208 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v76"
+	stripeclient "github.com/stripe/stripe-go/v76/client"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// CheckDeps is what the checks of operators' "done" outcomes of a
+// pipeline's steps need (Checks, refunds.Checks). DB and Orders are
+// required: the writes' checks read the order's transitions and ledger,
+// the charge's its amount. Stripe and Sender are optional: a check that
+// must ask one that is nil finds the record unverifiable, saying which
+// setting is missing.
+type CheckDeps struct {
+	DB     *pgxpool.Pool
+	Orders *orders.Store
+	Stripe *stripeclient.API
+	Sender *notify.Sender
+}
+
+// checker holds the order steps' Verify functions.
+type checker struct{ CheckDeps }
+
+// Checks returns the order pipeline's declared steps (Declarations) as
+// Definitions whose Verify checks an operator's "done" outcome, as
+// Activities.Definitions' do, and whose Fn is nil: for a pipeline.Decider
+// that applies decisions without running steps (starter resolve).
+// activities.Register refuses them. It returns an error if d.DB or
+// d.Orders is nil.
+func Checks(d CheckDeps) ([]Definition, error) {
+	if d.DB == nil || d.Orders == nil {
+		return nil, errors.New("activities: Checks: DB and Orders are required")
+	}
+	var defs []Definition
+	for _, decl := range Declarations() {
+		defs = append(defs, Definition{Declaration: decl})
+	}
+	(&checker{d}).bind(defs)
+	return defs, nil
+}
+
+// bind sets each order step's Verify in defs:
+//
+//   - charge: the order's amount and currency, then Stripe's PaymentIntent
+//     of that ID: it exists, succeeded, for that amount and currency, with
+//     the effect key in its metadata;
+//   - mark_paid, mark_failed: the order's transition recorded under the
+//     effect key, to paid or failed;
+//   - receipt: SendGrid's Email Activity shows the message ID under the
+//     effect key (notify.Sender.Confirm).
+func (c *checker) bind(defs []Definition) {
+	verify := map[string]Verify{
+		orders.StepCharge: DeclCharge.Verifier(c.charge),
+		orders.StepMarkPaid: DeclMarkPaid.Verifier(func(ctx context.Context, key effects.Key, _ orders.MarkPaidResult) error {
+			return c.transition(ctx, key, orders.StatusPaid)
+		}),
+		orders.StepMarkFailed: DeclMarkFailed.Verifier(func(ctx context.Context, key effects.Key, _ orders.MarkFailedResult) error {
+			return c.transition(ctx, key, orders.StatusFailed)
+		}),
+		orders.StepReceipt: DeclSendReceipt.Verifier(func(ctx context.Context, key effects.Key, r orders.ReceiptResult) error {
+			return ConfirmMessage(ctx, c.Sender, key, r.MessageID)
+		}),
+	}
+	for i := range defs {
+		defs[i].Verify = verify[defs[i].Step]
+	}
+}
+
+// charge checks a charge's outcome against the order and Stripe.
+func (c *checker) charge(ctx context.Context, key effects.Key, r orders.ChargeResult) error {
+	tenant, id, err := orderOfKey(key)
+	if err != nil {
+		return err
+	}
+	o, err := c.Orders.Get(ctx, tenant, id)
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		return Contradicted("tenant %s has no order %s", tenant, id)
+	case err != nil:
+		return Unverifiable("load the order: %v", err)
+	case r.AmountMinor != o.AmountMinor || r.Currency != o.Currency:
+		return Contradicted("the result is for %s, the order for %s", FormatAmount(r.AmountMinor, r.Currency), FormatAmount(o.AmountMinor, o.Currency))
+	case c.Stripe == nil:
+		return Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
+	}
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	pi, err := c.Stripe.PaymentIntents.Get(r.PaymentIntentID, params)
+	if err != nil {
+		return StripeLookupError("PaymentIntent "+r.PaymentIntentID, err)
+	}
+	if _, problem := intentMismatch(pi, key.String(), o.AmountMinor, o.Currency); problem != "" {
+		return Contradicted("Stripe's PaymentIntent %s %s", pi.ID, problem)
+	}
+	return nil
+}
+
+// transition checks that the order of key moved to want under key, as the
+// step records it.
+func (c *checker) transition(ctx context.Context, key effects.Key, want orders.Status) error {
+	tenant, id, err := orderOfKey(key)
+	if err != nil {
+		return err
+	}
+	return CheckTransition(ctx, c.DB, c.Orders, tenant, id, key, want)
+}
+
+// CheckTransition is the Verify of a step that moves an order to want
+// with its effect key as the transition's event ID (mark paid, mark
+// refunded): nil when the order's transition under key went to want, an
+// error wrapping ErrContradicted when there is none or it went elsewhere,
+// one wrapping ErrUnverifiable when the database cannot be read.
+func CheckTransition(ctx context.Context, db *pgxpool.Pool, store *orders.Store, tenantID, orderID string, key effects.Key, want orders.Status) error {
+	var to orders.Status
+	var found bool
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
+		to, found, err = store.EventTransitionTx(ctx, tx, tenantID, orderID, key.String())
+		return err
+	})
+	switch {
+	case err != nil:
+		return Unverifiable("read the order's transitions: %v", err)
+	case !found:
+		return Contradicted("order %s/%s has no transition recorded under %s: the step did not write it; decide retry", tenantID, orderID, key)
+	case to != want:
+		return Contradicted("order %s/%s moved to %s under %s, not %s", tenantID, orderID, to, key, want)
+	}
+	return nil
+}
+
+// ConfirmMessage is the Verify of an email step (the receipt, the refund
+// email): SendGrid's Email Activity must show messageID under key
+// (notify.Sender.Confirm). Not sent is a contradiction; a pending index, a
+// failing look-up or no sender (SENDGRID_API_KEY not set) leaves it
+// unverifiable.
+func ConfirmMessage(ctx context.Context, s *notify.Sender, key effects.Key, messageID string) error {
+	if s == nil {
+		return Unverifiable("no SendGrid client to ask (SENDGRID_API_KEY is not set)")
+	}
+	err := s.Confirm(ctx, key, messageID)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, notify.ErrNotSent):
+		return Contradicted("%v", err)
+	}
+	return Unverifiable("%v", err)
+}
+
+// StripeLookupError is the verdict of a failed Stripe look-up of what (such
+// as "PaymentIntent pi_1"): Stripe's 404 contradicts the outcome ("Stripe
+// has no …"); anything else (no answer, 429, 5xx, a key without access)
+// leaves it unverifiable, with StripeError's text.
+func StripeLookupError(what string, err error) error {
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+		return Contradicted("Stripe has no %s", what)
+	}
+	return Unverifiable("%v", StripeError("look up "+what+" at Stripe", err))
+}
+
+// mismatch is how a PaymentIntent differs from the charge of an effect key.
+type mismatch int
+
+const (
+	intentMatches mismatch = iota
+	intentOtherKey
+	intentNotSucceeded
+	intentOtherAmount
+)
+
+// intentMismatch says how pi differs from a succeeded charge of amount in
+// currency made under the effect key key, first by key, then status, then
+// amount, with the reason as text ("" when it matches).
+func intentMismatch(pi *stripe.PaymentIntent, key string, amount int64, currency string) (mismatch, string) {
+	switch got := pi.Metadata["effect_key"]; {
+	case got != key:
+		if got == "" {
+			return intentOtherKey, fmt.Sprintf("carries no effect key, not %s", key)
+		}
+		return intentOtherKey, fmt.Sprintf("carries the effect key %s, not %s", got, key)
+	case pi.Status != stripe.PaymentIntentStatusSucceeded:
+		return intentNotSucceeded, fmt.Sprintf("is %s, not succeeded", pi.Status)
+	case pi.Amount != amount || string(pi.Currency) != currency:
+		return intentOtherAmount, fmt.Sprintf("is for %s, the order for %s", FormatAmount(pi.Amount, string(pi.Currency)), FormatAmount(amount, currency))
+	}
+	return intentMatches, ""
+}
+
+// orderOfKey returns the tenant and order of an order step's key.
+func orderOfKey(key effects.Key) (tenant, id string, err error) {
+	parts := key.Parts()
+	if len(parts) != 3 || parts[0] != "order" {
+		return "", "", Contradicted("%s is not an order step's effect key", key)
+	}
+	return key.Tenant(), parts[1], nil
+}

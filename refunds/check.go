@@ -1,0 +1,239 @@
+package refunds
+
+import (
+	"context"
+	"errors"
+
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/orders"
+)
+
+// checker holds the refund steps' Verify functions.
+type checker struct {
+	activities.CheckDeps
+	ledger *Ledger
+}
+
+func newChecker(d activities.CheckDeps) (*checker, error) {
+	if d.DB == nil || d.Orders == nil {
+		return nil, errors.New("refunds: Checks: DB and Orders are required")
+	}
+	ledger, err := NewLedger(d.DB)
+	if err != nil {
+		return nil, err
+	}
+	return &checker{CheckDeps: d, ledger: ledger}, nil
+}
+
+// Checks returns the refund pipeline's declared steps (Declarations) as
+// Definitions whose Verify checks an operator's "done" outcome, as
+// Activities.Definitions' do, and whose Fn is nil: for a pipeline.Decider
+// that applies decisions without running steps (starter resolve);
+// activities.Register refuses them. d is as for activities.Checks: DB and
+// Orders are required (an error otherwise), Stripe and Sender optional.
+func Checks(d activities.CheckDeps) ([]activities.Definition, error) {
+	c, err := newChecker(d)
+	if err != nil {
+		return nil, err
+	}
+	var defs []activities.Definition
+	for _, decl := range Declarations() {
+		defs = append(defs, activities.Definition{Declaration: decl})
+	}
+	c.bind(defs)
+	return defs, nil
+}
+
+// bind sets each refund step's Verify in defs:
+//
+//   - refund_reserve: the refund's ledger row, under the effect key, for
+//     the amount, in the order's currency;
+//   - refund_stripe: Stripe's refund of that ID exists, is not failed or
+//     canceled, for the ledger's amount, with the effect key in its
+//     metadata, against the PaymentIntent whose metadata names the order's
+//     charge; the confirmed refund is then recorded as RefundAtStripe
+//     records it, so that MarkRefunded and the email count it;
+//   - refund_mark: the order's transition under the effect key, to the
+//     status given;
+//   - refund_email: SendGrid's Email Activity shows the message ID under
+//     the effect key;
+//   - refund_release: the refund's release under the effect key, for that
+//     amount and code.
+func (c *checker) bind(defs []activities.Definition) {
+	verify := map[string]activities.Verify{
+		StepReserve: DeclReserve.Verifier(c.reserve),
+		StepStripe:  DeclStripe.Verifier(c.stripe),
+		StepMark: DeclMark.Verifier(func(ctx context.Context, key effects.Key, r MarkResult) error {
+			in, err := inputOfKey(key)
+			if err != nil {
+				return err
+			}
+			return activities.CheckTransition(ctx, c.DB, c.Orders, in.TenantID, in.OrderID, key, orders.Status(r.Status))
+		}),
+		StepEmail: DeclEmail.Verifier(func(ctx context.Context, key effects.Key, r EmailResult) error {
+			return activities.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
+		}),
+		StepRelease: DeclRelease.Verifier(c.release),
+	}
+	for i := range defs {
+		defs[i].Verify = verify[defs[i].Step]
+	}
+}
+
+// entry returns the ledger row of key's refund.
+func (c *checker) entry(ctx context.Context, key effects.Key) (RefundInput, *Entry, error) {
+	in, err := inputOfKey(key)
+	if err != nil {
+		return in, nil, err
+	}
+	e, err := c.ledger.Get(ctx, in.TenantID, in.OrderID, in.RefundID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return in, nil, activities.Contradicted("refund %s of order %s/%s is not in the ledger", in.RefundID, in.TenantID, in.OrderID)
+	case err != nil:
+		return in, nil, activities.Unverifiable("read the refund ledger: %v", err)
+	}
+	return in, e, nil
+}
+
+// reserve checks a reserve's outcome against the ledger and the order.
+func (c *checker) reserve(ctx context.Context, key effects.Key, r ReserveResult) error {
+	in, e, err := c.entry(ctx, key)
+	if err != nil {
+		return err
+	}
+	o, err := c.Orders.Get(ctx, in.TenantID, in.OrderID)
+	switch {
+	case err != nil:
+		return activities.Unverifiable("load the order: %v", err)
+	case e.EffectKey != key.String():
+		return activities.Contradicted("refund %s's ledger row was reserved under %s, not %s", in.RefundID, e.EffectKey, key)
+	case e.AmountMinor != r.AmountMinor || o.Currency != r.Currency:
+		return activities.Contradicted("the ledger reserved %s, the result says %s",
+			activities.FormatAmount(e.AmountMinor, o.Currency), activities.FormatAmount(r.AmountMinor, r.Currency))
+	}
+	return nil
+}
+
+// stripe checks a refund's outcome against the ledger and Stripe, and
+// records it as RefundAtStripe does once Stripe confirms it.
+func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) error {
+	in, e, err := c.entry(ctx, key)
+	if err != nil {
+		return err
+	}
+	rel, err := c.released(ctx, in)
+	switch {
+	case err != nil:
+		return err
+	case rel != nil:
+		return activities.Contradicted("refund %s was released after Stripe refused it (%s)", in.RefundID, rel.Code)
+	case r.AmountMinor != e.AmountMinor:
+		return activities.Contradicted("the ledger reserved %d, the result says %d", e.AmountMinor, r.AmountMinor)
+	case c.Stripe == nil:
+		return activities.Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
+	}
+	params := &stripe.RefundParams{}
+	params.Context = ctx
+	re, err := c.Stripe.Refunds.Get(r.RefundID, params)
+	if err != nil {
+		return activities.StripeLookupError("refund "+r.RefundID, err)
+	}
+	if err := refundMismatch(re, key, e, r); err != nil {
+		return err
+	}
+	if err := c.chargedUnder(ctx, in, r.PaymentIntentID); err != nil {
+		return err
+	}
+	confirmed := r
+	confirmed.Status = string(re.Status)
+	if err := c.ledger.RecordStripe(ctx, e, confirmed, key.String()); err != nil {
+		return activities.Unverifiable("record the confirmed refund: %v", err)
+	}
+	return nil
+}
+
+// refundMismatch returns a contradiction when Stripe's refund re is not the
+// refund r of the ledger row e under key.
+func refundMismatch(re *stripe.Refund, key effects.Key, e *Entry, r StripeResult) error {
+	pi := ""
+	if re.PaymentIntent != nil {
+		pi = re.PaymentIntent.ID
+	}
+	switch got := re.Metadata["effect_key"]; {
+	case got != key.String():
+		return activities.Contradicted("Stripe's refund %s carries the effect key %q, not %s", re.ID, got, key)
+	case re.Status == stripe.RefundStatusFailed || re.Status == stripe.RefundStatusCanceled:
+		return activities.Contradicted("Stripe's refund %s is %s", re.ID, re.Status)
+	case re.Amount != e.AmountMinor || string(re.Currency) != r.Currency:
+		return activities.Contradicted("Stripe's refund %s is for %s, the ledger's for %s", re.ID,
+			activities.FormatAmount(re.Amount, string(re.Currency)), activities.FormatAmount(e.AmountMinor, r.Currency))
+	case pi != r.PaymentIntentID:
+		return activities.Contradicted("Stripe's refund %s is of PaymentIntent %q, not %s", re.ID, pi, r.PaymentIntentID)
+	}
+	return nil
+}
+
+// chargedUnder checks that the PaymentIntent paymentIntentID is the
+// charge of in's order: its metadata carries the order's charge key.
+func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentIntentID string) error {
+	chargeKey, err := orders.NewOrderInput(in.TenantID, in.OrderID).EffectKey(orders.StepCharge)
+	if err != nil {
+		return activities.Contradicted("%v", err)
+	}
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	pi, err := c.Stripe.PaymentIntents.Get(paymentIntentID, params)
+	if err != nil {
+		return activities.StripeLookupError("PaymentIntent "+paymentIntentID, err)
+	}
+	if got := pi.Metadata["effect_key"]; got != chargeKey.String() {
+		return activities.Contradicted("Stripe's PaymentIntent %s is not order %s/%s's charge (its effect key is %q, not %s)",
+			pi.ID, in.TenantID, in.OrderID, got, chargeKey)
+	}
+	return nil
+}
+
+// released returns in's release, nil when there is none, or an
+// unverifiable error when the ledger cannot be read.
+func (c *checker) released(ctx context.Context, in RefundInput) (*Release, error) {
+	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
+	if err != nil {
+		return nil, activities.Unverifiable("read the refund's releases: %v", err)
+	}
+	return rel, nil
+}
+
+// release checks a release's outcome against the ledger's releases.
+func (c *checker) release(ctx context.Context, key effects.Key, r ReleaseResult) error {
+	in, err := inputOfKey(key)
+	if err != nil {
+		return err
+	}
+	rel, err := c.released(ctx, in)
+	switch {
+	case err != nil:
+		return err
+	case rel == nil:
+		return activities.Contradicted("refund %s of order %s/%s was never released", in.RefundID, in.TenantID, in.OrderID)
+	case rel.EffectKey != key.String():
+		return activities.Contradicted("refund %s was released under %s, not %s", in.RefundID, rel.EffectKey, key)
+	case rel.AmountMinor != r.AmountMinor || rel.Code != r.Code:
+		return activities.Contradicted("refund %s was released for %d (%s), the result says %d (%s)",
+			in.RefundID, rel.AmountMinor, rel.Code, r.AmountMinor, r.Code)
+	}
+	return nil
+}
+
+// inputOfKey returns the refund (its IDs, without amount or reason) whose
+// step's effect key is key.
+func inputOfKey(key effects.Key) (RefundInput, error) {
+	in, _, ok := refundOfKey(key)
+	if !ok {
+		return in, activities.Contradicted("%s is not a refund step's effect key", key)
+	}
+	return in, nil
+}
