@@ -76,7 +76,7 @@ func relayLoad(b *testing.B, rate int) []time.Duration {
 	<-wake // listening; the relay's first poll is under way
 	time.Sleep(200 * time.Millisecond)
 
-	committed := offer(b, rate, func(i int) (string, error) {
+	committed := offer(b, rate, loadSize(rate), func(i int) (string, error) {
 		o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
 			CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
 		err := pgx.BeginFunc(ctx, apiPool, func(tx pgx.Tx) error {
@@ -103,7 +103,7 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
 	var mu sync.Mutex
 	var lat []time.Duration
-	offer(b, rate, func(i int) (string, error) {
+	offer(b, rate, loadSize(rate), func(i int) (string, error) {
 		began := time.Now()
 		in := orders.NewOrderInput(tenant, fmt.Sprintf("o%06d", i))
 		_, err := workflows.Start(context.Background(), c, in, &workflows.StartOpts{TaskQueue: queue})
@@ -115,15 +115,17 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	return lat
 }
 
-// offer calls do for 0, 1, 2, … at rate per second for benchDuration, each
-// call in its own goroutine (an open load: a slow call delays nobody), and
-// returns when each successful call returned, by the workflow ID it names.
-func offer(b *testing.B, rate int, do func(i int) (string, error)) map[string]time.Time {
+// loadSize is how many calls offer makes at rate in benchDuration.
+func loadSize(rate int) int { return int(benchDuration.Seconds() * float64(rate)) }
+
+// offer calls do for 0, 1, …, n-1 at rate per second, each call in its own
+// goroutine (an open load: a slow call delays nobody), and returns when
+// each successful call returned, by the workflow ID it names.
+func offer(b *testing.B, rate, n int, do func(i int) (string, error)) map[string]time.Time {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	done := map[string]time.Time{}
 	var errs []error
-	n := int(benchDuration.Seconds() * float64(rate))
 	interval := time.Second / time.Duration(rate)
 	began := time.Now()
 	for i := range n {
