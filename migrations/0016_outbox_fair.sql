@@ -14,7 +14,8 @@
 -- Rolling deploy: code from before this migration inserts without
 -- fair_round, so its rows take round 0 and go first, as in the old FIFO
 -- order; relays from before it keep claiming in due order through
--- keyed_outbox_due_idx, which stays until no old relay runs. Unsent rows
+-- keyed_outbox_due_idx, which stays (the planner also picks it when few
+-- rows are due, such as while Temporal is down). Unsent rows
 -- written before this migration get their rounds here, in id order per
 -- tenant.
 ALTER TABLE keyed_outbox ADD COLUMN fair_round bigint NOT NULL DEFAULT 0;

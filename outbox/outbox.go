@@ -80,7 +80,8 @@
 // the current round: it is claimed after at most one row of every other
 // tenant, within one batch while fewer tenants than BatchSize have rows
 // waiting. A tenant that keeps enqueueing gets one row per round, as every
-// other tenant with rows waiting does. The claim stays one statement, one
+// other tenant with rows waiting does (a few, when it enqueues from
+// concurrent transactions, which may share a round). The claim stays one statement, one
 // index scan that stops after the batch, whatever the backlog or the number
 // of tenants.
 //

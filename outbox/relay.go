@@ -139,8 +139,8 @@ type Relay struct {
 	logger  *slog.Logger
 	metrics *Metrics
 	wake    <-chan struct{}
-	// claimSQL is claimSQL; tests swap in the FIFO claim of old as a
-	// baseline (export_test.go).
+	// claimSQL is the claim statement: claimSQL, or in tests the FIFO
+	// claim of old, their baseline (export_test.go).
 	claimSQL string
 
 	mu      sync.Mutex
