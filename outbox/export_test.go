@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -23,21 +24,21 @@ func (r *Relay) ClaimAndDie(ctx context.Context) (int, error) {
 	return n, rows.Err()
 }
 
-// fifoClaimSQL is the claim before the fair one: the oldest due rows
-// first, whatever their tenant. It reports every row in round 0, so that
-// claim keeps the batch in id order, as it did.
-var fifoClaimSQL = `
-UPDATE keyed_outbox o
-SET available_at = now() + $2 * interval '1 microsecond', attempts = o.attempts + 1, claimed_by = $3
-FROM (
-	SELECT id FROM keyed_outbox
-	WHERE sent_at IS NULL AND available_at <= now()
-	ORDER BY available_at, id
-	LIMIT $1
-	FOR UPDATE SKIP LOCKED
-) due
-WHERE o.id = due.id
-RETURNING ` + strings.Replace(claimColumns, "o.fair_round", "0::bigint", 1)
+// fifoClaimSQL is the claim before the fair one: claimSQL taking the
+// oldest due rows first, whatever their tenant. It reports every row in
+// round 0, so that claim keeps the batch in id order, as it did.
+var fifoClaimSQL = mustReplace(mustReplace(claimSQL,
+	"ORDER BY fair_round, available_at, id", "ORDER BY available_at, id"),
+	"o.fair_round,", "0::bigint,")
+
+// mustReplace replaces the one old in s with new, and panics when s does
+// not hold old exactly once.
+func mustReplace(s, old, new string) string {
+	if strings.Count(s, old) != 1 {
+		panic(fmt.Sprintf("outbox: %q is not in the claim once", old))
+	}
+	return strings.Replace(s, old, new, 1)
+}
 
 // UseFIFOClaimForTest makes the relay claim the oldest due rows first,
 // whatever their tenant, as it did before the fair claim: the baseline of

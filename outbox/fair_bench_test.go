@@ -1,18 +1,12 @@
 package outbox_test
 
 import (
-	"context"
 	"flag"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/effects/effectstest"
-	"github.com/keyedhq/keyed/internal/dbtest"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 )
 
@@ -44,60 +38,28 @@ func BenchmarkRelayFairness(b *testing.B) {
 }
 
 func fairnessLoad(b *testing.B, fifo bool) {
-	_, url := effectstest.NewSchema(b)
-	apiPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
-	relayPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
-	store, err := orders.NewStore(apiPool)
-	require.NoError(b, err)
-	c := dialBench(b)
-	tenantA, tenantB, queue := "flood"+randomHex(4), "quiet"+randomHex(4), "outbox-fair-"+randomHex(4)
-	starter := &timedStarter{next: orderStarter(c, queue), at: map[string]time.Time{}}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wake := make(chan struct{}, 1)
-	go outbox.Listen(ctx, relayPool, wake, quietSlog())
-	r, err := outbox.NewRelay(relayPool, starter, &outbox.RelayOpts{Wake: wake, Logger: quietSlog()})
-	require.NoError(b, err)
+	var tune func(*outbox.Relay)
 	if fifo {
-		r.UseFIFOClaimForTest()
+		tune = (*outbox.Relay).UseFIFOClaimForTest
 	}
-	relayDone := make(chan error, 1)
+	rig := startRelayRig(b, 8, &outbox.RelayOpts{}, tune)
 	began := time.Now()
-	go func() { relayDone <- r.Run(ctx) }()
-	<-wake // listening; the relay's first poll is under way
-
-	create := func(tx pgx.Tx, tenant string, i int) error {
-		o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
-			CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
-		_, _, err := store.CreateAndEnqueueTx(ctx, tx, o)
-		return err
-	}
+	tenantA, tenantB := "flood"+randomHex(4), "quiet"+randomHex(4)
 	for i := 0; i < *benchFlood; i += 100 {
-		require.NoError(b, pgx.BeginFunc(ctx, apiPool, func(tx pgx.Tx) error {
-			for j := i; j < min(i+100, *benchFlood); j++ {
-				if err := create(tx, tenantA, j); err != nil {
-					return err
-				}
-			}
-			return nil
-		}))
+		_, err := rig.commit(tenantA, i, min(100, *benchFlood-i))
+		require.NoError(b, err)
 	}
 	var backlog int
-	require.NoError(b, apiPool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL`).Scan(&backlog))
+	require.NoError(b, rig.pool.QueryRow(rig.ctx, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL`).Scan(&backlog))
 
-	committed := offer(b, 10, *benchVictims, func(i int) (string, error) {
-		err := pgx.BeginFunc(ctx, apiPool, func(tx pgx.Tx) error { return create(tx, tenantB, i) })
-		return orders.WorkflowID(tenantB, fmt.Sprintf("o%06d", i)), err
-	})
+	committed := offer(b, 10, *benchVictims, func(i int) (string, error) { return rig.commit(tenantB, i, 1) })
 	total := *benchFlood + len(committed)
-	require.Eventually(b, func() bool { return starter.count() >= total }, 30*time.Minute, 10*time.Millisecond,
+	require.Eventually(b, func() bool { return rig.starter.count() >= total }, 30*time.Minute, 10*time.Millisecond,
 		"every order is started")
 	elapsed := time.Since(began)
-	cancel()
-	require.NoError(b, <-relayDone)
+	rig.stop()
 	b.ReportMetric(float64(backlog), "a-backlog")
 	b.ReportMetric(elapsed.Seconds(), "drain-s")
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "starts/s")
-	reportLatencies(b, starter.since(committed))
+	reportLatencies(b, rig.starter.since(committed))
 }
