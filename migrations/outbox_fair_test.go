@@ -11,7 +11,7 @@ import (
 )
 
 // Migration 0016 gives the unsent rows of an existing outbox their rounds,
-// in id order per tenant (a row without a tenant counts as the tenant ”),
+// in id order per tenant (rows without a tenant count as one tenant),
 // so that a backlog from before the upgrade is claimed fairly too. Sent
 // rows keep round 0.
 func TestOutboxRoundsFillOnUpgrade(t *testing.T) {
