@@ -67,6 +67,10 @@ bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders th
 bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
 	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox
 
+.PHONY: bench-fair
+bench-fair: postgres tools ## Measure tenant B's commit -> run start latency (p50/p99) while tenant A's 10 000 orders flood the outbox, the old FIFO claim beside the fair one, on a dev server.
+	go test -run '^$$' -bench RelayFairness -benchtime 1x -count 1 -timeout 60m ./outbox
+
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects

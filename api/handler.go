@@ -96,6 +96,9 @@ type HandlerOpts struct {
 	// running when the client disconnects so that its retry finds the
 	// response stored. Zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// RateLimit limits each tenant's requests to the /v1 routes (see
+	// RateLimit). The zero value means no limit.
+	RateLimit RateLimit
 }
 
 // Handler serves keyed's HTTP API:
@@ -119,6 +122,7 @@ type Handler struct {
 	maxBody int64
 	timeout time.Duration
 	routes  []route
+	limiter *limiter
 	mux     *http.ServeMux
 }
 
@@ -168,6 +172,9 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 		}
 	}
 	if h.idem, err = newIdemStore(db, h.logger, lease); err != nil {
+		return nil, fmt.Errorf("api: NewHandler: %w", err)
+	}
+	if h.limiter, err = newLimiter(opts.RateLimit); err != nil {
 		return nil, fmt.Errorf("api: NewHandler: %w", err)
 	}
 
@@ -323,8 +330,9 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// authed resolves the bearer API key to a tenant, or answers 401. The
-// tenant comes from the key only, never from the request.
+// authed resolves the bearer API key to a tenant, or answers 401, and
+// holds the tenant to its rate limit, or answers 429. The tenant comes from
+// the key only, never from the request.
 func (h *Handler) authed(next func(w http.ResponseWriter, r *http.Request, tenant string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := len(r.Header.Values("Authorization")); n > 1 {
@@ -348,6 +356,9 @@ func (h *Handler) authed(next func(w http.ResponseWriter, r *http.Request, tenan
 		// ServeHTTP reads the tenant back for the access log.
 		if p, ok := r.Context().Value(tenantKey).(*string); ok {
 			*p = tenant
+		}
+		if h.limited(w, tenant) {
+			return
 		}
 		next(w, r, tenant)
 	})

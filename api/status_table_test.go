@@ -124,6 +124,18 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 			require.Equal(t, http.StatusCreated, post("k-reuse", orderBody("ord_r", 100)).status)
 			return post("k-reuse", orderBody("ord_r", 101))
 		},
+		"429 rate_limited": func() response {
+			keys, err := api.ParseKeys(b.keyList)
+			require.NoError(t, err)
+			h, err := api.NewHandler(b.pool, keys, &api.HandlerOpts{RateLimit: api.RateLimit{Rate: 0.01, Burst: 1}, Logger: b.logger})
+			require.NoError(t, err)
+			limited, err := api.NewServer("127.0.0.1:0", h, &api.ServerOpts{PruneInterval: -1, Logger: b.logger})
+			require.NoError(t, err)
+			require.NoError(t, limited.Start(b.ctx))
+			defer func() { _ = limited.Stop(b.ctx) }()
+			require.Equal(t, http.StatusNotFound, doAt(t, c, "http://"+limited.Addr(), "GET", "/v1/orders/ord_none", b.keyA, "", "").status)
+			return doAt(t, c, "http://"+limited.Addr(), "POST", "/v1/orders", b.keyA, "k-limited", valid)
+		},
 		"500 internal": func() response {
 			// A missing table is a fault of the deployment, not of the database's availability.
 			require.Equal(t, http.StatusCreated, post("k-i", orderBody("ord_i", 100)).status)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
@@ -56,44 +57,83 @@ func BenchmarkRelayCommitToStart(b *testing.B) {
 // relayLoad commits orders at rate for benchDuration and returns each
 // one's commit-to-start latency.
 func relayLoad(b *testing.B, rate int) []time.Duration {
-	_, url := effectstest.NewSchema(b)
-	apiPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 16})
-	relayPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
-	store, err := orders.NewStore(apiPool)
-	require.NoError(b, err)
-	c := dialBench(b)
-	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
-	starter := &timedStarter{next: orderStarter(c, queue), at: map[string]time.Time{}}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wake := make(chan struct{}, 1)
-	go outbox.Listen(ctx, relayPool, wake, quietSlog())
-	r, err := outbox.NewRelay(relayPool, starter, &outbox.RelayOpts{Concurrency: *benchConcurrency, Wake: wake, Logger: quietSlog()})
-	require.NoError(b, err)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(ctx) }()
-	<-wake // listening; the relay's first poll is under way
+	rig := startRelayRig(b, 16, &outbox.RelayOpts{Concurrency: *benchConcurrency}, nil)
 	time.Sleep(200 * time.Millisecond)
-
-	committed := offer(b, rate, func(i int) (string, error) {
-		o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
-			CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
-		err := pgx.BeginFunc(ctx, apiPool, func(tx pgx.Tx) error {
-			_, _, err := store.CreateAndEnqueueTx(ctx, tx, o)
-			return err
-		})
-		return orders.WorkflowID(tenant, o.ID), err
-	})
-	require.Eventually(b, func() bool { return starter.count() >= len(committed) }, time.Minute, 10*time.Millisecond,
+	tenant := "bench" + randomHex(4)
+	committed := offer(b, rate, loadSize(rate), func(i int) (string, error) { return rig.commit(tenant, i, 1) })
+	require.Eventually(b, func() bool { return rig.starter.count() >= len(committed) }, time.Minute, 10*time.Millisecond,
 		"every committed order is started")
-	cancel()
-	require.NoError(b, <-relayDone)
+	rig.stop()
 	// The start calls alone, inside the latency: the rest is the relay's.
-	calls := slices.Sorted(slices.Values(starter.calls))
+	calls := slices.Sorted(slices.Values(rig.starter.calls))
 	b.ReportMetric(percentile(calls, 0.50), "start-p50-ms")
 	b.ReportMetric(percentile(calls, 0.99), "start-p99-ms")
-	return starter.since(committed)
+	return rig.starter.since(committed)
+}
+
+// relayRig is a relay benchmark's setup: a schema of its own, an order
+// store on a pool of its own (the API's), and a relay on another, woken by
+// Listen, starting orders with the production starter (orderStarter) on
+// the shared dev server and timing each start.
+type relayRig struct {
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	store   *orders.Store
+	starter *timedStarter
+	// stop stops the relay and requires that it stopped cleanly.
+	stop func()
+}
+
+// startRelayRig sets a rig up with apiConns connections for the store and
+// runs its relay with opts (Wake and Logger are the rig's) until stop, or
+// the benchmark's end. tune, if set, adjusts the relay before it runs. It
+// returns once the relay listens and its first poll is under way.
+func startRelayRig(b *testing.B, apiConns int32, opts *outbox.RelayOpts, tune func(*outbox.Relay)) *relayRig {
+	_, url := effectstest.NewSchema(b)
+	rig := &relayRig{pool: dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: apiConns})}
+	relayPool := dbtest.Connect(b, url, &effectstest.PoolOpts{MaxConns: 8})
+	var err error
+	rig.store, err = orders.NewStore(rig.pool)
+	require.NoError(b, err)
+	rig.starter = &timedStarter{next: orderStarter(dialBench(b), "outbox-bench-"+randomHex(4)), at: map[string]time.Time{}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	rig.ctx = ctx
+	wake := make(chan struct{}, 1)
+	go outbox.Listen(ctx, relayPool, wake, quietSlog())
+	o := *opts
+	o.Wake, o.Logger = wake, quietSlog()
+	r, err := outbox.NewRelay(relayPool, rig.starter, &o)
+	require.NoError(b, err)
+	if tune != nil {
+		tune(r)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	rig.stop = func() {
+		cancel()
+		require.NoError(b, <-done)
+	}
+	<-wake // listening; the relay's first poll is under way
+	return rig
+}
+
+// commit commits n orders of tenant, numbered from first, with their
+// outbox rows in one transaction, as the API does, and returns the
+// workflow ID of the first.
+func (rig *relayRig) commit(tenant string, first, n int) (string, error) {
+	err := pgx.BeginFunc(rig.ctx, rig.pool, func(tx pgx.Tx) error {
+		for i := first; i < first+n; i++ {
+			o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
+				CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
+			if _, _, err := rig.store.CreateAndEnqueueTx(rig.ctx, tx, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return orders.WorkflowID(tenant, fmt.Sprintf("o%06d", first)), err
 }
 
 // directLoad starts runs at rate for benchDuration with workflows.Start and
@@ -103,7 +143,7 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
 	var mu sync.Mutex
 	var lat []time.Duration
-	offer(b, rate, func(i int) (string, error) {
+	offer(b, rate, loadSize(rate), func(i int) (string, error) {
 		began := time.Now()
 		in := orders.NewOrderInput(tenant, fmt.Sprintf("o%06d", i))
 		_, err := workflows.Start(context.Background(), c, in, &workflows.StartOpts{TaskQueue: queue})
@@ -115,15 +155,17 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	return lat
 }
 
-// offer calls do for 0, 1, 2, … at rate per second for benchDuration, each
-// call in its own goroutine (an open load: a slow call delays nobody), and
-// returns when each successful call returned, by the workflow ID it names.
-func offer(b *testing.B, rate int, do func(i int) (string, error)) map[string]time.Time {
+// loadSize is how many calls offer makes at rate in benchDuration.
+func loadSize(rate int) int { return int(benchDuration.Seconds() * float64(rate)) }
+
+// offer calls do for 0, 1, …, n-1 at rate per second, each call in its own
+// goroutine (an open load: a slow call delays nobody), and returns when
+// each successful call returned, by the workflow ID it names.
+func offer(b *testing.B, rate, n int, do func(i int) (string, error)) map[string]time.Time {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	done := map[string]time.Time{}
 	var errs []error
-	n := int(benchDuration.Seconds() * float64(rate))
 	interval := time.Second / time.Duration(rate)
 	began := time.Now()
 	for i := range n {

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +12,7 @@ import (
 // ClaimAndDie claims one batch the way Poll does and then stops, as a relay
 // killed right after its claim would.
 func (r *Relay) ClaimAndDie(ctx context.Context) (int, error) {
-	rows, err := r.db.Query(ctx, claimSQL, r.batch, r.lease.Microseconds(), r.name+"/dead")
+	rows, err := r.db.Query(ctx, r.claimSQL, r.batch, r.lease.Microseconds(), r.name+"/dead")
 	if err != nil {
 		return 0, err
 	}
@@ -21,6 +23,27 @@ func (r *Relay) ClaimAndDie(ctx context.Context) (int, error) {
 	}
 	return n, rows.Err()
 }
+
+// fifoClaimSQL is the claim before the fair one: claimSQL taking the
+// oldest due rows first, whatever their tenant. It reports every row in
+// round 0, so that claim keeps the batch in id order, as it did.
+var fifoClaimSQL = mustReplace(mustReplace(claimSQL,
+	"ORDER BY fair_round, available_at, id", "ORDER BY available_at, id"),
+	"o.fair_round,", "0::bigint,")
+
+// mustReplace replaces the one old in s with new, and panics when s does
+// not hold old exactly once.
+func mustReplace(s, old, new string) string {
+	if strings.Count(s, old) != 1 {
+		panic(fmt.Sprintf("outbox: %q is not in the claim once", old))
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
+// UseFIFOClaimForTest makes the relay claim the oldest due rows first,
+// whatever their tenant, as it did before the fair claim: the baseline of
+// the fairness test and benchmark.
+func (r *Relay) UseFIFOClaimForTest() { r.claimSQL = fifoClaimSQL }
 
 // Backoff exposes the relay's jittered backoff.
 func (r *Relay) Backoff(n int) time.Duration { return r.backoff(n) }

@@ -139,6 +139,9 @@ type Relay struct {
 	logger  *slog.Logger
 	metrics *Metrics
 	wake    <-chan struct{}
+	// claimSQL is the claim statement: claimSQL, or in tests the FIFO
+	// claim of old, their baseline (export_test.go).
+	claimSQL string
 
 	mu      sync.Mutex
 	running bool
@@ -192,6 +195,8 @@ func NewRelay(db effects.DB, starter Starter, opts *RelayOpts) (*Relay, error) {
 		logger:  opts.Logger,
 		metrics: opts.Metrics,
 		wake:    opts.Wake,
+
+		claimSQL: claimSQL,
 	}
 	if r.record == 0 {
 		r.record = min(DefaultRecordTimeout, r.lease/2)
@@ -489,6 +494,8 @@ type claimed struct {
 	id       int64
 	req      Request
 	attempts int
+	// round is the row's round (see "Fairness" in the package doc).
+	round int64
 	// traceContext is the enqueueing request's trace context, nil when
 	// it had none (see internal/tracing).
 	traceContext []byte
@@ -499,23 +506,31 @@ type claimed struct {
 	token     string
 }
 
+// claimSQL leases up to $1 due rows for $2 microseconds to the claim token
+// $3, taking them round-robin across tenants: by round, then by due time
+// (see "Fairness" in the package doc). The scan of keyed_outbox_fair_idx
+// stops after the batch, and SKIP LOCKED lets relays claiming at once take
+// different rows.
 const claimSQL = `
 UPDATE keyed_outbox o
 SET available_at = now() + $2 * interval '1 microsecond', attempts = o.attempts + 1, claimed_by = $3
 FROM (
 	SELECT id FROM keyed_outbox
 	WHERE sent_at IS NULL AND available_at <= now()
-	ORDER BY available_at, id
+	ORDER BY fair_round, available_at, id
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ) due
 WHERE o.id = due.id
-RETURNING o.id, o.workflow_type, o.workflow_id, coalesce(o.task_queue, ''), o.payload, coalesce(o.tenant_id, ''), o.meta,
-	o.attempts, o.trace_context,
+RETURNING ` + claimColumns
+
+// claimColumns are what a claim returns of each row, as claim scans them.
+const claimColumns = `o.id, o.workflow_type, o.workflow_id, coalesce(o.task_queue, ''), o.payload, coalesce(o.tenant_id, ''), o.meta,
+	o.attempts, o.trace_context, o.fair_round,
 	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint`
 
-// claim leases up to limit due rows to this relay, in id order, within the
-// record timeout.
+// claim leases up to limit due rows to this relay, in the claim's order
+// (round, then id), within the record timeout.
 func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	token := r.name + "/" + randomHex(6)
 	claimedAt := time.Now()
@@ -523,7 +538,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	// like a record, and a timed-out claim leaves at most a lease behind.
 	ctx, cancel := context.WithTimeout(ctx, r.record)
 	defer cancel()
-	rows, err := r.db.Query(ctx, claimSQL, limit, r.lease.Microseconds(), token)
+	rows, err := r.db.Query(ctx, r.claimSQL, limit, r.lease.Microseconds(), token)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -534,7 +549,7 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 		var ageMicros int64
 		q := &c.req
 		if err := rows.Scan(&c.id, &q.WorkflowType, &q.WorkflowID, &q.TaskQueue, &q.Payload, &q.TenantID, &q.Meta,
-			&c.attempts, &c.traceContext, &ageMicros); err != nil {
+			&c.attempts, &c.traceContext, &c.round, &ageMicros); err != nil {
 			return nil, fmt.Errorf("claim outbox rows: %w", err)
 		}
 		c.age = time.Duration(ageMicros) * time.Microsecond
@@ -543,7 +558,8 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.id, b.id) })
+	// RETURNING keeps no order: restore the claim's, which Poll starts in.
+	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.id, b.id)) })
 	return batch, nil
 }
 

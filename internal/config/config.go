@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/mail"
 	"net/url"
@@ -77,6 +78,11 @@ const (
 	DefaultPollers          = 8
 	DefaultEffectsRetention = effects.DefaultRetention
 	DefaultPruneEvery       = time.Hour
+	// DefaultAPIRateLimit and DefaultAPIRateBurst are KEYED_API_RATE_LIMIT's
+	// and KEYED_API_RATE_BURST's defaults: 100 requests a second per tenant
+	// in bursts of up to 200, as Stripe's live mode allows.
+	DefaultAPIRateLimit = 100
+	DefaultAPIRateBurst = 200
 	// ProviderTimeout bounds one HTTP request to Stripe or SendGrid. An
 	// ambiguous timeout is retried with the same idempotency key (or looked
 	// up at SendGrid), so a short bound costs nothing but a retry.
@@ -103,6 +109,8 @@ type Config struct {
 	Receipt  Receipt
 	Metrics  Metrics
 	Worker   WorkerTuning
+	// RateLimit is the HTTP API's per-tenant limit (starter serve).
+	RateLimit RateLimit
 	// LogLevel is the minimum level logged (LOG_LEVEL: debug, info, warn,
 	// error).
 	LogLevel slog.Level
@@ -172,6 +180,17 @@ type Receipt struct {
 // Metrics is where the worker serves /metrics and /healthz.
 type Metrics struct {
 	Addr string // METRICS_ADDR, host:port; port 0 picks a free one
+}
+
+// RateLimit is the HTTP API's per-tenant rate limit (api.RateLimit): a
+// token bucket per tenant in each API process.
+type RateLimit struct {
+	// Rate is KEYED_API_RATE_LIMIT: the requests a second each tenant may
+	// send to one API process, sustained. 0 turns the limit off.
+	Rate float64
+	// Burst is KEYED_API_RATE_BURST: how many requests a tenant may send at
+	// once after a quiet spell. At least 1 while the limit is on.
+	Burst int
 }
 
 // WorkerTuning holds the Temporal worker's knobs.
@@ -270,6 +289,17 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 			*dst = n
 		}
 	}
+	number := func(dst *float64, name string, def float64) {
+		*dst = def
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				l.problem(name, "%q is not a number such as 100 or 0.5", v)
+				return
+			}
+			*dst = f
+		}
+	}
 
 	str(&c.Database.URL, "DATABASE_URL", DefaultDatabaseURL)
 	boolean(&c.Database.Migrate, "MIGRATE_ON_START", role == Worker)
@@ -281,6 +311,10 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 		defaultLevel = "warn"
 	}
 	str(&l.level, "LOG_LEVEL", defaultLevel)
+	if role == Starter {
+		number(&c.RateLimit.Rate, "KEYED_API_RATE_LIMIT", DefaultAPIRateLimit)
+		integer(&c.RateLimit.Burst, "KEYED_API_RATE_BURST", DefaultAPIRateBurst)
+	}
 	if role != Worker {
 		return l
 	}
@@ -392,6 +426,14 @@ func (l *Loader) Load() (*Config, error) {
 		add("LOG_LEVEL", "%q is not debug, info, warn or error", l.level)
 	}
 
+	if c.Role == Starter {
+		switch r := c.RateLimit.Rate; {
+		case r < 0 || math.IsNaN(r) || math.IsInf(r, 0):
+			add("KEYED_API_RATE_LIMIT", "%v must be a number of requests a second, at least 0 (0 turns the limit off)", r)
+		case r > 0 && c.RateLimit.Burst < 1:
+			add("KEYED_API_RATE_BURST", "%d must be at least 1 while KEYED_API_RATE_LIMIT is on", c.RateLimit.Burst)
+		}
+	}
 	if c.Role == Worker {
 		switch {
 		case c.Stripe.SecretKey == "":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 )
 
 // APIConfig is what APIModule needs beyond the shared configuration. The
@@ -32,7 +33,9 @@ type APIConfig struct {
 // requests within the stop timeout. The server prunes idempotency records
 // older than api.Retention hourly. When the app has a
 // prometheus.Registerer, request metrics are registered on it; when it has
-// a trace.TracerProvider, each request gets a span.
+// a trace.TracerProvider, each request gets a span. Each tenant is held to
+// config.RateLimit (KEYED_API_RATE_LIMIT, KEYED_API_RATE_BURST) in this
+// process.
 var APIModule = fx.Module("api",
 	fx.Provide(newAPIHandler, newAPIServer),
 	fx.Invoke(func(*api.Server) {}),
@@ -41,6 +44,7 @@ var APIModule = fx.Module("api",
 type apiIn struct {
 	fx.In
 	Config     APIConfig
+	RateLimit  config.RateLimit
 	Pool       *pgxpool.Pool
 	Effects    *effects.Client
 	Logger     *slog.Logger
@@ -52,7 +56,8 @@ func newAPIHandler(in apiIn) (*api.Handler, error) {
 	if in.Config.Keys == nil {
 		return nil, errors.New("api: no API keys: set " + api.EnvKeys + " or " + api.EnvKeysFile)
 	}
-	opts := &api.HandlerOpts{Effects: in.Effects, Logger: in.Logger.With("component", "api")}
+	opts := &api.HandlerOpts{Effects: in.Effects, Logger: in.Logger.With("component", "api"),
+		RateLimit: api.RateLimit{Rate: in.RateLimit.Rate, Burst: in.RateLimit.Burst}}
 	if in.Registerer != nil {
 		m, err := api.NewMetrics(in.Registerer)
 		if err != nil {

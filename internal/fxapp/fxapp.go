@@ -84,19 +84,20 @@ var ConfigModule = fx.Module("config", fx.Provide(splitConfig))
 
 type configParts struct {
 	fx.Out
-	Database config.Database
-	Temporal config.Temporal
-	Stripe   config.Stripe
-	SendGrid config.SendGrid
-	Receipt  config.Receipt
-	Metrics  config.Metrics
-	Worker   config.WorkerTuning
+	Database  config.Database
+	Temporal  config.Temporal
+	Stripe    config.Stripe
+	SendGrid  config.SendGrid
+	Receipt   config.Receipt
+	Metrics   config.Metrics
+	Worker    config.WorkerTuning
+	RateLimit config.RateLimit
 }
 
 func splitConfig(c *config.Config) configParts {
 	return configParts{
 		Database: c.Database, Temporal: c.Temporal, Stripe: c.Stripe, SendGrid: c.SendGrid,
-		Receipt: c.Receipt, Metrics: c.Metrics, Worker: c.Worker,
+		Receipt: c.Receipt, Metrics: c.Metrics, Worker: c.Worker, RateLimit: c.RateLimit,
 	}
 }
 
