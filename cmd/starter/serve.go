@@ -31,6 +31,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			"  GET  /metrics         request, idempotency and effect metrics (unless --metrics=false)\n"+
 			"API keys come from the environment only: "+api.EnvKeys+"=\"acme=sk_…,globex=sk_…\", or\n"+
 			api.EnvKeysFile+" naming a file with one tenant=key a line. The tenant is the key's.\n"+
+			"Each tenant may send KEYED_API_RATE_LIMIT requests a second (default 100) in bursts of\n"+
+			"KEYED_API_RATE_BURST (default 200), per API process; beyond that 429 with Retry-After; 0 turns it off.\n"+
 			"Orders are started by an outbox relay: the worker runs one; --relay runs one here too, and only\n"+
 			"then are the Temporal settings used.")
 	addr := f.String("addr", lookupOr(e.lookup, envAPIAddr, defaultAddr), "listen `host:port` (env "+envAPIAddr+")")
