@@ -263,29 +263,25 @@ func TestAddressesMustBeHostPort(t *testing.T) {
 func TestBooleansAreStrict(t *testing.T) {
 	t.Parallel()
 	_, err := load(t, config.Starter, map[string]string{"MIGRATE_ON_START": "perhaps"})
-	require.ErrorContains(t, err, `MIGRATE_ON_START: "perhaps" is not true or false`)
+	require.ErrorContains(t, err, `MIGRATE_ON_START (--migrate): "perhaps" is not true or false`)
 
-	newLoader := func(v string) (*config.Loader, *flag.FlagSet, bool) {
+	serve := func(v string, args ...string) (*config.Config, error) {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		l := config.NewLoader(config.Starter, env(map[string]string{"KEYED_SERVE_RELAY": v}))
-		relay := fs.Bool("relay", l.Bool("KEYED_SERVE_RELAY", "relay", false), "")
+		l.Command("serve")
 		l.BindFlags(fs)
-		return l, fs, *relay
+		require.NoError(t, fs.Parse(args))
+		return l.Load()
 	}
-	l, fs, relay := newLoader("perhaps")
-	require.False(t, relay)
-	require.NoError(t, fs.Parse(nil))
-	_, err = l.Load()
-	require.ErrorContains(t, err, `KEYED_SERVE_RELAY: "perhaps" is not true or false`)
-
-	l, fs, _ = newLoader("perhaps")
-	require.NoError(t, fs.Parse([]string{"--relay"}))
-	_, err = l.Load()
+	_, err = serve("perhaps")
+	require.ErrorContains(t, err, `KEYED_SERVE_RELAY (--relay): "perhaps" is not true or false`)
+	c, err := serve("perhaps", "--relay")
 	require.NoError(t, err, "the flag overrides the bad variable")
-
-	_, _, relay = newLoader("1")
-	require.True(t, relay)
+	require.True(t, c.API.Relay)
+	c, err = serve("1")
+	require.NoError(t, err)
+	require.True(t, c.API.Relay)
 }
 
 func TestProblemsAndOmittedGroups(t *testing.T) {
