@@ -299,10 +299,10 @@ var ErrInvalid = errors.New("invalid configuration")
 // Is reports whether target is ErrInvalid.
 func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
-// CheckHostPort returns an error unless s is a listen or dial address
+// checkHostPort returns an error unless s is a listen or dial address
 // "host:port": host empty, an IP address or a DNS name, and port a number
 // from 0 to 65535. The error quotes s with anything before an '@' left out.
-func CheckHostPort(s string) error {
+func checkHostPort(s string) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return fmt.Errorf("%q is not host:port", quote(s))
@@ -339,9 +339,9 @@ func isDNSName(s string) bool {
 	return true
 }
 
-// CheckBaseURL returns an error unless s is an http or https URL with a
+// checkBaseURL returns an error unless s is an http or https URL with a
 // host and without credentials. The error never holds the URL's userinfo.
-func CheckBaseURL(s string) error {
+func checkBaseURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("%q is not a URL", quote(s))

@@ -250,16 +250,6 @@ func TestURLCredentialsAreNeverEchoed(t *testing.T) {
 	require.NotContains(t, err.Error(), secret, "credentials are refused even with a good scheme")
 }
 
-func TestAddressesMustBeHostPort(t *testing.T) {
-	t.Parallel()
-	for _, bad := range []string{"nope", "127.0.0.1:99999", "127.0.0.1:http", "exa mple:80", "-x:80", "a..b:80"} {
-		require.Error(t, config.CheckHostPort(bad), bad)
-	}
-	for _, good := range []string{"127.0.0.1:8080", ":0", "[::1]:7233", "temporal-frontend.prod.svc:7233", "localhost:1", "[fe80::1%eth0]:9464"} {
-		require.NoError(t, config.CheckHostPort(good), good)
-	}
-}
-
 func TestBooleansAreStrict(t *testing.T) {
 	t.Parallel()
 	_, err := load(t, config.Starter, map[string]string{"MIGRATE_ON_START": "perhaps"})

@@ -41,9 +41,6 @@ func NewLoader(role Role, lookup func(string) (string, bool)) *Loader {
 // those the Loader reads.
 func (l *Loader) Command(name string) { l.uses |= CommandUses(name) }
 
-// Uses returns the programs whose settings the Loader reads.
-func (l *Loader) Uses() Uses { return l.uses }
-
 // Omit leaves groups out, for a program that never uses those settings:
 // they keep their defaults, get no flag and are not checked.
 func (l *Loader) Omit(groups ...FlagGroup) {

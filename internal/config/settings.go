@@ -275,9 +275,9 @@ func postgresURL(v any, _ *Config) error {
 	return nil
 }
 
-func hostPort(v any, _ *Config) error { return CheckHostPort(v.(string)) }
+func hostPort(v any, _ *Config) error { return checkHostPort(v.(string)) }
 
-func baseURL(v any, _ *Config) error { return CheckBaseURL(v.(string)) }
+func baseURL(v any, _ *Config) error { return checkBaseURL(v.(string)) }
 
 func nonEmpty(v any, _ *Config) error {
 	if v.(string) == "" {

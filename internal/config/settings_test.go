@@ -192,7 +192,7 @@ func TestFlagsFollowTheTable(t *testing.T) {
 		l.BindFlags(fs)
 		want := map[string]bool{}
 		for i := range Settings {
-			if s := &Settings[i]; s.Flag != "" && s.For&l.Uses() != 0 {
+			if s := &Settings[i]; s.Flag != "" && s.For&l.uses != 0 {
 				want[s.Flag] = true
 				f := fs.Lookup(s.Flag)
 				require.NotNil(t, f, "%s has --%s", p.use, s.Flag)
@@ -251,7 +251,7 @@ func TestSecretsNeverShow(t *testing.T) {
 		var parts []any
 		for i := range Settings {
 			s := &Settings[i]
-			if !s.Secret || s.Field == "" || s.For&l.Uses() == 0 {
+			if !s.Secret || s.Field == "" || s.For&l.uses == 0 {
 				continue
 			}
 			f := s.field(&c)
@@ -271,5 +271,15 @@ func TestSecretsNeverShow(t *testing.T) {
 		for _, s := range shown {
 			require.NotContains(t, s, sentinel, "%s", p.use)
 		}
+	}
+}
+
+func TestAddressesMustBeHostPort(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"nope", "127.0.0.1:99999", "127.0.0.1:http", "exa mple:80", "-x:80", "a..b:80"} {
+		require.Error(t, checkHostPort(bad), bad)
+	}
+	for _, good := range []string{"127.0.0.1:8080", ":0", "[::1]:7233", "temporal-frontend.prod.svc:7233", "localhost:1", "[fe80::1%eth0]:9464"} {
+		require.NoError(t, checkHostPort(good), good)
 	}
 }
