@@ -87,6 +87,7 @@ func (l *Loader) Load() (*Config, error) {
 	if l.fs != nil {
 		l.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	}
+	overridden := func(name string) bool { fl := l.flagOf(name); return fl != "" && set[fl] }
 	var problems []string
 	add := func(name, format string, args ...any) {
 		if fl := l.flagOf(name); fl != "" {
@@ -94,7 +95,6 @@ func (l *Loader) Load() (*Config, error) {
 		}
 		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
 	}
-	overridden := func(name string) bool { fl := l.flagOf(name); return fl != "" && set[fl] }
 	for name, p := range l.envProblems {
 		if !overridden(name) {
 			add(name, "%s", p)
@@ -102,20 +102,8 @@ func (l *Loader) Load() (*Config, error) {
 	}
 	problems = append(problems, l.problems...)
 	for i := range Settings {
-		s := &Settings[i]
-		if s.Field == "" || !l.active(s) || l.envProblems[s.Env] != "" && !overridden(s.Env) {
-			continue
-		}
-		f := s.field(&c)
-		switch {
-		case f.IsZero() && s.Required&l.uses != 0:
-			add(s.Env, "required (%s)", s.help())
-		case f.IsZero() && s.defaultValue(l.role, f.Type()).IsZero():
-			// An optional setting left empty.
-		case s.Check != nil:
-			if err := s.Check(f.Interface(), &c); err != nil {
-				add(s.Env, "%v", err)
-			}
+		if s := &Settings[i]; s.Field != "" && l.active(s) && (l.envProblems[s.Env] == "" || overridden(s.Env)) {
+			l.checkRow(s, &c, add)
 		}
 	}
 	if l.temporalActive() {
@@ -129,6 +117,22 @@ func (l *Loader) Load() (*Config, error) {
 		return nil, &Error{Role: c.Role, Problems: problems}
 	}
 	return &c, nil
+}
+
+// checkRow reports what is wrong with the value of s in c: empty while the
+// program requires it, or refused by its check. An optional setting left
+// empty is not checked.
+func (l *Loader) checkRow(s *Setting, c *Config, add func(name, format string, args ...any)) {
+	f := s.field(c)
+	switch {
+	case f.IsZero() && s.Required&l.uses != 0:
+		add(s.Env, "required (%s)", s.help())
+	case f.IsZero() && s.defaultValue(l.role, f.Type()).IsZero():
+	case s.Check != nil:
+		if err := s.Check(f.Interface(), c); err != nil {
+			add(s.Env, "%v", err)
+		}
+	}
 }
 
 // Load is NewLoader, BindFlags, fs.Parse(args) and Load in one call, for a
