@@ -49,15 +49,18 @@ func TestMissingConfigurationIsOneMessage(t *testing.T) {
 func TestTooSmallPoolExitsTwo(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	code := run(nil, fxapptest.Lookup(map[string]string{
+	env := map[string]string{
 		"DATABASE_URL":         "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1",
 		"TEMPORAL_ADDRESS":     "127.0.0.1:1",
 		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "none.toml"),
-		"STRIPE_SECRET_KEY":    "sk_test_pool",
-		"SENDGRID_API_KEY":     "SG.pool",
-		"RECEIPT_FROM":         "receipts@keyed.test",
 		"METRICS_ADDR":         "127.0.0.1:0",
-	}), &stdout, &stderr)
+	}
+	for _, s := range config.Settings {
+		if s.Required&config.InWorker != 0 {
+			env[s.Env] = s.Example
+		}
+	}
+	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
 	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
 	require.Contains(t, stdout.String(), "pool_max_conns=1 is below the 4 connections the worker needs")
 }

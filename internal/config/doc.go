@@ -31,12 +31,13 @@
 //
 //	// in settings.go, in Settings
 //	{Env: "CARRIER_API_KEY", Field: "Carrier.APIKey", For: InWorker, Required: InWorker, Secret: true,
-//		Help: "carrier API key"},
+//		Example: "ck_test_example", Help: "carrier API key"},
 //	{Env: "CARRIER_API_BASE", Flag: "carrier-api-base", Field: "Carrier.APIBase", For: InWorker,
 //		Default: "https://api.carrier.example", Check: baseURL, Help: "carrier API base `URL`"},
 //
 // That is all: the worker then reads, checks, redacts, logs, lists in -h
-// and documents both (run go generate ./internal/config, or
+// and documents both, and the tests' worker environments (fxapptest) fill
+// the required key with its Example (run go generate ./internal/config, or
 // go test ./internal/config -run TestConfigurationPage -update, to rewrite
 // docs/configuration.md); fxapp hands Config.Carrier to the module that
 // builds the client. A check that involves other settings reads them from

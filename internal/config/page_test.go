@@ -103,7 +103,7 @@ func (s *Setting) defaultDoc() string {
 	code := func(v string) string { return "`" + v + "`" }
 	var parts []string
 	if s.Required != 0 {
-		parts = append(parts, "required for "+usesDoc(s.Required))
+		parts = append(parts, "required for "+usesDoc(s.Required)+", such as "+code(s.Example))
 	}
 	if br, ok := s.Default.(ByRole); ok && s.DefaultDoc == "" {
 		parts = append(parts, "worker "+code(show(br.Worker))+", starter "+code(show(br.Starter)))

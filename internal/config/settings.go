@@ -51,6 +51,10 @@ type Setting struct {
 	// from; nil when nothing is. It is not run for an optional setting
 	// left empty.
 	Check func(v any, c *Config) error
+	// Example is a value that passes the check: the docs show it, and the
+	// tests fill a required setting they do not set with it. A required
+	// setting has one.
+	Example string
 	// Help is one line for -h: the flag's usage, the flag's placeholder
 	// in backquotes as package flag wants it.
 	Help string
@@ -174,7 +178,7 @@ var Settings = []Setting{
 		Doc:  "the Go runtime's soft memory limit; the Kubernetes manifests set it from the container's memory limit"},
 
 	{Env: "STRIPE_SECRET_KEY", Field: "Stripe.SecretKey", For: InWorker | InReconcile | InResolve, Required: InWorker | InReconcile,
-		Secret: true, Check: stripeKey,
+		Secret: true, Check: stripeKey, Example: "sk_test_example",
 		Help: "a Stripe secret key sk_… or restricted key rk_…; sk_test_… for test mode",
 		Doc: "`sk_…` or a restricted `rk_…` key: the worker needs PaymentIntents and Refunds write and read, `reconcile` read; " +
 			"`resolve` asks Stripe with it, when set, before it records a decision"},
@@ -183,8 +187,8 @@ var Settings = []Setting{
 		Help: "Stripe API base `URL`, e.g. a stripe-mock or fake",
 		Doc:  "point at stripe-mock or the fake for tests; a URL with credentials is refused"},
 	{Env: "SENDGRID_API_KEY", Field: "SendGrid.APIKey", For: InWorker | InResolve, Required: InWorker, Secret: true,
-		Help: "a SendGrid API key, SG.…",
-		Doc:  "a SendGrid API key with Mail Send (and Email Activity read, to settle lost answers); `resolve` looks messages up with it, when set"},
+		Example: "SG.example", Help: "a SendGrid API key, SG.…",
+		Doc: "a SendGrid API key with Mail Send (and Email Activity read, to settle lost answers); `resolve` looks messages up with it, when set"},
 	{Env: "SENDGRID_API_BASE", Flag: "sendgrid-api-base", Field: "SendGrid.APIBase", For: InWorker | InResolve,
 		Default: DefaultSendGridAPIBase, Check: baseURL,
 		Help: "SendGrid API base `URL`",
@@ -196,8 +200,8 @@ var Settings = []Setting{
 		Help: "how much longer a failing look-up is retried",
 		Doc:  "how much longer a failing look-up is retried before `RECEIPT_POLICY` decides"},
 	{Env: "RECEIPT_FROM", Flag: "receipt-from", Field: "Receipt.From", For: InWorker | InResolve, Required: InWorker, Check: address,
-		Help: "receipt sender `address`, such as receipts@example.com",
-		Doc:  "sender of receipts, `receipts@example.com` or `Name <receipts@example.com>`; a verified sender in SendGrid"},
+		Example: "Receipts <receipts@example.com>", Help: "receipt sender `address`, such as receipts@example.com",
+		Doc: "sender of receipts, `receipts@example.com` or `Name <receipts@example.com>`; a verified sender in SendGrid"},
 	{Env: "RECEIPT_POLICY", Flag: "receipt-policy", Field: "Receipt.Policy", For: InWorker, Default: DefaultReceiptPolicy,
 		Check: oneOf(AtMostOnce, AtLeastOnce),
 		Help:  "receipt delivery `policy`: at_most_once or at_least_once",

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	"regexp"
 	"strings"
@@ -80,6 +81,15 @@ func TestSettingsTable(t *testing.T) {
 		}
 		if s.Required != 0 {
 			require.Equal(t, reflect.String, f.Kind(), "%s: required means not empty", s.Env)
+			require.NotEmpty(t, s.Example, "%s: a required setting has an Example", s.Env)
+		}
+		if s.Example != "" {
+			v, err := parse(f.Type(), s.Example)
+			require.NoError(t, err, s.Env)
+			if s.Check != nil {
+				c := defaults(Worker)
+				require.NoError(t, s.Check(v.Interface(), &c), "%s: its Example passes its check", s.Env)
+			}
 		}
 		if !s.Secret {
 			bindFlag(flag.NewFlagSet("x", flag.ContinueOnError), f, "x", "") // every type a flag may have binds
@@ -281,5 +291,20 @@ func TestAddressesMustBeHostPort(t *testing.T) {
 	}
 	for _, good := range []string{"127.0.0.1:8080", ":0", "[::1]:7233", "temporal-frontend.prod.svc:7233", "localhost:1", "[fe80::1%eth0]:9464"} {
 		require.NoError(t, checkHostPort(good), good)
+	}
+}
+
+// TestLoaderNamesNoSetting checks that the loader's code knows settings
+// only through the table, so that a new one needs no code but its row:
+// none of their variables is spelled in it (temporal.go is the Temporal
+// SDK's reader, settings.go the table).
+func TestLoaderNamesNoSetting(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{"loader.go", "value.go", "usage.go", "redact.go", "config.go"} {
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for i := range Settings {
+			require.NotContains(t, string(b), `"`+Settings[i].Env+`"`, "%s spells %s: read it through its row", file, Settings[i].Env)
+		}
 	}
 }

@@ -121,6 +121,13 @@ func Prepare(t testing.TB, opts *Opts) *Deps {
 		// point the test at another cluster.
 		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "no-temporal.toml"),
 	}
+	// A setting the worker requires that this helper does not set (a new
+	// provider's key) gets its row's example, so adding one breaks no test.
+	for _, s := range config.Settings {
+		if _, ok := d.Env[s.Env]; !ok && s.Required&config.InWorker != 0 {
+			d.Env[s.Env] = s.Example
+		}
+	}
 	for k, v := range opts.Env {
 		d.Env[k] = v
 	}
