@@ -49,17 +49,11 @@ func TestMissingConfigurationIsOneMessage(t *testing.T) {
 func TestTooSmallPoolExitsTwo(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	env := map[string]string{
-		"DATABASE_URL":         "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1",
-		"TEMPORAL_ADDRESS":     "127.0.0.1:1",
-		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "none.toml"),
-		"METRICS_ADDR":         "127.0.0.1:0",
-	}
-	for _, s := range config.Settings {
-		if s.Required&config.InWorker != 0 {
-			env[s.Env] = s.Example
-		}
-	}
+	env := fxapptest.Required(config.InWorker)
+	env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1"
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
+	env["METRICS_ADDR"] = "127.0.0.1:0"
 	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
 	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
 	require.Contains(t, stdout.String(), "pool_max_conns=1 is below the 4 connections the worker needs")
