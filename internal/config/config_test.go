@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -38,21 +39,9 @@ func env(m map[string]string) func(string) (string, bool) {
 	}
 }
 
-// required returns the settings the programs in u require, each set to
-// its row's example.
-func required(u config.Uses) map[string]string {
-	m := map[string]string{}
-	for _, s := range config.Settings {
-		if s.Required&u != 0 {
-			m[s.Env] = s.Example
-		}
-	}
-	return m
-}
-
 // workerEnv is what the worker requires, with secrets the tests look for.
 func workerEnv() map[string]string {
-	m := required(config.InWorker)
+	m := fxapptest.Required(config.InWorker)
 	m["STRIPE_SECRET_KEY"], m["SENDGRID_API_KEY"] = stripeKey, sendgridKey
 	return m
 }
@@ -130,7 +119,7 @@ func TestAllProblemsInOneError(t *testing.T) {
 	var cerr *config.Error
 	require.True(t, errors.As(err, &cerr))
 	msg := err.Error()
-	want := required(config.InWorker) // each bad value, and each required setting left out
+	want := fxapptest.Required(config.InWorker) // each bad value, and each required setting left out
 	for name := range bad {
 		want[name] = bad[name]
 	}
@@ -147,7 +136,7 @@ func TestMissingWorkerSecrets(t *testing.T) {
 	require.Error(t, err)
 	var cerr *config.Error
 	require.True(t, errors.As(err, &cerr))
-	want := required(config.InWorker)
+	want := fxapptest.Required(config.InWorker)
 	require.Len(t, cerr.Problems, len(want))
 	for _, p := range cerr.Problems {
 		name, _, _ := strings.Cut(p, ":")
