@@ -39,8 +39,8 @@
 // and documents both, and the tests' worker environments (fxapptest) fill
 // the required key with its Example (run go generate ./internal/config, or
 // go test ./internal/config -run TestConfigurationPage -update, to rewrite
-// docs/configuration.md); fxapp hands Config.Carrier to the module that
-// builds the client. A check that involves other settings reads them from
+// docs/configuration.md). To hand Config.Carrier to the module that builds
+// the client, add it to fxapp's configParts and splitConfig (two lines). A check that involves other settings reads them from
 // the *Config it is given. Load's code does not change.
 //
 // The rows stay in this package rather than in each provider's package:
