@@ -10,7 +10,7 @@
 // # Authentication
 //
 // Every /v1 request carries "Authorization: Bearer <API key>". Keys are
-// configured per tenant (KeysFromEnv: KEYED_API_KEYS="acme=sk_…,globex=sk_…"
+// configured per tenant (KeysFrom: KEYED_API_KEYS="acme=sk_…,globex=sk_…"
 // or a file named by KEYED_API_KEYS_FILE) and compared in constant time. The
 // tenant comes from the key, never from the request. A missing or unknown
 // key gets 401 unauthorized.

@@ -12,7 +12,8 @@ import (
 	"github.com/keyedhq/keyed/effects"
 )
 
-// Environment variables KeysFromEnv reads.
+// The environment variables of the keys, which internal/config reads for
+// starter serve.
 const (
 	// EnvKeys holds the API keys inline: "acme=sk_acme_…,globex=sk_globex_…".
 	EnvKeys = "KEYED_API_KEYS"
@@ -123,27 +124,21 @@ func LoadKeysFile(path string) (*Keys, error) {
 	return k, nil
 }
 
-// KeysFromEnv loads the keys from EnvKeysFile if set, else from EnvKeys,
-// reading variables through lookup (normally os.LookupEnv). It returns an
-// error wrapping ErrNoKeys when neither is set, an error when both are,
-// and LoadKeysFile's or ParseKeys's errors otherwise. Error messages never
-// contain a key.
-func KeysFromEnv(lookup func(string) (string, bool)) (*Keys, error) {
-	file, hasFile := lookup(EnvKeysFile)
-	inline, hasInline := lookup(EnvKeys)
-	hasFile = hasFile && strings.TrimSpace(file) != ""
-	hasInline = hasInline && strings.TrimSpace(inline) != ""
+// KeysFrom loads the keys from the file named file if it is set, else
+// from the list inline (ParseKeys's format): starter serve passes
+// KEYED_API_KEYS_FILE and KEYED_API_KEYS (EnvKeysFile, EnvKeys). It returns
+// an error wrapping ErrNoKeys when both are empty, one wrapping ErrBadKeys
+// when both are set, and LoadKeysFile's or ParseKeys's errors otherwise.
+// Error messages never contain a key.
+func KeysFrom(inline, file string) (*Keys, error) {
+	inline, file = strings.TrimSpace(inline), strings.TrimSpace(file)
 	switch {
-	case hasFile && hasInline:
+	case file != "" && inline != "":
 		return nil, fmt.Errorf("%w: set %s or %s, not both", ErrBadKeys, EnvKeys, EnvKeysFile)
-	case hasFile:
-		return LoadKeysFile(strings.TrimSpace(file))
-	case hasInline:
-		k, err := ParseKeys(inline)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvKeys, err)
-		}
-		return k, nil
+	case file != "":
+		return LoadKeysFile(file)
+	case inline != "":
+		return ParseKeys(inline)
 	}
 	return nil, fmt.Errorf("%w: set %s (tenant=key,…) or %s", ErrNoKeys, EnvKeys, EnvKeysFile)
 }

@@ -86,31 +86,28 @@ func TestRequestKey(t *testing.T) {
 	}
 }
 
-func TestKeysFromEnv(t *testing.T) {
+func TestKeysFrom(t *testing.T) {
 	t.Parallel()
-	env := func(vars map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
-	}
-	k, err := api.KeysFromEnv(env(map[string]string{api.EnvKeys: "acme=sk_acme_0123456789abcdef,globex=sk_globex_0123456789abcdef"}))
+	k, err := api.KeysFrom("acme=sk_acme_0123456789abcdef,globex=sk_globex_0123456789abcdef", "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"acme", "globex"}, k.Tenants())
 
 	path := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(path, []byte("acme=sk_acme_0123456789abcdef\n"), 0o600))
-	k, err = api.KeysFromEnv(env(map[string]string{api.EnvKeysFile: path, api.EnvKeys: " "}))
+	k, err = api.KeysFrom(" ", path)
 	require.NoError(t, err)
 	tenant, ok := k.Tenant("sk_acme_0123456789abcdef")
 	require.True(t, ok)
 	require.Equal(t, "acme", tenant)
 
-	_, err = api.KeysFromEnv(env(nil))
+	_, err = api.KeysFrom("", "")
 	require.ErrorIs(t, err, api.ErrNoKeys)
 	require.Contains(t, err.Error(), api.EnvKeys)
-	_, err = api.KeysFromEnv(env(map[string]string{api.EnvKeysFile: path, api.EnvKeys: "acme=sk_acme_0123456789abcdef"}))
+	_, err = api.KeysFrom("acme=sk_acme_0123456789abcdef", path)
 	require.ErrorIs(t, err, api.ErrBadKeys)
-	_, err = api.KeysFromEnv(env(map[string]string{api.EnvKeysFile: filepath.Join(t.TempDir(), "missing")}))
+	_, err = api.KeysFrom("", filepath.Join(t.TempDir(), "missing"))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	_, err = api.KeysFromEnv(env(map[string]string{api.EnvKeys: "acme=sk_short"}))
+	_, err = api.KeysFrom("acme=sk_short", "")
 	require.ErrorIs(t, err, api.ErrBadKeys)
 	require.False(t, strings.Contains(err.Error(), "sk_short"))
 }

@@ -62,7 +62,7 @@ func runChild(url string) {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	keys, err := api.KeysFromEnv(os.LookupEnv)
+	keys, err := api.KeysFrom(os.Getenv(api.EnvKeys), os.Getenv(api.EnvKeysFile))
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)

@@ -1,8 +1,6 @@
 package api_test
 
 import (
-	"flag"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -145,9 +143,9 @@ func TestRateLimitComesFromTheConfiguration(t *testing.T) {
 	serve := func(rate string) string {
 		env := map[string]string{"DATABASE_URL": b.url, "TEMPORAL_ADDRESS": temporalAddr,
 			"KEYED_API_RATE_LIMIT": rate, "KEYED_API_RATE_BURST": "2"}
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		cfg, err := config.Load(config.Starter, fs, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		l := config.NewLoader(config.Starter, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		l.Command("serve")
+		cfg, err := l.Load()
 		require.NoError(t, err)
 		var srv *api.Server
 		app := fx.New(fxapp.Starter(cfg, b.logger, fx.Supply(fxapp.APIConfig{Addr: "127.0.0.1:0", Keys: keys}),

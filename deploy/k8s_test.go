@@ -432,7 +432,11 @@ func TestManifestConfigurationLoads(t *testing.T) {
 			if filepath.Base(c.Command[0]) == "worker" {
 				role = config.Worker
 			}
-			_, err := config.NewLoader(role, fxapptest.Lookup(env)).Load()
+			l := config.NewLoader(role, fxapptest.Lookup(env))
+			if role == config.Starter && len(c.Args) > 0 {
+				l.Command(c.Args[0]) // its own settings too: serve's API, reconcile's Stripe key
+			}
+			_, err := l.Load()
 			require.NoError(t, err, "%s %s", dir, p.name)
 		}
 	}

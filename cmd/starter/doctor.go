@@ -46,7 +46,6 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 	metricsURL := f.String("metrics-url", "", "a worker's /metrics `URL`, read for keyed_effect_duplicates_suppressed_total")
 	days := f.Int("days", 7, "how many `days` back to read effect records and runs")
 	checks := f.String("checks", "", "comma-separated `checks` to run (default all): "+strings.Join(doctor.AllChecks, ","))
-	tuning := workerTuning(f)
 	reconcileEvery := f.Duration("reconcile-every", 25*time.Hour, "how often reconciliation must succeed")
 	f.check(func() {
 		if *days < 1 {
@@ -63,7 +62,7 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	wcfg := *cfg
-	wcfg.Role, wcfg.Worker = config.Worker, *tuning
+	wcfg.Role = config.Worker // the worker settings doctor judges were read for it (config.InDoctor)
 	opts := fxapp.DoctorOpts(&wcfg, nil)
 	opts.Checks, opts.RulesFile, opts.MetricsURL = splitChecks(*checks), *rules, *metricsURL
 	opts.Window, opts.ReconcileEvery = time.Duration(*days)*24*time.Hour, *reconcileEvery
@@ -90,36 +89,6 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}, &pool, &tc)
-}
-
-// workerTuning adds the flags of the worker settings doctor judges, with
-// their defaults from the environment the worker reads.
-func workerTuning(f *flags) *config.WorkerTuning {
-	t := &config.WorkerTuning{}
-	envDur := func(name string, def time.Duration) time.Duration {
-		v, ok := f.e.lookup(name)
-		if !ok || strings.TrimSpace(v) == "" {
-			return def
-		}
-		d, err := time.ParseDuration(strings.TrimSpace(v))
-		if err != nil {
-			f.loader.Problem(name, "%q is not a duration such as 720h", v)
-			return def
-		}
-		return d
-	}
-	slots := config.DefaultMaxActivities
-	if v, ok := f.e.lookup("WORKER_MAX_ACTIVITIES"); ok && strings.TrimSpace(v) != "" {
-		if _, err := fmt.Sscan(strings.TrimSpace(v), &slots); err != nil {
-			f.loader.Problem("WORKER_MAX_ACTIVITIES", "%q is not a whole number", v)
-		}
-	}
-	f.DurationVar(&t.EffectsRetention, "effects-retention", envDur("EFFECTS_RETENTION", config.DefaultEffectsRetention),
-		"the workers' effect record retention (env EFFECTS_RETENTION)")
-	f.DurationVar(&t.DecisionTimeout, "decision-timeout", envDur("DECISION_TIMEOUT", config.DefaultDecisionTimeout),
-		"the workers' wait for an operator's decision (env DECISION_TIMEOUT)")
-	f.IntVar(&t.MaxConcurrentActivities, "max-activities", slots, "the workers' activity slots (env WORKER_MAX_ACTIVITIES)")
-	return t
 }
 
 // splitChecks splits a --checks value; empty means nil (every check).

@@ -204,7 +204,7 @@ func TestServeConfigurationIsOneMessage(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "invalid starter configuration (4 problems)"), errOut)
 	for _, want := range []string{
 		`KEYED_API_ADDR (--addr): "localhost:99999": port "99999" is not a number from 0 to 65535`,
-		`KEYED_SERVE_RELAY: "perhaps" is not true or false`,
+		`KEYED_SERVE_RELAY (--relay): "perhaps" is not true or false`,
 		"KEYED_API_KEYS: bad API key configuration: entry 2: want tenant=key",
 		"TEMPORAL_ADDRESS (--temporal-address)",
 	} {
@@ -283,7 +283,7 @@ func TestReconcileConfigurationIsOneMessage(t *testing.T) {
 	require.Empty(t, out)
 	require.Contains(t, errOut, "invalid starter configuration (3 problems)")
 	require.Contains(t, errOut, "STRIPE_SECRET_KEY: must start with sk_ or rk_")
-	require.Contains(t, errOut, `STRIPE_API_BASE: "ftp://x" carries credentials`)
+	require.Contains(t, errOut, `STRIPE_API_BASE (--stripe-api-base): "ftp://x" carries credentials`)
 	require.Contains(t, errOut, "LOG_LEVEL (--log-level)")
 	require.NotContains(t, errOut, "s3cr3t")
 	require.NotContains(t, errOut, "pk_live_abc")

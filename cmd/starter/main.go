@@ -38,7 +38,6 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
-	"github.com/keyedhq/keyed/orders"
 )
 
 func main() {
@@ -88,19 +87,10 @@ Commands:
 %s
 Run 'starter COMMAND -h' for a command's flags.
 
-Environment (flags override the non-secret ones):
-  DATABASE_URL          Postgres connection string; add search_path=SCHEMA to use a schema
-                        (default %q)
-  TEMPORAL_ADDRESS      Temporal frontend host:port (default %q)
-  TEMPORAL_NAMESPACE    Temporal namespace (default %q)
-  TEMPORAL_TASK_QUEUE   task queue of the order workflow (default %q)
-  TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH,
-  TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE
-                        TLS, mTLS and API key for a Temporal cluster or Temporal Cloud (see deploy/README.md)
-  OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
-                        OpenTelemetry tracing over OTLP/HTTP, off unless set (see deploy/README.md)
-  LOG_LEVEL             debug, info, warn or error (default "warn")
-
+Environment (flags override the non-secret ones; see docs/configuration.md):
+%s
+Some commands read more (see 'starter COMMAND -h'):
+%s
 'make demo KEEP=1' writes these for its servers to .demo/env: run 'source .demo/env' first.
 
 Exit status: 0 on success, 1 when the command failed, 2 for bad input, 3 when
@@ -109,11 +99,27 @@ and 4 when one failed.
 `
 
 func printTopUsage(w io.Writer) {
-	var b strings.Builder
+	var cmds, env, more strings.Builder
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(&cmds, "  %-9s %s\n", c.name, c.summary)
+		if names := commandSettings(c.name); len(names) > 0 {
+			fmt.Fprintf(&more, "  %-9s %s\n", c.name, strings.Join(names, ", "))
+		}
 	}
-	fmt.Fprintf(w, topUsage, b.String(), config.DefaultDatabaseURL, config.DefaultTemporalAddress, config.DefaultTemporalNamespace, orders.TaskQueue)
+	config.Usage(&env, config.Starter, config.InStarter)
+	fmt.Fprintf(w, topUsage, cmds.String(), env.String(), more.String())
+}
+
+// commandSettings lists the variables the command name reads beyond the
+// shared ones.
+func commandSettings(name string) []string {
+	var names []string
+	for _, s := range config.Settings {
+		if s.For&config.CommandUses(name) != 0 && s.For&config.InStarter == 0 {
+			names = append(names, s.Env)
+		}
+	}
+	return names
 }
 
 // run is main without the process: it returns the exit code.
@@ -187,12 +193,17 @@ func newFlags(e *env, name, synopsis, description string, omit ...config.FlagGro
 	// reports errors once and prints the usage only for -h.
 	fs.SetOutput(io.Discard)
 	l := config.NewLoader(config.Starter, e.lookup)
+	l.Command(name)
 	l.Omit(omit...)
 	f := &flags{FlagSet: fs, loader: l, e: e}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, "Usage: starter %s %s\n\n%s\n\nFlags:\n", name, synopsis, description)
 		config.PrintFlags(e.stdout, fs)
-		fmt.Fprintf(e.stdout, "\nSee 'starter help' for the environment variables.\n")
+		if own := config.CommandUses(name); own != 0 {
+			fmt.Fprintf(e.stdout, "\nEnvironment of %s, besides the shared settings:\n", name)
+			config.Usage(e.stdout, config.Starter, own)
+		}
+		fmt.Fprintf(e.stdout, "\nSee 'starter help' for the shared environment variables.\n")
 	}
 	return f
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	stripeclient "github.com/stripe/stripe-go/v76/client"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
@@ -42,7 +41,7 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 			"--since 25h: the overlap with the previous run is harmless and catches what straddles the boundary.\n"+
 			"\n"+
 			"Besides DATABASE_URL it needs STRIPE_SECRET_KEY, from the environment only (a restricted key that\n"+
-			"can read PaymentIntents and Refunds is enough), and optionally STRIPE_API_BASE (default "+activities.DefaultStripeAPIBase+").\n"+
+			"can read PaymentIntents and Refunds is enough).\n"+
 			"\n"+
 			"Exit status: 0 when keyed and Stripe agree, 3 when there are findings, 1 when Postgres or Stripe\n"+
 			"failed, 2 for bad input.",
@@ -50,11 +49,14 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 	since := f.String("since", "24h", "start of the window: a `duration` before now, such as 25h, or an RFC 3339 time")
 	until := f.String("until", "now", "end of the window, exclusive: now, a `duration` before now, or an RFC 3339 time")
 	asJSON := f.Bool("json", false, "print the report as JSON")
-	var sc *stripeclient.API
-	f.check(func() { sc = stripeFromEnv(f.loader, e.lookup) })
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
+	}
+	// Load checked the key and the base URL, all the client checks.
+	sc, err := activities.NewStripeClient(string(cfg.Stripe.SecretKey), cfg.Stripe.APIBase, nil)
+	if err != nil {
+		return usagef("STRIPE_API_BASE: %v", err)
 	}
 	now := time.Now().UTC()
 	var w reconcile.Window
@@ -114,43 +116,6 @@ func parseWhen(name, s string, now time.Time) (time.Time, error) {
 		return t.UTC(), nil
 	}
 	return time.Time{}, usagef("invalid --%s: %q is not now, a duration such as 25h, or an RFC 3339 time such as 2026-03-01T00:00:00Z", name, s)
-}
-
-// stripeFromEnv builds the Stripe client from STRIPE_SECRET_KEY and
-// STRIPE_API_BASE, reporting each problem to l so that it comes with the
-// others. The starter's configuration holds no Stripe key, and a secret
-// never comes from a flag. Problems never contain the key or the URL's
-// credentials. It returns nil when there was a problem.
-func stripeFromEnv(l *config.Loader, lookup func(string) (string, bool)) *stripeclient.API {
-	key, _ := lookup("STRIPE_SECRET_KEY")
-	key = strings.TrimSpace(key)
-	ok := true
-	switch {
-	case key == "":
-		l.Problem("STRIPE_SECRET_KEY", "required (a Stripe secret key sk_… or a restricted key rk_… that can read PaymentIntents)")
-		ok = false
-	case !strings.HasPrefix(key, "sk_") && !strings.HasPrefix(key, "rk_"):
-		l.Problem("STRIPE_SECRET_KEY", "must start with sk_ or rk_ (is it a publishable pk_ key?)")
-		ok = false
-	}
-	base, _ := lookup("STRIPE_API_BASE")
-	base = strings.TrimSpace(base)
-	if base == "" {
-		base = activities.DefaultStripeAPIBase
-	}
-	if err := config.CheckBaseURL(base); err != nil {
-		l.Problem("STRIPE_API_BASE", "%v", err)
-		return nil
-	}
-	if !ok {
-		return nil
-	}
-	sc, err := activities.NewStripeClient(key, base, nil)
-	if err != nil {
-		l.Problem("STRIPE_API_BASE", "%q is not a usable Stripe API base", base)
-		return nil
-	}
-	return sc
 }
 
 // printReport prints the report as a summary and one row per finding.

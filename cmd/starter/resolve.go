@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,7 +80,7 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		if err != nil || decided != nil {
 			return printDecision(e, decided, err, *asJSON)
 		}
-		rec, err := resolveRecord(ctx, e, pool, fxc, store, k, d)
+		rec, err := resolveRecord(ctx, cfg, pool, fxc, store, k, d)
 		if err != nil {
 			return migrationHint(ctx, pool, cfg, err)
 		}
@@ -204,12 +205,12 @@ func failureMessage(err error) string {
 
 // resolveRecord applies d to k's record when no run waits for it, with a
 // pipeline.Decider over both pipelines' checks (asking Stripe and SendGrid
-// when their keys are in the environment), and returns the record after
+// when their keys are configured), and returns the record after
 // it. A refused decision, a record that cannot be resolved and a missing
 // one are usage errors.
-func resolveRecord(ctx context.Context, e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store,
+func resolveRecord(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store,
 	k effects.Key, d pipeline.Decision) (*effects.Record, error) {
-	decider, err := newDecider(e, pool, fxc, store)
+	decider, err := newDecider(cfg, pool, fxc, store)
 	if err != nil {
 		return nil, err
 	}
@@ -235,24 +236,19 @@ const lookupOnlyFrom = "keyed-resolve@localhost.invalid"
 // checks, with a Stripe client when STRIPE_SECRET_KEY is set and a
 // SendGrid client when SENDGRID_API_KEY is: without one, the checks that
 // need it find the provider unverifiable, naming the missing setting.
-func newDecider(e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store) (*pipeline.Decider, error) {
+func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store) (*pipeline.Decider, error) {
 	var sc *stripeclient.API
-	if key, _ := e.lookup("STRIPE_SECRET_KEY"); strings.TrimSpace(key) != "" {
-		base, _ := e.lookup("STRIPE_API_BASE")
+	if key := string(cfg.Stripe.SecretKey); key != "" {
 		var err error
-		if sc, err = activities.NewStripeClient(strings.TrimSpace(key), strings.TrimSpace(base), nil); err != nil {
+		if sc, err = activities.NewStripeClient(key, cfg.Stripe.APIBase, nil); err != nil {
 			return nil, usagef("STRIPE_SECRET_KEY, STRIPE_API_BASE: %v", err)
 		}
 	}
 	var sender *notify.Sender
-	if key, _ := e.lookup("SENDGRID_API_KEY"); strings.TrimSpace(key) != "" {
-		base, _ := e.lookup("SENDGRID_API_BASE")
-		from, _ := e.lookup("RECEIPT_FROM")
-		if strings.TrimSpace(from) == "" {
-			from = lookupOnlyFrom
-		}
+	if key := string(cfg.SendGrid.APIKey); key != "" {
+		from := cmp.Or(cfg.Receipt.From, lookupOnlyFrom)
 		var err error
-		sender, err = notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: strings.TrimSpace(key), BaseURL: strings.TrimSpace(base), From: from})
+		sender, err = notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: key, BaseURL: cfg.SendGrid.APIBase, From: from})
 		if err != nil {
 			return nil, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
 		}

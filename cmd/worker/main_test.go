@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
@@ -47,27 +49,39 @@ func TestMissingConfigurationIsOneMessage(t *testing.T) {
 func TestTooSmallPoolExitsTwo(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	code := run(nil, fxapptest.Lookup(map[string]string{
-		"DATABASE_URL":         "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1",
-		"TEMPORAL_ADDRESS":     "127.0.0.1:1",
-		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "none.toml"),
-		"STRIPE_SECRET_KEY":    "sk_test_pool",
-		"SENDGRID_API_KEY":     "SG.pool",
-		"RECEIPT_FROM":         "receipts@keyed.test",
-		"METRICS_ADDR":         "127.0.0.1:0",
-	}), &stdout, &stderr)
+	env := fxapptest.Required(config.InWorker)
+	env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1"
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
+	env["METRICS_ADDR"] = "127.0.0.1:0"
+	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
 	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
 	require.Contains(t, stdout.String(), "pool_max_conns=1 is below the 4 connections the worker needs")
 }
 
+// TestHelpListsTheEnvironment checks -h against the settings table: every
+// variable the worker reads, and every flag of them.
 func TestHelpListsTheEnvironment(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run([]string{"-h"}, fxapptest.Lookup(nil), &stdout, &stderr))
-	for _, v := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE", "STRIPE_SECRET_KEY",
-		"STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_BASE", "RECEIPT_FROM", "METRICS_ADDR", "-stop-timeout"} {
-		require.Contains(t, stderr.String(), v)
+	env, flags, _ := strings.Cut(stderr.String(), "\nFlags:\n")
+	listed := regexp.MustCompile(`(?m)^  --([a-z-]+)`).FindAllStringSubmatch(flags, -1)
+	var want []string
+	for _, s := range config.Settings {
+		if s.For&config.InWorker == 0 {
+			continue
+		}
+		require.Regexp(t, `(?m)^  `+regexp.QuoteMeta(s.Env)+`( |$)`, env)
+		if s.Flag != "" {
+			want = append(want, s.Flag)
+		}
 	}
+	var got []string
+	for _, m := range listed {
+		got = append(got, m[1])
+	}
+	require.ElementsMatch(t, want, got, "the worker's flags are its settings'")
 }
 
 // TestSIGTERMDrainsAnInFlightActivity runs the worker binary, sends it

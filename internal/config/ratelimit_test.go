@@ -8,22 +8,30 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 )
 
-// The API's per-tenant rate limit: on by default for the starter, set by
+// serve loads the configuration of starter serve.
+func serve(t *testing.T, m map[string]string) (*config.Config, error) {
+	t.Helper()
+	l := config.NewLoader(config.Starter, env(m))
+	l.Command("serve")
+	return l.Load()
+}
+
+// The API's per-tenant rate limit: on by default for starter serve, set by
 // KEYED_API_RATE_LIMIT and KEYED_API_RATE_BURST, off with a rate of 0, and
 // refused, with every other problem, when it is not a rate.
 func TestAPIRateLimit(t *testing.T) {
 	t.Parallel()
-	cfg, err := load(t, config.Starter, nil)
+	cfg, err := serve(t, nil)
 	require.NoError(t, err)
-	require.Equal(t, config.RateLimit{Rate: config.DefaultAPIRateLimit, Burst: config.DefaultAPIRateBurst}, cfg.RateLimit)
+	require.Equal(t, config.RateLimit{Rate: config.DefaultAPIRateLimit, Burst: config.DefaultAPIRateBurst}, cfg.API.RateLimit)
 
-	cfg, err = load(t, config.Starter, map[string]string{"KEYED_API_RATE_LIMIT": " 2.5 ", "KEYED_API_RATE_BURST": "5"})
+	cfg, err = serve(t, map[string]string{"KEYED_API_RATE_LIMIT": " 2.5 ", "KEYED_API_RATE_BURST": "5"})
 	require.NoError(t, err)
-	require.Equal(t, config.RateLimit{Rate: 2.5, Burst: 5}, cfg.RateLimit)
+	require.Equal(t, config.RateLimit{Rate: 2.5, Burst: 5}, cfg.API.RateLimit)
 
-	cfg, err = load(t, config.Starter, map[string]string{"KEYED_API_RATE_LIMIT": "0", "KEYED_API_RATE_BURST": "0"})
+	cfg, err = serve(t, map[string]string{"KEYED_API_RATE_LIMIT": "0", "KEYED_API_RATE_BURST": "0"})
 	require.NoError(t, err, "0 turns the limit off, whatever the burst")
-	require.Zero(t, cfg.RateLimit.Rate)
+	require.Zero(t, cfg.API.RateLimit.Rate)
 
 	for v, msg := range map[string]string{
 		"fast":  `KEYED_API_RATE_LIMIT: "fast" is not a number`,
@@ -32,16 +40,16 @@ func TestAPIRateLimit(t *testing.T) {
 		"+Inf":  "KEYED_API_RATE_LIMIT: +Inf must be",
 		"1e999": `KEYED_API_RATE_LIMIT: "1e999" is not a number`,
 	} {
-		_, err := load(t, config.Starter, map[string]string{"KEYED_API_RATE_LIMIT": v, "LOG_LEVEL": "loud"})
+		_, err := serve(t, map[string]string{"KEYED_API_RATE_LIMIT": v, "LOG_LEVEL": "loud"})
 		require.ErrorContains(t, err, msg, v)
 		require.ErrorContains(t, err, "LOG_LEVEL", "reported with the other problems")
 	}
-	_, err = load(t, config.Starter, map[string]string{"KEYED_API_RATE_BURST": "0"})
+	_, err = serve(t, map[string]string{"KEYED_API_RATE_BURST": "0"})
 	require.ErrorContains(t, err, "KEYED_API_RATE_BURST: 0 must be at least 1 while KEYED_API_RATE_LIMIT is on")
-	_, err = load(t, config.Starter, map[string]string{"KEYED_API_RATE_BURST": "lots"})
+	_, err = serve(t, map[string]string{"KEYED_API_RATE_BURST": "lots"})
 	require.ErrorContains(t, err, `KEYED_API_RATE_BURST: "lots" is not a whole number`)
 
 	cfg, err = load(t, config.Worker, workerEnv())
 	require.NoError(t, err)
-	require.Zero(t, cfg.RateLimit, "the worker serves no API")
+	require.Zero(t, cfg.API, "the worker serves no API")
 }

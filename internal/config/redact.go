@@ -3,7 +3,9 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -36,31 +38,46 @@ func redactKey(key string) string {
 	return "(redacted)"
 }
 
-// LogValue implements slog.LogValuer: the configuration with its secrets
-// redacted.
+// LogValue implements slog.LogValuer: the role, then each setting the
+// program read that fills a field, named by its variable in lower case,
+// secrets redacted, then the Temporal connection's security.
 func (c Config) LogValue() slog.Value {
-	attrs := []slog.Attr{
-		slog.String("role", c.Role.String()),
-		slog.String("database", c.Database.Redacted()),
-		slog.Bool("migrate_on_start", c.Database.Migrate),
+	uses := c.uses
+	if uses == 0 {
+		uses = c.Role.uses()
 	}
-	attrs = append(attrs, c.Temporal.logAttrs()...)
-	attrs = append(attrs, slog.String("log_level", c.LogLevel.String()))
-	if c.Role == Worker {
-		attrs = append(attrs,
-			slog.String("stripe_secret_key", redactKey(c.Stripe.SecretKey)),
-			slog.String("stripe_api_base", c.Stripe.APIBase),
-			slog.String("sendgrid_api_key", redactKey(c.SendGrid.APIKey)),
-			slog.String("sendgrid_api_base", c.SendGrid.APIBase),
-			slog.String("receipt_from", c.Receipt.From),
-			slog.String("receipt_policy", c.Receipt.Policy),
-			slog.Duration("collapse_window", c.Receipt.CollapseWindow),
-			slog.String("metrics_addr", c.Metrics.Addr),
-			slog.Duration("stop_timeout", c.Worker.StopTimeout),
-			slog.Int("max_activities", c.Worker.MaxConcurrentActivities),
-		)
+	attrs := []slog.Attr{slog.String("role", c.Role.String())}
+	temporal := false
+	for i := range Settings {
+		s := &Settings[i]
+		if s.Field == "" || s.For&uses == 0 || c.omit[s.Group] {
+			continue
+		}
+		attrs = append(attrs, s.logAttr(s.field(&c)))
+		temporal = temporal || s.Group == TemporalFlags
+	}
+	if temporal {
+		attrs = append(attrs, c.Temporal.connAttrs()...)
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// logAttr returns f, the field of s, for the log.
+func (s *Setting) logAttr(f reflect.Value) slog.Attr {
+	key := strings.ToLower(s.Env)
+	switch v := f.Interface().(type) {
+	case string:
+		if s.Redact != nil {
+			return slog.String(key, s.Redact(v))
+		}
+		return slog.String(key, v)
+	case time.Duration:
+		return slog.Duration(key, v)
+	case slog.Level:
+		return slog.String(key, v.String())
+	default:
+		return slog.Any(key, v)
+	}
 }
 
 // String returns the configuration with its secrets redacted, one
@@ -71,7 +88,7 @@ func (c Config) String() string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "%s=%s", a.Key, a.Value)
+		fmt.Fprintf(&b, "%s=%s", a.Key, a.Value.Resolve())
 	}
 	return b.String()
 }
@@ -84,12 +101,5 @@ func (d Database) String() string {
 	return fmt.Sprintf("{url=%s migrate=%t}", d.Redacted(), d.Migrate)
 }
 
-// String returns the Stripe settings with the key redacted.
-func (s Stripe) String() string {
-	return fmt.Sprintf("{secret_key=%s api_base=%s}", redactKey(s.SecretKey), s.APIBase)
-}
-
-// String returns the SendGrid settings with the key redacted.
-func (s SendGrid) String() string {
-	return fmt.Sprintf("{api_key=%s api_base=%s}", redactKey(s.APIKey), s.APIBase)
-}
+// GoString is String, so that %#v cannot print the password either.
+func (d Database) GoString() string { return "config.Database" + d.String() }

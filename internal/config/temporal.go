@@ -78,12 +78,16 @@ func (t Temporal) String() string {
 func (t Temporal) GoString() string { return "config.Temporal{" + t.String() + "}" }
 
 func (t Temporal) logAttrs() []slog.Attr {
-	attrs := []slog.Attr{
+	return append([]slog.Attr{
 		slog.String("temporal_address", t.Address),
 		slog.String("temporal_namespace", t.Namespace),
 		slog.String("task_queue", t.TaskQueue),
-		slog.String("temporal_tls", t.TLS()),
-	}
+	}, t.connAttrs()...)
+}
+
+// connAttrs describes the connection's security, secrets redacted.
+func (t Temporal) connAttrs() []slog.Attr {
+	attrs := []slog.Attr{slog.String("temporal_tls", t.TLS())}
 	if c := t.conn.TLS; c != nil && !c.Disabled {
 		if c.ServerName != "" {
 			attrs = append(attrs, slog.String("temporal_tls_server_name", c.ServerName))
@@ -102,7 +106,8 @@ func (t Temporal) logAttrs() []slog.Attr {
 }
 
 // loadTemporal reads the Temporal connection: the config file's profile
-// under the TEMPORAL_* variables, then the defaults.
+// under the TEMPORAL_* variables. The table's defaults fill what neither
+// sets.
 func (l *Loader) loadTemporal() {
 	t := &l.cfg.Temporal
 	env := envLookup(l.lookup)
@@ -115,14 +120,7 @@ func (l *Loader) loadTemporal() {
 		_ = prof.ApplyEnvVars(env) // never fails
 	}
 	t.conn = prof
-	t.Address = prof.Address
-	if t.Address == "" {
-		t.Address = DefaultTemporalAddress
-	}
-	t.Namespace = prof.Namespace
-	if t.Namespace == "" {
-		t.Namespace = DefaultTemporalNamespace
-	}
+	t.Address, t.Namespace = prof.Address, prof.Namespace
 }
 
 // temporalFileProblem reports a config file that cannot be read or parsed,

@@ -20,7 +20,7 @@ import (
 type APIConfig struct {
 	// Addr is the listen address, host:port; port 0 picks a free one.
 	Addr string
-	// Keys maps bearer API keys to tenants (api.KeysFromEnv).
+	// Keys maps bearer API keys to tenants (api.KeysFrom).
 	Keys *api.Keys
 	// ServeMetrics mounts the app's prometheus.Gatherer at /metrics on the
 	// API's port, for an app with no MetricsModule serving it elsewhere.

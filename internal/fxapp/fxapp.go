@@ -97,7 +97,7 @@ type configParts struct {
 func splitConfig(c *config.Config) configParts {
 	return configParts{
 		Database: c.Database, Temporal: c.Temporal, Stripe: c.Stripe, SendGrid: c.SendGrid,
-		Receipt: c.Receipt, Metrics: c.Metrics, Worker: c.Worker, RateLimit: c.RateLimit,
+		Receipt: c.Receipt, Metrics: c.Metrics, Worker: c.Worker, RateLimit: c.API.RateLimit,
 	}
 }
 

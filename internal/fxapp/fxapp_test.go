@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 )
@@ -29,12 +30,9 @@ func loadConfig(t *testing.T, role config.Role, env map[string]string) *config.C
 }
 
 func workerEnv() map[string]string {
-	return map[string]string{
-		"STRIPE_SECRET_KEY": "sk_test_graph",
-		"SENDGRID_API_KEY":  "SG.graph",
-		"RECEIPT_FROM":      "receipts@keyed.test",
-		"METRICS_ADDR":      "127.0.0.1:0",
-	}
+	env := fxapptest.Required(config.InWorker)
+	env["METRICS_ADDR"] = "127.0.0.1:0"
+	return env
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

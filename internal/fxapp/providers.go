@@ -36,7 +36,7 @@ type stripeIn struct {
 }
 
 func newStripe(in stripeIn) (*stripeclient.API, error) {
-	return activities.NewStripeClient(in.Config.SecretKey, in.Config.APIBase,
+	return activities.NewStripeClient(string(in.Config.SecretKey), in.Config.APIBase,
 		tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer))
 }
 
@@ -55,7 +55,7 @@ func newSender(in senderIn) (*notify.Sender, error) {
 	lc, fxc, pool, sg, rc := in.Lifecycle, in.Effects, in.Pool, in.SendGrid, in.Receipt
 	logger := in.Logger.With("component", "notify")
 	s, err := notify.NewSender(fxc, pool, &notify.SenderOpts{
-		APIKey:         sg.APIKey,
+		APIKey:         string(sg.APIKey),
 		BaseURL:        sg.APIBase,
 		From:           rc.From,
 		CollapseWindow: rc.CollapseWindow,

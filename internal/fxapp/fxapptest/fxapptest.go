@@ -121,6 +121,13 @@ func Prepare(t testing.TB, opts *Opts) *Deps {
 		// point the test at another cluster.
 		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "no-temporal.toml"),
 	}
+	// A setting the worker requires that this helper does not set (a new
+	// provider's key) gets its row's example, so adding one breaks no test.
+	for k, v := range Required(config.InWorker) {
+		if _, ok := d.Env[k]; !ok {
+			d.Env[k] = v
+		}
+	}
 	for k, v := range opts.Env {
 		d.Env[k] = v
 	}
@@ -180,6 +187,18 @@ func (w *Worker) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.App.StopTimeout())
 	defer cancel()
 	return w.App.Stop(ctx)
+}
+
+// Required returns the settings the programs in u require, each set to
+// its row's example (config.Setting.Example).
+func Required(u config.Uses) map[string]string {
+	m := map[string]string{}
+	for _, s := range config.Settings {
+		if s.Required&u != 0 {
+			m[s.Env] = s.Example
+		}
+	}
+	return m
 }
 
 // Lookup returns an os.LookupEnv over env.
