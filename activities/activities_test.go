@@ -2,20 +2,15 @@ package activities_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
@@ -34,6 +29,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 const (
@@ -113,7 +109,7 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	b.env = suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(b.env, append(b.acts.Definitions(), activities.DemoDefinitions(b.acts)...)...))
+	require.NoError(t, step.Register(b.env, append(b.acts.Definitions(), activities.DemoDefinitions(b.acts)...)...))
 	return b
 }
 
@@ -239,7 +235,7 @@ func TestChargeTwiceChargesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, effects.StateSucceeded, rec.State)
 	require.Equal(t, testWorkflowID+"/charge", rec.Owner)
-	require.Equal(t, activities.Fingerprint("1250", "eur", "pm_card_visa"), rec.Fingerprint)
+	require.Equal(t, step.Fingerprint("1250", "eur", "pm_card_visa"), rec.Fingerprint)
 }
 
 func TestMarkPaidTwiceWritesOnce(t *testing.T) {
@@ -276,7 +272,7 @@ func TestMarkPaidNeedsACharge(t *testing.T) {
 	b := setup(t)
 	in := b.order(t, "9f3a", "pm_card_visa")
 	_, err := b.markPaid(t, in)
-	app := requireTerminal(t, err, activities.ErrTypeInvalidState)
+	app := requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, app.Error(), "no charge recorded")
 	o, err := b.store.Get(context.Background(), "acme", "9f3a")
 	require.NoError(t, err)
@@ -300,7 +296,7 @@ func TestMarkFailedTwiceWritesOnce(t *testing.T) {
 	b := setup(t)
 	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
 	_, err := b.charge(t, in)
-	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	requireTerminal(t, err, step.ErrTypeCardDeclined)
 
 	var results []orders.MarkFailedResult
 	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
@@ -337,7 +333,7 @@ func TestMarkFailedNeedsATerminallyFailedCharge(t *testing.T) {
 		"charge may have happened": {func(t *testing.T, b *bundle, in orders.OrderInput) {
 			claim, err := b.claims.Claim(context.Background(), effects.ClaimParams{Key: effects.MustKey("acme", "order", "9f3a", "charge"), Owner: "x/charge"})
 			require.NoError(t, err)
-			require.NoError(t, b.claims.Fail(context.Background(), claim, &activities.Error{Type: activities.ErrTypeKeyReused, Message: "other amount"}))
+			require.NoError(t, b.claims.Fail(context.Background(), claim, &step.Error{Type: step.ErrTypeKeyReused, Message: "other amount"}))
 		}, "may have happened"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -346,7 +342,7 @@ func TestMarkFailedNeedsATerminallyFailedCharge(t *testing.T) {
 			in := b.order(t, "9f3a", "pm_card_visa")
 			tc.prepare(t, b, in)
 			_, err := b.markFailed(t, in)
-			app := requireTerminal(t, err, activities.ErrTypeInvalidState)
+			app := requireTerminal(t, err, step.ErrTypeInvalidState)
 			require.Contains(t, app.Error(), tc.want)
 			o, err := b.store.Get(context.Background(), "acme", "9f3a")
 			require.NoError(t, err)
@@ -363,11 +359,11 @@ func TestMarkFailedRefusesAPaidOrder(t *testing.T) {
 	b := setup(t)
 	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
 	_, err := b.charge(t, in)
-	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	requireTerminal(t, err, step.ErrTypeCardDeclined)
 	_, err = b.pool.Exec(context.Background(), `UPDATE orders SET status = 'paid'`)
 	require.NoError(t, err)
 	_, err = b.markFailed(t, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	o, err := b.store.Get(context.Background(), "acme", "9f3a")
 	require.NoError(t, err)
 	require.Equal(t, orders.StatusPaid, o.Status)
@@ -408,7 +404,7 @@ func TestSendReceiptNeedsAPaidOrder(t *testing.T) {
 	b := setup(t)
 	in := b.order(t, "9f3a", "pm_card_visa")
 	_, err := b.receipt(t, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Zero(t, b.sendgrid.Requests())
 }
 
@@ -423,7 +419,7 @@ func TestSendReceiptTransientThenSent(t *testing.T) {
 
 	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultRateLimit})
 	_, err = b.receipt(t, in)
-	requireRetryable(t, err, activities.ErrTypeTransient)
+	requireRetryable(t, err, step.ErrTypeTransient)
 	_, err = b.receipt(t, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.sendgrid.Count())
@@ -442,7 +438,7 @@ func TestSendReceiptLostResponseIsSettledFromSendGrid(t *testing.T) {
 	// a verdict, so the attempt is retried, and the retry finds the message.
 	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	_, err = b.receipt(t, in)
-	requireRetryable(t, err, activities.ErrTypeTransient)
+	requireRetryable(t, err, step.ErrTypeTransient)
 	res, err := b.receipt(t, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.sendgrid.Count())
@@ -462,7 +458,7 @@ func TestChargeDroppedResponseThenRetryChargesOnce(t *testing.T) {
 			b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse})
 
 			_, err := b.charge(t, in)
-			requireRetryable(t, err, activities.ErrTypeTransient)
+			requireRetryable(t, err, step.ErrTypeTransient)
 			require.Equal(t, 1, b.stripe.Charges(), "Stripe charged; we never heard")
 
 			res, err := b.charge(t, in)
@@ -484,7 +480,7 @@ func TestChargeServerErrorsAreTransient(t *testing.T) {
 			b.stripe.Inject(fakestripe.Fault{Kind: kind})
 
 			_, err := b.charge(t, in)
-			requireRetryable(t, err, activities.ErrTypeTransient)
+			requireRetryable(t, err, step.ErrTypeTransient)
 			require.Equal(t, 1, b.stripe.Requests(), "stripe-go must not retry by itself")
 			require.Zero(t, b.stripe.Charges())
 
@@ -508,7 +504,7 @@ func TestChargeDeclineIsTerminal(t *testing.T) {
 		return err
 	})
 	for _, err := range errs {
-		app := requireTerminal(t, err, activities.ErrTypeCardDeclined)
+		app := requireTerminal(t, err, step.ErrTypeCardDeclined)
 		require.Contains(t, app.Error(), "card_declined")
 		require.NotContains(t, app.Error(), "secret", "no Stripe payload in the error")
 	}
@@ -540,7 +536,7 @@ func (b *bundle) leaveClaim(t *testing.T, in orders.OrderInput, owner string, le
 	k, err := in.EffectKey(orders.StepCharge)
 	require.NoError(t, err)
 	_, err = b.claims.Claim(context.Background(), effects.ClaimParams{Key: k, Owner: owner, Lease: lease,
-		Fingerprint: activities.Fingerprint("1250", "eur", "pm_card_visa")})
+		Fingerprint: step.Fingerprint("1250", "eur", "pm_card_visa")})
 	require.NoError(t, err)
 }
 
@@ -595,7 +591,7 @@ func TestChargeLiveClaimElsewhereIsInProgress(t *testing.T) {
 	in := b.order(t, "9f3a", "pm_card_visa")
 	b.leaveClaim(t, in, "someone-else/charge", time.Hour)
 	_, err := b.charge(t, in)
-	requireRetryable(t, err, activities.ErrTypeInProgress)
+	requireRetryable(t, err, step.ErrTypeInProgress)
 	require.Zero(t, b.stripe.Requests())
 }
 
@@ -633,11 +629,11 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(env, acts.Definitions()...))
+	require.NoError(t, step.Register(env, acts.Definitions()...))
 	in := b.order(t, "9f3a", "pm_card_visa")
 
 	_, err = env.ExecuteActivity(activities.NameCharge, in)
-	app := requireTerminal(t, err, activities.ErrTypePaymentIncomplete)
+	app := requireTerminal(t, err, step.ErrTypePaymentIncomplete)
 	require.Contains(t, app.Error(), "requires_action")
 }
 
@@ -657,17 +653,17 @@ func TestBadInputIsTerminal(t *testing.T) {
 	future.V = 2
 	badTenant := orders.NewOrderInput("ac me", "9f3a")
 
-	for _, step := range []string{activities.NameCharge, activities.NameMarkPaid, activities.NameSendReceipt, activities.NameMarkFailed} {
-		_, err := b.env.ExecuteActivity(step, unknown)
-		app := requireTerminal(t, err, activities.ErrTypeOrderNotFound)
-		require.Contains(t, app.Error(), "acme/nope", step)
+	for _, d := range activities.Declarations() {
+		_, err := b.env.ExecuteActivity(d.Name, unknown)
+		app := requireTerminal(t, err, step.ErrTypeNotFound)
+		require.Contains(t, app.Error(), "acme/nope", d.Name)
 
-		_, err = b.env.ExecuteActivity(step, future)
-		app = requireTerminal(t, err, activities.ErrTypeInvalidInput)
-		require.Contains(t, app.Error(), "v=2", step)
+		_, err = b.env.ExecuteActivity(d.Name, future)
+		app = requireTerminal(t, err, step.ErrTypeInvalidInput)
+		require.Contains(t, app.Error(), "v=2", d.Name)
 
-		_, err = b.env.ExecuteActivity(step, badTenant)
-		requireTerminal(t, err, activities.ErrTypeInvalidInput)
+		_, err = b.env.ExecuteActivity(d.Name, badTenant)
+		requireTerminal(t, err, step.ErrTypeInvalidInput)
 	}
 	require.Zero(t, b.stripe.Requests())
 	require.Zero(t, b.sendgrid.Requests())
@@ -683,7 +679,7 @@ func TestChargeRefusesASettledOrder(t *testing.T) {
 	_, err := b.pool.Exec(context.Background(), `UPDATE orders SET status = 'paid'`)
 	require.NoError(t, err)
 	_, err = b.charge(t, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Zero(t, b.stripe.Charges())
 	require.Equal(t, 1, b.stripe.Requests(), "one search for an earlier charge, no create")
 }
@@ -698,97 +694,8 @@ func TestChargeKeyReused(t *testing.T) {
 	_, err = b.pool.Exec(context.Background(), `UPDATE orders SET amount_minor = 999`)
 	require.NoError(t, err)
 	_, err = b.charge(t, in)
-	requireTerminal(t, err, activities.ErrTypeKeyReused)
+	requireTerminal(t, err, step.ErrTypeKeyReused)
 	require.Equal(t, 1, b.stripe.Charges())
-}
-
-type registry struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (r *registry) RegisterActivity(any) { panic("use RegisterActivityWithOptions") }
-func (r *registry) RegisterActivityWithOptions(_ any, o activity.RegisterOptions) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.names = append(r.names, o.Name)
-}
-func (r *registry) RegisterDynamicActivity(any, activity.DynamicRegisterOptions) {
-	panic("no dynamic activities")
-}
-
-func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
-	t.Parallel()
-	fn := func(context.Context, orders.OrderInput) error { return nil }
-	decl := func(name string, class effects.Class, step string) activities.Declaration {
-		return activities.Declaration{Name: name, Class: class, Step: step}
-	}
-	good := decl("Refund", effects.ClassExternalCreate, "refund").Bind(fn)
-	send := decl("Notify", effects.ClassIrreversibleSend, "notify")
-
-	for name, tc := range map[string]struct {
-		def  activities.Definition
-		want string
-	}{
-		"no class":          {decl("Refund2", "", "refund2").Bind(fn), "effect class"},
-		"unknown class":     {decl("Refund2", "maybe", "refund2").Bind(fn), "effect class"},
-		"no step":           {decl("Refund2", effects.ClassExternalCreate, "").Bind(fn), "Step"},
-		"step not a key":    {decl("Refund2", effects.ClassExternalCreate, "re:fund").Bind(fn), "cannot end an effect key"},
-		"no name":           {decl("", effects.ClassExternalCreate, "refund2").Bind(fn), "Name"},
-		"no fn":             {decl("Refund2", effects.ClassExternalCreate, "refund2").Bind(nil), "function"},
-		"not a fn":          {decl("Refund2", effects.ClassExternalCreate, "refund2").Bind(42), "function"},
-		"step claimed":      {decl("Refund2", effects.ClassExternalCreate, "refund").Bind(fn), `claims step "refund", as "Refund" does`},
-		"send no policy":    {send.Bind(fn), "delivery Policy"},
-		"policy on a write": {activities.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w", Policy: notify.AtMostOnce}.Bind(fn), "not an irreversible send"},
-		"negative timeout": {activities.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w",
-			Options: activities.Options{StartToClose: -time.Second}}.Bind(fn), "negative"},
-	} {
-		r := &registry{}
-		err := activities.Register(r, good, tc.def)
-		require.ErrorContains(t, err, tc.want, name)
-		require.Empty(t, r.names, "%s: nothing registered when one definition is bad", name)
-	}
-
-	r := &registry{}
-	require.ErrorContains(t, activities.Register(r, good, good), "twice")
-	send.Policy = notify.AtLeastOnce
-	require.NoError(t, activities.Register(r, good, send.Bind(fn)))
-	require.Equal(t, []string{"Refund", "Notify"}, r.names)
-
-	var acts *activities.Activities
-	r = &registry{}
-	defs := acts.Definitions()
-	require.NoError(t, activities.Register(r, defs...))
-	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt", "MarkFailed"}, r.names)
-	for i, d := range activities.Declarations() {
-		require.Equal(t, defs[i].Declaration, d)
-	}
-}
-
-// TestActivityOptionsFollowTheClass checks each class's default options and
-// that a declaration's Options override them.
-func TestActivityOptionsFollowTheClass(t *testing.T) {
-	t.Parallel()
-	for _, d := range activities.Declarations() {
-		o := d.ActivityOptions("acme:order:1:" + d.Step)
-		require.Equal(t, d.Step+" · effect acme:order:1:"+d.Step, o.Summary)
-		require.Equal(t, activities.StepScheduleToClose, o.ScheduleToCloseTimeout)
-		require.Equal(t, activities.RetryPolicy(), o.RetryPolicy)
-		switch d.Class {
-		case effects.ClassAbsoluteWrite, effects.ClassRelativeWrite:
-			require.Equal(t, activities.DatabaseStartToClose, o.StartToCloseTimeout, d.Name)
-			require.Zero(t, o.HeartbeatTimeout, d.Name)
-		default:
-			require.Equal(t, activities.ExternalStartToClose, o.StartToCloseTimeout, d.Name)
-			require.Equal(t, activities.HeartbeatTimeout, o.HeartbeatTimeout, d.Name)
-		}
-	}
-	d := activities.DeclCharge.Declaration
-	d.Options = activities.Options{StartToClose: 2 * time.Minute, Heartbeat: -1, ScheduleToClose: time.Hour}
-	o := d.ActivityOptions("k")
-	require.Equal(t, 2*time.Minute, o.StartToCloseTimeout)
-	require.Zero(t, o.HeartbeatTimeout)
-	require.Equal(t, time.Hour, o.ScheduleToCloseTimeout)
 }
 
 func TestNewValidates(t *testing.T) {
@@ -820,59 +727,6 @@ func TestNewStripeClientValidates(t *testing.T) {
 	require.NotNil(t, api.PaymentIntents)
 }
 
-func TestErrorType(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err   error
-		typ   string
-		retry bool
-	}{
-		{errors.New("boom"), activities.ErrTypeTerminal, false},
-		{effects.Transient(errors.New("reset")), activities.ErrTypeTransient, true},
-		{&effects.InProgressError{Key: "k"}, activities.ErrTypeInProgress, true},
-		{effects.ErrLeaseLost, activities.ErrTypeLeaseLost, true},
-		{&effects.KeyReusedError{Key: "k"}, activities.ErrTypeKeyReused, false},
-		{&effects.TerminalError{Code: "card_declined"}, activities.ErrTypeCardDeclined, false},
-		{&effects.TerminalError{Code: "ambiguous"}, activities.ErrTypeAmbiguous, false},
-		{&effects.TerminalError{Code: notify.CodeRejected}, activities.ErrTypeProviderRejected, false},
-		{&effects.TerminalError{Code: "unclassified"}, activities.ErrTypeTerminal, false},
-		{effects.ErrAmbiguous, activities.ErrTypeAmbiguous, false},
-		{orders.ErrNotFound, activities.ErrTypeOrderNotFound, false},
-		{orders.ErrUnsupportedVersion, activities.ErrTypeInvalidInput, false},
-		{orders.ErrBadTransition, activities.ErrTypeInvalidState, false},
-		{notify.ErrInvalidMessage, activities.ErrTypeInvalidInput, false},
-		{&pgconn.PgError{Code: "40001"}, activities.ErrTypeTransient, true},
-		{&pgconn.PgError{Code: "23505"}, activities.ErrTypeTerminal, false},
-		{context.DeadlineExceeded, activities.ErrTypeTransient, true},
-		{fmt.Errorf("mark paid: %w", io.ErrUnexpectedEOF), activities.ErrTypeTransient, true},
-		{&pgconn.PgError{Code: "57P01"}, activities.ErrTypeTransient, true},
-		{errors.Join(&activities.Error{Type: activities.ErrTypeCardDeclined}, fmt.Errorf("fail: %w", pgconn.ErrConnClosed)),
-			activities.ErrTypeTransient, true},
-		{temporal.NewNonRetryableApplicationError("x", "Custom", nil), "Custom", false},
-	} {
-		typ, retry := activities.ErrorType(tc.err)
-		require.Equal(t, tc.typ, typ, "%v", tc.err)
-		require.Equal(t, tc.retry, retry, "%v", tc.err)
-		if tc.typ != "Custom" {
-			app := appError(t, activities.ToTemporal(tc.err))
-			require.Equal(t, tc.typ, app.Type())
-			require.Equal(t, !tc.retry, app.NonRetryable())
-			require.ErrorIs(t, app, tc.err, "the cause is kept")
-		}
-	}
-	require.NoError(t, activities.ToTemporal(nil))
-	for _, typ := range activities.NonRetryableErrorTypes() {
-		require.NotContains(t, []string{activities.ErrTypeTransient, activities.ErrTypeInProgress, activities.ErrTypeLeaseLost}, typ)
-	}
-}
-
-func TestFormatAmount(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "12.50 EUR", activities.FormatAmount(1250, "eur"))
-	require.Equal(t, "0.05 USD", activities.FormatAmount(5, "usd"))
-	require.Equal(t, "1250 JPY", activities.FormatAmount(1250, "jpy"))
-}
-
 func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, setupOpts{effects: &effects.ClientOpts{Lease: 1200 * time.Millisecond}})
@@ -887,7 +741,7 @@ func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {
 	}()
 	start := time.Now()
 	_, err := b.charge(t, in)
-	requireRetryable(t, err, activities.ErrTypeLeaseLost)
+	requireRetryable(t, err, step.ErrTypeLeaseLost)
 	require.Less(t, time.Since(start), 2*time.Second, "the lost lease cancelled the Stripe request")
 }
 
@@ -907,28 +761,10 @@ func TestPipelineOnOneConnection(t *testing.T) {
 
 	declined := b.order(t, "9f3b", "pm_card_chargeDeclined")
 	_, err = b.charge(t, declined)
-	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	requireTerminal(t, err, step.ErrTypeCardDeclined)
 	res, err := b.markFailed(t, declined)
 	require.NoError(t, err)
 	require.Equal(t, "card_declined", res.ChargeError)
-}
-
-// TestErrorCodeIsStable checks that each error type stores exactly one code,
-// every time: the stored code never depends on map iteration order.
-func TestErrorCodeIsStable(t *testing.T) {
-	t.Parallel()
-	for range 200 {
-		e := &activities.Error{Type: activities.ErrTypeProviderRejected}
-		require.Equal(t, "provider_rejected", e.Code())
-	}
-	seen := map[string]string{}
-	for _, typ := range append(activities.NonRetryableErrorTypes(), activities.ErrTypeTransient) {
-		code := (&activities.Error{Type: typ}).Code()
-		require.NotContains(t, seen, code, "%s and %s share a code", typ, seen[code])
-		seen[code] = typ
-		got, _ := activities.ErrorType(&effects.TerminalError{Code: code})
-		require.Equal(t, typ, got, "code %s reads back as its type", code)
-	}
 }
 
 func TestChargeRefusesAFailedOrderWithoutTouchingItsRecord(t *testing.T) {
@@ -936,7 +772,7 @@ func TestChargeRefusesAFailedOrderWithoutTouchingItsRecord(t *testing.T) {
 	b := setup(t)
 	in := b.order(t, "9f3a", "pm_card_chargeDeclined")
 	_, err := b.charge(t, in)
-	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	requireTerminal(t, err, step.ErrTypeCardDeclined)
 	_, err = b.markFailed(t, in)
 	require.NoError(t, err)
 	k, err := in.EffectKey(orders.StepCharge)
@@ -945,7 +781,7 @@ func TestChargeRefusesAFailedOrderWithoutTouchingItsRecord(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = b.charge(t, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	rec, err := b.claims.Get(context.Background(), k)
 	require.NoError(t, err)
 	require.Equal(t, "resolved_retry", rec.ErrorCode, "the refused charge did not claim the record")
@@ -981,7 +817,7 @@ func TestStepsStaySafeAfterTheirRecordsArePruned(t *testing.T) {
 	require.NoError(t, err)
 	declined := b.order(t, "9f3b", "pm_card_chargeDeclined")
 	_, err = b.charge(t, declined)
-	requireTerminal(t, err, activities.ErrTypeCardDeclined)
+	requireTerminal(t, err, step.ErrTypeCardDeclined)
 	_, err = b.markFailed(t, declined)
 	require.NoError(t, err)
 	b.prune(t)
@@ -998,9 +834,24 @@ func TestStepsStaySafeAfterTheirRecordsArePruned(t *testing.T) {
 	_, err = b.markFailed(t, declined)
 	require.NoError(t, err, "the order is already failed by this step")
 	_, err = b.charge(t, declined)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 
 	require.Equal(t, 1, b.stripe.Charges(), "one charge")
 	require.Equal(t, 1, b.sendgrid.Count(), "one receipt")
 	require.Equal(t, stripeBefore+1, b.stripe.Requests(), "one search at Stripe, no create; the failed order is refused before Stripe")
+}
+
+// TestDefinitionsAreTheDeclarations checks that Definitions register, in
+// one step.Register call, exactly the declared steps.
+func TestDefinitionsAreTheDeclarations(t *testing.T) {
+	t.Parallel()
+	var acts *activities.Activities
+	defs := acts.Definitions()
+	require.Len(t, defs, len(activities.Declarations()))
+	for i, d := range activities.Declarations() {
+		require.Equal(t, defs[i].Declaration, d)
+		require.NoError(t, d.Validate())
+	}
+	var suite testsuite.WorkflowTestSuite
+	require.NoError(t, step.Register(suite.NewTestActivityEnvironment(), defs...))
 }

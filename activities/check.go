@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // CheckDeps is what the checks of operators' "done" outcomes of a
@@ -38,13 +39,13 @@ type checker struct{ CheckDeps }
 // that applies decisions without running steps (starter resolve).
 // activities.Register refuses them. It returns an error if d.DB or
 // d.Orders is nil.
-func Checks(d CheckDeps) ([]Definition, error) {
+func Checks(d CheckDeps) ([]step.Definition, error) {
 	if d.DB == nil || d.Orders == nil {
 		return nil, errors.New("activities: Checks: DB and Orders are required")
 	}
-	var defs []Definition
+	var defs []step.Definition
 	for _, decl := range Declarations() {
-		defs = append(defs, Definition{Declaration: decl})
+		defs = append(defs, step.Definition{Declaration: decl})
 	}
 	(&checker{d}).bind(defs)
 	return defs, nil
@@ -59,8 +60,8 @@ func Checks(d CheckDeps) ([]Definition, error) {
 //     effect key, to paid or failed;
 //   - receipt: SendGrid's Email Activity shows the message ID under the
 //     effect key (notify.Sender.Confirm).
-func (c *checker) bind(defs []Definition) {
-	verify := map[string]Verify{
+func (c *checker) bind(defs []step.Definition) {
+	verify := map[string]step.Verify{
 		orders.StepCharge: DeclCharge.Verifier(c.charge),
 		orders.StepMarkPaid: DeclMarkPaid.Verifier(func(ctx context.Context, key effects.Key, _ orders.MarkPaidResult) error {
 			return c.transition(ctx, key, orders.StatusPaid)
@@ -69,7 +70,7 @@ func (c *checker) bind(defs []Definition) {
 			return c.transition(ctx, key, orders.StatusFailed)
 		}),
 		orders.StepReceipt: DeclSendReceipt.Verifier(func(ctx context.Context, key effects.Key, r orders.ReceiptResult) error {
-			return ConfirmMessage(ctx, c.Sender, key, r.MessageID)
+			return step.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
 		}),
 	}
 	for i := range defs {
@@ -86,13 +87,13 @@ func (c *checker) charge(ctx context.Context, key effects.Key, r orders.ChargeRe
 	o, err := c.Orders.Get(ctx, tenant, id)
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
-		return Contradicted("tenant %s has no order %s", tenant, id)
+		return step.Contradicted("tenant %s has no order %s", tenant, id)
 	case err != nil:
-		return Unverifiable("load the order: %v", err)
+		return step.Unverifiable("load the order: %v", err)
 	case r.AmountMinor != o.AmountMinor || r.Currency != o.Currency:
-		return Contradicted("the result is for %s, the order for %s", FormatAmount(r.AmountMinor, r.Currency), FormatAmount(o.AmountMinor, o.Currency))
+		return step.Contradicted("the result is for %s, the order for %s", orders.FormatAmount(r.AmountMinor, r.Currency), orders.FormatAmount(o.AmountMinor, o.Currency))
 	case c.Stripe == nil:
-		return Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
+		return step.Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
 	}
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
@@ -101,7 +102,7 @@ func (c *checker) charge(ctx context.Context, key effects.Key, r orders.ChargeRe
 		return StripeLookupError("PaymentIntent "+r.PaymentIntentID, err)
 	}
 	if _, problem := intentMismatch(pi, key.String(), o.AmountMinor, o.Currency); problem != "" {
-		return Contradicted("Stripe's PaymentIntent %s %s", pi.ID, problem)
+		return step.Contradicted("Stripe's PaymentIntent %s %s", pi.ID, problem)
 	}
 	return nil
 }
@@ -130,32 +131,13 @@ func CheckTransition(ctx context.Context, db *pgxpool.Pool, store *orders.Store,
 	})
 	switch {
 	case err != nil:
-		return Unverifiable("read the order's transitions: %v", err)
+		return step.Unverifiable("read the order's transitions: %v", err)
 	case !found:
-		return Contradicted("order %s/%s has no transition recorded under %s: the step did not write it; decide retry", tenantID, orderID, key)
+		return step.Contradicted("order %s/%s has no transition recorded under %s: the step did not write it; decide retry", tenantID, orderID, key)
 	case to != want:
-		return Contradicted("order %s/%s moved to %s under %s, not %s", tenantID, orderID, to, key, want)
+		return step.Contradicted("order %s/%s moved to %s under %s, not %s", tenantID, orderID, to, key, want)
 	}
 	return nil
-}
-
-// ConfirmMessage is the Verify of an email step (the receipt, the refund
-// email): SendGrid's Email Activity must show messageID under key
-// (notify.Sender.Confirm). Not sent is a contradiction; a pending index, a
-// failing look-up or no sender (SENDGRID_API_KEY not set) leaves it
-// unverifiable.
-func ConfirmMessage(ctx context.Context, s *notify.Sender, key effects.Key, messageID string) error {
-	if s == nil {
-		return Unverifiable("no SendGrid client to ask (SENDGRID_API_KEY is not set)")
-	}
-	err := s.Confirm(ctx, key, messageID)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, notify.ErrNotSent):
-		return Contradicted("%v", err)
-	}
-	return Unverifiable("%v", err)
 }
 
 // StripeLookupError is the verdict of a failed Stripe look-up of what (such
@@ -165,9 +147,9 @@ func ConfirmMessage(ctx context.Context, s *notify.Sender, key effects.Key, mess
 func StripeLookupError(what string, err error) error {
 	var se *stripe.Error
 	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
-		return Contradicted("Stripe has no %s", what)
+		return step.Contradicted("Stripe has no %s", what)
 	}
-	return Unverifiable("%v", StripeError("look up "+what+" at Stripe", err))
+	return step.Unverifiable("%v", StripeError("look up "+what+" at Stripe", err))
 }
 
 // mismatch is how a PaymentIntent differs from the charge of an effect key.
@@ -193,7 +175,7 @@ func intentMismatch(pi *stripe.PaymentIntent, key string, amount int64, currency
 	case pi.Status != stripe.PaymentIntentStatusSucceeded:
 		return intentNotSucceeded, fmt.Sprintf("is %s, not succeeded", pi.Status)
 	case pi.Amount != amount || string(pi.Currency) != currency:
-		return intentOtherAmount, fmt.Sprintf("is for %s, the order for %s", FormatAmount(pi.Amount, string(pi.Currency)), FormatAmount(amount, currency))
+		return intentOtherAmount, fmt.Sprintf("is for %s, the order for %s", orders.FormatAmount(pi.Amount, string(pi.Currency)), orders.FormatAmount(amount, currency))
 	}
 	return intentMatches, ""
 }
@@ -202,7 +184,7 @@ func intentMismatch(pi *stripe.PaymentIntent, key string, amount int64, currency
 func orderOfKey(key effects.Key) (tenant, id string, err error) {
 	parts := key.Parts()
 	if len(parts) != 3 || parts[0] != "order" {
-		return "", "", Contradicted("%s is not an order step's effect key", key)
+		return "", "", step.Contradicted("%s is not an order step's effect key", key)
 	}
 	return key.Tenant(), parts[1], nil
 }

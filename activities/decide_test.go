@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
@@ -18,6 +19,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
+	"github.com/keyedhq/keyed/step"
 )
 
 // undecided leaves key's effect record failed with code, as a step that
@@ -212,7 +214,8 @@ func TestEveryOrderStepIsVerified(t *testing.T) {
 	require.Error(t, err)
 	pipelinetest.RequireVerified(t, b.acts.Definitions(), checks)
 	require.Len(t, checks, len(activities.Declarations()))
-	require.Error(t, activities.Register(&registry{}, checks...), "a definition without a function is refused")
+	var suite testsuite.WorkflowTestSuite
+	require.Error(t, step.Register(suite.NewTestActivityEnvironment(), checks...), "a definition without a function is refused")
 
 	// Without Stripe or SendGrid, Checks' steps that ask them are unverifiable.
 	d, err := pipeline.NewDecider(b.claims, checks...)

@@ -11,14 +11,19 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // DeclSendSurvey declares SendSurvey: an irreversible send, at most once, keyed "…:survey".
-var DeclSendSurvey = Declare[notify.Result](Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce})
+var DeclSendSurvey = declare[notify.Result](step.Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce})
 
 // SendSurvey emails the customer a survey about the order, once. Errors as SendReceipt's.
 func (a *Activities) SendSurvey(ctx context.Context, in orders.OrderInput) (notify.Result, error) {
-	return DeclSendSurvey.Run(ctx, a, in, Effect[notify.Result]{Do: func(ctx context.Context, s *Step) (notify.Result, error) {
-		return a.sender.Send(ctx, s.Message("survey", s.Order.CustomerEmail, "How was order "+s.In.OrderID+"?", "Reply to tell us."))
+	return DeclSendSurvey.Run(ctx, a.run, in, step.Effect[orders.OrderInput, notify.Result]{Do: func(ctx context.Context, c *call) (notify.Result, error) {
+		o, err := a.loadOrder(ctx, c)
+		if err != nil {
+			return notify.Result{}, err
+		}
+		return a.sender.Send(ctx, c.Message("survey", o.CustomerEmail, "How was order "+o.ID+"?", "Reply to tell us.", o.ID))
 	}})
 }

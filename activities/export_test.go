@@ -5,48 +5,47 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // DemoDefinitions returns the activities of the example files (README,
 // "Adding a keyed activity") bound to a, for the tests to register beside
 // Definitions.
-func DemoDefinitions(a *Activities) []Definition {
-	return []Definition{
+func DemoDefinitions(a *Activities) []step.Definition {
+	return []step.Definition{
 		DeclSendSurvey.Bind(a.SendSurvey),
 		DeclSendThanks.Bind(a.SendThanks),
 	}
 }
 
-// chargeStep prepares the charge step of in and loads its order, as
-// Keyed.Run does before the claim.
-func chargeStep(ctx context.Context, a *Activities, in orders.OrderInput) (*Step, error) {
-	s, err := a.prepare(ctx, in, DeclCharge.Step)
+// chargeOf returns the charge key and the order of in.
+func chargeOf(ctx context.Context, a *Activities, in orders.OrderInput) (effects.Key, *orders.Order, error) {
+	key, err := in.EffectKey(orders.StepCharge)
 	if err != nil {
-		return nil, err
+		return key, nil, err
 	}
-	if s.Order, err = a.orders.Get(ctx, in.TenantID, in.OrderID); err != nil {
-		return nil, loadOrderError(s, err)
-	}
-	return s, nil
+	o, err := a.orders.Get(ctx, in.TenantID, in.OrderID)
+	return key, o, err
 }
 
 // CreateChargeForTest makes the Stripe create request Charge makes, without
 // the claim, for the contract test against stripe-mock.
 func CreateChargeForTest(ctx context.Context, a *Activities, in orders.OrderInput) (*stripe.PaymentIntent, error) {
-	s, err := chargeStep(ctx, a, in)
+	key, o, err := chargeOf(ctx, a, in)
 	if err != nil {
 		return nil, err
 	}
-	return a.createCharge(ctx, s)
+	return a.createCharge(ctx, key, o)
 }
 
 // FindChargeForTest makes the Stripe search request Charge makes on a
 // takeover, without the claim.
 func FindChargeForTest(ctx context.Context, a *Activities, in orders.OrderInput) (*stripe.PaymentIntent, error) {
-	s, err := chargeStep(ctx, a, in)
+	key, o, err := chargeOf(ctx, a, in)
 	if err != nil {
 		return nil, err
 	}
-	return a.findCharge(ctx, s)
+	return a.findCharge(ctx, key, o)
 }

@@ -6,50 +6,42 @@ import (
 	"time"
 
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // SendReceipt emails the customer a receipt for the paid order, once.
 //
-// Effect class: irreversible send. It goes through notify.Sender with
-// template "receipt", the order's email as recipient, the order ID as
-// entity and the effect key "…:receipt", under the policy the Sender has for
-// the template (at most once unless configured otherwise) and its collapse
-// window. The stored outcome is the message ID and the collapsed flag.
+// Effect class: irreversible send, through notify.Sender (template
+// "receipt", the order as entity), under the Sender's policy for the
+// template. A lost answer is settled from SendGrid's Email Activity before
+// any resend.
 //
-// A lost answer is not a verdict: the retry looks the effect key up in
-// SendGrid's Email Activity API first and records a message it finds as
-// sent (see notify.Sender.Send), so a receipt goes out twice only when
-// SendGrid accepted it and did not index it within the lag window.
-//
-// Errors (through ToTemporal): InvalidInput, OrderNotFound, InvalidState
-// (the order is not paid), Ambiguous (SendGrid could not be asked within
-// the look-up bound whether an at-most-once receipt went out; it is not sent
-// again), ProviderRejected (SendGrid 4xx), KeyReused and Terminal are
-// non-retryable; Transient (429, 5xx, SendGrid unreachable, an unconfirmed
-// send, a look-up waiting for SendGrid's index or failing), InProgress and
-// LeaseLost are retryable.
+// Errors: InvalidInput, OrderNotFound, InvalidState (the order is not
+// paid), Ambiguous, ProviderRejected, KeyReused and Terminal are terminal;
+// Transient, InProgress and LeaseLost retry.
 func (a *Activities) SendReceipt(ctx context.Context, in orders.OrderInput) (orders.ReceiptResult, error) {
-	return DeclSendReceipt.Run(ctx, a, in, Effect[orders.ReceiptResult]{
-		Check: func(s *Step) error {
-			if !s.Order.Status.WasPaid() { // paid, or refunded since
-				return &Error{Type: ErrTypeInvalidState, kind: ErrInvalidState,
-					Message: fmt.Sprintf("receipt %s: order is %s, not paid", s.Key, s.Order.Status)}
+	var o *orders.Order
+	return DeclSendReceipt.Run(ctx, a.run, in, step.Effect[orders.OrderInput, orders.ReceiptResult]{
+		Check: func(ctx context.Context, c *call) (err error) {
+			if o, err = a.loadOrder(ctx, c); err != nil {
+				return err
+			}
+			if !o.Status.WasPaid() { // paid, or refunded since
+				return c.Fail(step.ErrTypeInvalidState, "order is %s, not paid", o.Status)
 			}
 			return nil
 		},
-		Do: a.sendReceipt,
+		Do: func(ctx context.Context, c *call) (orders.ReceiptResult, error) { return a.sendReceipt(ctx, c, o) },
 	})
 }
 
-// sendReceipt sends the receipt through the Sender, which claims s.Key.
-func (a *Activities) sendReceipt(ctx context.Context, s *Step) (orders.ReceiptResult, error) {
-	o := s.Order
+// sendReceipt sends o's receipt through the Sender, which claims c.Key.
+func (a *Activities) sendReceipt(ctx context.Context, c *call, o *orders.Order) (orders.ReceiptResult, error) {
 	text := fmt.Sprintf("Thank you for your order %s.\n\nWe charged %s to your card.\n\nReference: %s\n",
-		o.ID, FormatAmount(o.AmountMinor, o.Currency), s.Key)
-	m := s.Message(ReceiptTemplate, o.CustomerEmail, "Your receipt for order "+o.ID, text)
-	// A receipt for an order paid long ago may have lost its record to the
-	// prune: ask SendGrid before sending.
-	m.LookUpFirst = time.Since(o.UpdatedAt) > RecordHorizon
+		o.ID, orders.FormatAmount(o.AmountMinor, o.Currency), c.Key)
+	m := c.Message(ReceiptTemplate, o.CustomerEmail, "Your receipt for order "+o.ID, text, o.ID)
+	// A receipt for an order paid long ago may have lost its record: ask first.
+	m.LookUpFirst = time.Since(o.UpdatedAt) > step.RecordHorizon
 	res, err := a.sender.Send(ctx, m)
 	if err != nil {
 		return orders.ReceiptResult{}, err

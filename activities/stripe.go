@@ -13,6 +13,7 @@ import (
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // DefaultStripeAPIBase is Stripe's API host.
@@ -81,8 +82,8 @@ func StripeError(op string, err error) error {
 		if errors.As(err, &uerr) {
 			reason = uerr.Err.Error()
 		}
-		return effects.Transient(&Error{Type: ErrTypeTransient, kind: ErrProviderUnavailable,
-			Message: fmt.Sprintf("%s: %s: no answer from Stripe: %s", op, ErrProviderUnavailable, reason)})
+		return effects.Transient(&step.Error{Type: step.ErrTypeTransient,
+			Message: fmt.Sprintf("%s: %s: no answer from Stripe: %s", op, step.ErrProviderUnavailable, reason)})
 	}
 	detail := string(se.Type)
 	if se.Code != "" {
@@ -99,13 +100,13 @@ func StripeError(op string, err error) error {
 	case se.HTTPStatusCode == http.StatusTooManyRequests, se.Code == stripe.ErrorCodeRateLimit,
 		se.HTTPStatusCode >= 500, se.Type == stripe.ErrorTypeAPI,
 		se.HTTPStatusCode == http.StatusConflict, se.Code == stripe.ErrorCodeIdempotencyKeyInUse, se.Code == stripe.ErrorCodeLockTimeout:
-		return effects.Transient(&Error{Type: ErrTypeTransient, kind: ErrProviderUnavailable, Message: detail})
+		return effects.Transient(&step.Error{Type: step.ErrTypeTransient, Message: detail})
 	case se.Type == stripe.ErrorTypeCard:
-		return &Error{Type: ErrTypeCardDeclined, kind: ErrCardDeclined, Message: detail}
+		return &step.Error{Type: step.ErrTypeCardDeclined, Message: detail}
 	case se.Type == stripe.ErrorTypeIdempotency:
-		return &Error{Type: ErrTypeKeyReused, kind: effects.ErrKeyReused, Message: detail}
+		return &step.Error{Type: step.ErrTypeKeyReused, Message: detail}
 	}
-	return &Error{Type: ErrTypeProviderRejected, kind: ErrProviderRejected, Message: detail}
+	return &step.Error{Type: step.ErrTypeProviderRejected, Message: detail}
 }
 
 // stripeCodeRE finds the "status 400 invalid_request_error/charge_disputed"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // stripeMockVersion is the stripe-mock the Makefile builds into bin/.
@@ -95,7 +96,7 @@ func TestStripeMockContract(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(env, acts.Definitions()...))
+	require.NoError(t, step.Register(env, acts.Definitions()...))
 	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.OrderInput) (string, error) {
 		pi, err := activities.CreateChargeForTest(ctx, acts, in)
 		if err != nil {
@@ -129,7 +130,7 @@ func TestStripeMockContract(t *testing.T) {
 
 	// The whole activity.
 	_, err = env.ExecuteActivity(activities.NameCharge, in)
-	app := requireTerminal(t, err, activities.ErrTypePaymentIncomplete)
+	app := requireTerminal(t, err, step.ErrTypePaymentIncomplete)
 	require.Contains(t, app.Error(), "requires_payment_method")
 }
 

@@ -3,11 +3,11 @@ package doctor
 import (
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -51,7 +51,7 @@ func Declared() []Activity {
 
 // declared returns the Activities of one pipeline's declarations, run by
 // the workflow named wf, whose key shapes placeholder derives.
-func declared(decls []activities.Declaration, wf string, placeholder keyer) []Activity {
+func declared(decls []step.Declaration, wf string, placeholder keyer) []Activity {
 	out := make([]Activity, 0, len(decls))
 	for _, d := range decls {
 		act := Activity{Name: d.Name, Class: d.Class, Step: d.Step, Workflow: wf, Options: d.ActivityOptions("")}

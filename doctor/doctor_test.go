@@ -66,7 +66,7 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 		"class external_create, step refund_stripe; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:refund:{refund_id}:refund_stripe")
 }
 
-// The worker registers both pipelines in one activities.Register call, which
+// The worker registers both pipelines in one step.Register call, which
 // refuses a name or step two activities share; doctor lists the same
 // declarations, each with its pipeline's key shape and workflow.
 func TestDeclaredListsBothPipelinesWithDistinctNamesAndSteps(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/reconcile"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -37,7 +38,7 @@ func (r *run) effectsRetention(ctx context.Context) Check {
 		if i > 0 {
 			window += ", "
 		}
-		window += a.Name + " " + days(workflows.RetryWindow(a.Options))
+		window += a.Name + " " + days(step.RetryWindow(a.Options))
 	}
 	if err := r.o.CheckRetention(ctx, r.deps.Temporal, r.o.Namespace, r.o.EffectsRetention, r.o.DecisionTimeout); err != nil {
 		return Check{Name: CheckRetention, Subject: subject, Status: StatusFail, Evidence: err.Error(),

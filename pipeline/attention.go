@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // SearchAttrAttentionName is the Keyword search attribute a run of any
@@ -71,7 +71,7 @@ const attentionChange = "wait-for-decision"
 //	 "result":{"message_id":"msg_1"}}
 //
 // A "done" carries the step's outcome, which the step's declared rule
-// checks (activities.Declaration.Outcome) before the decision enters
+// checks (step.Declaration.Outcome) before the decision enters
 // history, and ApplyDecision checks against the provider's record before
 // it resolves anything (see Decider).
 type Decision struct {
@@ -140,11 +140,11 @@ func needsAttention(err error) (string, bool) {
 		return "", false
 	}
 	switch app.Type() {
-	case activities.ErrTypeAmbiguous:
+	case step.ErrTypeAmbiguous:
 		return "ambiguous", true
-	case activities.ErrTypeKeyReused:
+	case step.ErrTypeKeyReused:
 		return "key_reused", true
-	case activities.ErrTypeTransient, activities.ErrTypeInProgress, activities.ErrTypeLeaseLost:
+	case step.ErrTypeTransient, step.ErrTypeInProgress, step.ErrTypeLeaseLost:
 		return "retries_exhausted", true
 	}
 	return "", false

@@ -9,8 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Problem is one thing wrong with a Decision: the field it is about
@@ -38,7 +38,7 @@ func (e *DecisionError) Error() string {
 
 // CheckDecision returns a *DecisionError naming every problem of d as a
 // decision on the step named step, whose declared rule for a "done"
-// outcome is outcome (activities.Declaration.Outcome; nil means any JSON
+// outcome is outcome (step.Declaration.Outcome; nil means any JSON
 // result, which is then required), or nil. It is the decide update's
 // validator without the run's state, and `starter resolve` checks its
 // flags with it:
@@ -49,7 +49,7 @@ func (e *DecisionError) Error() string {
 //   - done needs a result, at most effects.MaxResultBytes of JSON, that
 //     outcome decodes and validates (its problems are listed); retry takes
 //     neither a result nor unverified.
-func CheckDecision(d Decision, step string, outcome activities.Outcome) error {
+func CheckDecision(d Decision, step string, outcome step.Outcome) error {
 	var ps []Problem
 	add := func(field, format string, args ...any) {
 		ps = append(ps, Problem{Field: field, Text: fmt.Sprintf(format, args...)})
@@ -109,7 +109,7 @@ func textProblem(s string, limit int, printable bool) string {
 // resultProblem says what is wrong with result as a done outcome under
 // outcome, without the field's name: "is required …", "is larger than …",
 // or outcome's problems.
-func resultProblem(result json.RawMessage, outcome activities.Outcome) string {
+func resultProblem(result json.RawMessage, outcome step.Outcome) string {
 	raw := bytes.TrimSpace(result)
 	switch {
 	case len(raw) > effects.MaxResultBytes:

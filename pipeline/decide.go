@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // NameApplyDecision is the registered name of the activity that applies an
@@ -43,8 +43,8 @@ type DecisionInput struct {
 // DeclDecision declares ApplyDecision: an absolute write (applying a
 // decision twice leaves the record as once) of the decided step's record,
 // a database call retried on transient failures for a few minutes.
-var DeclDecision = activities.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
-	Options: activities.Options{ScheduleToClose: 5 * time.Minute}}
+var DeclDecision = step.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
+	Options: step.Options{ScheduleToClose: 5 * time.Minute}}
 
 // DecisionActivityOptions returns ApplyDecision's options, its
 // declaration's, for a decision on the record of key.
@@ -73,7 +73,7 @@ const VerifyTimeout = 15 * time.Second
 // of a workflow that uses Run, whichever pipelines it runs.
 type Decider struct {
 	claims *effects.Client
-	steps  map[string]activities.Definition
+	steps  map[string]step.Definition
 }
 
 // NewDecider returns a Decider over the effects client claims that checks
@@ -81,11 +81,11 @@ type Decider struct {
 // with the step's declared Outcome and its Verify. A "done" on a step no
 // def declares takes any JSON result and cannot be verified. It returns an
 // error if claims is nil or two of defs declare one step.
-func NewDecider(claims *effects.Client, defs ...activities.Definition) (*Decider, error) {
+func NewDecider(claims *effects.Client, defs ...step.Definition) (*Decider, error) {
 	if claims == nil {
 		return nil, errors.New("pipeline: NewDecider: effects client is nil")
 	}
-	steps := make(map[string]activities.Definition, len(defs))
+	steps := make(map[string]step.Definition, len(defs))
 	for _, def := range defs {
 		if def.Step == StepDecision {
 			continue
@@ -99,8 +99,8 @@ func NewDecider(claims *effects.Client, defs ...activities.Definition) (*Decider
 }
 
 // Definition returns ApplyDecision bound to its declaration, DeclDecision,
-// for activities.Register (workflows.RegisterActivities does it).
-func (d *Decider) Definition() activities.Definition {
+// for step.Register (workflows.RegisterActivities does it).
+func (d *Decider) Definition() step.Definition {
 	return DeclDecision.Bind(d.ApplyDecision)
 }
 
@@ -137,7 +137,7 @@ func (e *RefusedError) Error() string {
 // a non-retryable ErrTypeDecisionRefused error, a record that cannot be
 // resolved a non-retryable ErrTypeInvalidState one, both with the message
 // saying why and what to do; everything else goes through
-// activities.ToTemporal (a database failure is retried).
+// step.ToTemporal (a database failure is retried).
 func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (DecisionResult, error) {
 	res, err := d.Apply(ctx, in)
 	var refused *RefusedError
@@ -145,9 +145,9 @@ func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (Decision
 	case errors.As(err, &refused):
 		return res, temporal.NewNonRetryableApplicationError(refused.Error(), ErrTypeDecisionRefused, nil)
 	case errors.Is(err, effects.ErrNotResolvable):
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidState, nil)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), step.ErrTypeInvalidState, nil)
 	}
-	return res, activities.ToTemporal(err)
+	return res, step.ToTemporal(err)
 }
 
 // Apply resolves in.EffectKey with effects.Resolve: "done" stores the
@@ -160,7 +160,7 @@ func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (Decision
 //
 // Before a "done" resolves anything, Apply refuses it, with a *RefusedError
 // saying why, when there is no record, when the record failed terminally
-// with a refusal (activities.RefusedForGood: the step did not act), when
+// with a refusal (step.RefusedForGood: the step did not act), when
 // the result is not the step's declared outcome, when the step's Verify
 // finds the provider's record contradicts it, and when that record cannot
 // be read (or the step has no Verify) unless in.Unverified.
@@ -217,7 +217,7 @@ func (d *Decider) doneable(ctx context.Context, key effects.Key, in DecisionInpu
 			Why: "there is no effect record under this key: the step never claimed it, so it did not happen"}
 	case err != nil:
 		return &effects.Record{}, fmt.Errorf("apply decision on %s: %w", key, err)
-	case rec.State == effects.StateFailedTerminal && activities.RefusedForGood(rec.ErrorCode):
+	case rec.State == effects.StateFailedTerminal && step.RefusedForGood(rec.ErrorCode):
 		return &effects.Record{}, &RefusedError{Step: in.Step, EffectKey: in.EffectKey, Why: fmt.Sprintf(
 			"the step refused for good (%s: %s): it did not act and would refuse again, so it cannot be done; its run failed with it",
 			rec.ErrorCode, firstLine(rec.ErrorMessage, 200))}
@@ -243,7 +243,7 @@ func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput
 	} else if text := resultProblem(in.Result, nil); text != "" {
 		return nil, "", refuse("result "+text, false)
 	}
-	verr := activities.Unverifiable("no check of step %q against its provider is registered with this Decider", in.Step)
+	verr := step.Unverifiable("no check of step %q against its provider is registered with this Decider", in.Step)
 	if known && def.Verify != nil {
 		vctx, cancel := context.WithTimeout(ctx, VerifyTimeout)
 		verr = def.Verify(vctx, key, outcome)
@@ -252,7 +252,7 @@ func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput
 	switch {
 	case verr == nil:
 		return outcome, "confirmed", nil
-	case errors.Is(verr, activities.ErrContradicted):
+	case errors.Is(verr, step.ErrContradicted):
 		return nil, "", refuse(verr.Error(), false)
 	case !in.Unverified:
 		return nil, "", refuse("the record could not be checked: "+verr.Error(), true)

@@ -1,9 +1,9 @@
 package pipeline
 
 import (
-	"strings"
+	"github.com/keyedhq/keyed/step"
 
-	"github.com/keyedhq/keyed/activities"
+	"strings"
 
 	"go.temporal.io/sdk/workflow"
 )
@@ -43,7 +43,7 @@ func (r *Run) details() string {
 
 // outcomeShape is the JSON shape of a step's outcome for the details, or
 // a placeholder when its declaration has no Outcome.
-func outcomeShape(o activities.Outcome) string {
+func outcomeShape(o step.Outcome) string {
 	if o == nil {
 		return "{…}"
 	}

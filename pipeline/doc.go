@@ -13,7 +13,7 @@
 // the start (New). New registers the status query (orders.QueryStatus,
 // answered with []orders.StepStatus: each step's State*, effect key and
 // one-line error) and the UpdateDecide update. RunStep (or Run.Step) runs
-// one declared step (activities.Declaration) with its declared options and
+// one declared step (step.Declaration) with its declared options and
 // the run's input; Run keeps the run's current details
 // (workflow.SetCurrentDetails) as short markdown with each step's state,
 // effect key and outcome ID in backticks.
@@ -33,7 +33,7 @@
 // ("decide") update. The update's validator (CheckDecision) refuses a bad
 // decision before it enters history, naming every problem: a "done" must
 // carry the step's outcome, which the step's declared rule
-// (activities.Declaration.Outcome) decodes and validates. An accepted one
+// (step.Declaration.Outcome) decodes and validates. An accepted one
 // runs the ApplyDecision activity (Decider): it checks a "done" against the
 // provider's record with the step's Verify (from the Definitions the
 // Decider was made with) and refuses it, saying why, when the record

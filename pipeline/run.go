@@ -9,9 +9,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Step states reported by the status query (orders.QueryStatus).
@@ -52,7 +52,7 @@ type Run struct {
 	status  []orders.StepStatus
 	outcome []string
 	// decls[i] declares step i: its Outcome checks a "done" decision.
-	decls []activities.Declaration
+	decls []step.Declaration
 	wait  *waiting
 	// decisionTimeout bounds each wait for an operator's decision.
 	decisionTimeout time.Duration
@@ -64,16 +64,16 @@ type Run struct {
 // registers the status query (orders.QueryStatus, answered with
 // []orders.StepStatus) and the UpdateDecide update, and shows the current
 // details. It returns a non-retryable application error of type
-// activities.ErrTypeInvalidInput when in cannot key one of steps, and the
+// step.ErrTypeInvalidInput when in cannot key one of steps, and the
 // SDK's error when a handler cannot be registered.
-func New(ctx workflow.Context, in Keyer, steps []activities.Declaration, opts *Opts) (*Run, error) {
+func New(ctx workflow.Context, in Keyer, steps []step.Declaration, opts *Opts) (*Run, error) {
 	r := &Run{in: in, decisionTimeout: DefaultDecisionTimeout}
 	if opts != nil && opts.DecisionTimeout > 0 {
 		r.decisionTimeout = opts.DecisionTimeout
 	}
 	for _, d := range steps {
 		if _, err := r.Index(d); err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), step.ErrTypeInvalidInput, nil)
 		}
 	}
 	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
@@ -92,7 +92,7 @@ func New(ctx workflow.Context, in Keyer, steps []activities.Declaration, opts *O
 // Index returns the position of d's step in the status query, adding it
 // (pending) when it is not there yet. It returns an error when the run's
 // input cannot key d's step.
-func (r *Run) Index(d activities.Declaration) (int, error) {
+func (r *Run) Index(d step.Declaration) (int, error) {
 	for i, s := range r.status {
 		if s.Step == d.Step {
 			return i, nil
@@ -113,10 +113,10 @@ func (r *Run) Index(d activities.Declaration) (int, error) {
 // in the current details when outcome is not nil. It returns a
 // non-retryable InvalidInput error when the input cannot key the step, and
 // Step's error.
-func RunStep[T any](ctx workflow.Context, r *Run, d activities.Declaration, out *T, outcome func(T) string) error {
+func RunStep[T any](ctx workflow.Context, r *Run, d step.Declaration, out *T, outcome func(T) string) error {
 	i, err := r.Index(d)
 	if err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), step.ErrTypeInvalidInput, nil)
 	}
 	if err := r.Step(ctx, i, d, out); err != nil {
 		return err
@@ -136,7 +136,7 @@ func RunStep[T any](ctx workflow.Context, r *Run, d activities.Declaration, out 
 // error of the step's type whose message is the step's one line. Runs that
 // reached an unknown outcome before waiting existed replay as they failed
 // then (the change ID "wait-for-decision").
-func (r *Run) Step(ctx workflow.Context, i int, d activities.Declaration, result any) error {
+func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) error {
 	s := &r.status[i]
 	for {
 		s.State, s.Error = StateRunning, ""
@@ -173,7 +173,7 @@ func (r *Run) skipAfter(i int) {
 }
 
 // stepError renders a step's failure for the status query and the current
-// details: the activity's one-line message (see activities.OperatorMessage,
+// details: the activity's one-line message (see step.OperatorMessage,
 // which starts with the error type), without the activity error's
 // envelope or the cause chain.
 func stepError(err error) string {

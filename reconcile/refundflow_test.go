@@ -18,6 +18,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // activityEnv returns an activity environment with the order activities
@@ -39,7 +40,7 @@ func (b *bundle) activityEnv(t *testing.T) (*testsuite.TestActivityEnvironment, 
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
+	require.NoError(t, step.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
 	return env, store
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Registered activity names.
@@ -33,22 +34,22 @@ const EmailTemplate = "refund"
 // type) and, for the email, its delivery policy. The workflow takes
 // each step's Temporal options from its declaration.
 var (
-	DeclReserve = activities.DeclareOf[RefundInput, ReserveResult](activities.Declaration{Name: NameReserve,
+	DeclReserve = step.Declare[RefundInput, ReserveResult](step.Declaration{Name: NameReserve,
 		Class: effects.ClassAbsoluteWrite, Step: StepReserve})
-	DeclStripe = activities.DeclareOf[RefundInput, StripeResult](activities.Declaration{Name: NameRefundAtStripe,
+	DeclStripe = step.Declare[RefundInput, StripeResult](step.Declaration{Name: NameRefundAtStripe,
 		Class: effects.ClassExternalCreate, Step: StepStripe})
-	DeclMark = activities.DeclareOf[RefundInput, MarkResult](activities.Declaration{Name: NameMarkRefunded,
+	DeclMark = step.Declare[RefundInput, MarkResult](step.Declaration{Name: NameMarkRefunded,
 		Class: effects.ClassAbsoluteWrite, Step: StepMark})
-	DeclEmail = activities.DeclareOf[RefundInput, EmailResult](activities.Declaration{Name: NameSendRefundEmail,
+	DeclEmail = step.Declare[RefundInput, EmailResult](step.Declaration{Name: NameSendRefundEmail,
 		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce})
-	DeclRelease = activities.DeclareOf[RefundInput, ReleaseResult](activities.Declaration{Name: NameReleaseRefund,
+	DeclRelease = step.Declare[RefundInput, ReleaseResult](step.Declaration{Name: NameReleaseRefund,
 		Class: effects.ClassAbsoluteWrite, Step: StepRelease})
 )
 
 // Declarations returns the declarations of the refund activities, in the
 // order of Definitions: the four steps every run shows, then the release,
 // which runs only after Stripe refused the refund.
-func Declarations() []activities.Declaration {
+func Declarations() []step.Declaration {
 	return append(steps(), DeclRelease.Declaration)
 }
 
@@ -57,21 +58,21 @@ func Declarations() []activities.Declaration {
 // MarkRefunded and SendRefundEmail, the steps a run shows from its start.
 // ReleaseRefund runs instead of the last two, and retries for no longer
 // than they do together.
-func LongestPath() []activities.Declaration {
+func LongestPath() []step.Declaration {
 	return steps()
 }
 
 // steps returns the declarations of the steps a refund run shows from its
 // start.
-func steps() []activities.Declaration {
-	return []activities.Declaration{DeclReserve.Declaration, DeclStripe.Declaration, DeclMark.Declaration, DeclEmail.Declaration}
+func steps() []step.Declaration {
+	return []step.Declaration{DeclReserve.Declaration, DeclStripe.Declaration, DeclMark.Declaration, DeclEmail.Declaration}
 }
 
 // call and effect are activities' keyed-activity helpers for a
 // RefundInput.
 type (
-	call          = activities.Call[RefundInput]
-	effect[T any] = activities.EffectOf[RefundInput, T]
+	call          = step.Call[RefundInput]
+	effect[T any] = step.Effect[RefundInput, T]
 )
 
 // Deps is what the refund activities need. Every field is required except
@@ -90,7 +91,7 @@ type Deps struct {
 // Activities implements the refund workflow's activities. A nil
 // *Activities is only good for naming them.
 type Activities struct {
-	run    activities.Runner
+	run    step.Runner
 	claims *effects.Client
 	orders *orders.Store
 	ledger *Ledger
@@ -118,16 +119,16 @@ func New(d Deps) (*Activities, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Activities{run: activities.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects, orders: d.Orders,
+	return &Activities{run: step.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects, orders: d.Orders,
 		ledger: check.ledger, stripe: d.Stripe, sender: d.Sender, check: check}, nil
 }
 
 // Definitions returns the refund activities bound to a, for
-// activities.Register, each with the Verify of an operator's "done"
+// step.Register, each with the Verify of an operator's "done"
 // outcome (see Checks) for pipeline.NewDecider. A nil a is good for naming
 // them, and verifies nothing.
-func (a *Activities) Definitions() []activities.Definition {
-	defs := []activities.Definition{
+func (a *Activities) Definitions() []step.Definition {
+	defs := []step.Definition{
 		DeclReserve.Bind(a.Reserve),
 		DeclStripe.Bind(a.RefundAtStripe),
 		DeclMark.Bind(a.MarkRefunded),
@@ -145,7 +146,7 @@ func (a *Activities) Definitions() []activities.Definition {
 func (a *Activities) entry(ctx context.Context, c *call) (*Entry, error) {
 	e, err := a.ledger.Get(ctx, c.In.TenantID, c.In.OrderID, c.In.RefundID)
 	if errors.Is(err, ErrNotFound) {
-		return nil, c.Fail(activities.ErrTypeInvalidState, "refund %s is not in the ledger; Reserve must run first", c.In.RefundID)
+		return nil, c.Fail(step.ErrTypeInvalidState, "refund %s is not in the ledger; Reserve must run first", c.In.RefundID)
 	}
 	return e, err
 }

@@ -11,12 +11,12 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 var (
@@ -43,7 +43,7 @@ func newMockedRun(t *testing.T, opts *pipeline.Opts) *mockedRun {
 	refunds.RegisterWithOpts(m.env, opts)
 	var racts *refunds.Activities
 	var d *pipeline.Decider
-	require.NoError(t, activities.Register(m.env, append(racts.Definitions(), d.Definition())...))
+	require.NoError(t, step.Register(m.env, append(racts.Definitions(), d.Definition())...))
 	m.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: refundIn.WorkflowID()})
 	m.started = pipelinetest.RecordStarted(m.env)
 	m.attention = pipelinetest.RecordAttention(m.env)
@@ -56,7 +56,7 @@ func newMockedRun(t *testing.T, opts *pipeline.Opts) *mockedRun {
 func TestAmbiguousRefundEmailWaitsForADecision(t *testing.T) {
 	t.Parallel()
 	m := newMockedRun(t, nil)
-	ambiguous := temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
+	ambiguous := temporal.NewNonRetryableApplicationError("maybe sent", step.ErrTypeAmbiguous, nil)
 	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
 	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunded, nil).Once()
 	m.env.OnActivity(refunds.NameMarkRefunded, mock.Anything, refundIn).Return(marked, nil).Once()
@@ -95,7 +95,7 @@ func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 	m := newMockedRun(t, &pipeline.Opts{DecisionTimeout: time.Hour})
 	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
 	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).
-		Return(refunds.StripeResult{}, temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient))
+		Return(refunds.StripeResult{}, temporal.NewApplicationError("stripe 500", step.ErrTypeTransient))
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 	var app *temporal.ApplicationError
@@ -117,14 +117,14 @@ func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	m := newMockedRun(t, nil)
 	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
 	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
-		temporal.NewNonRetryableApplicationError("refund_stripe: charge already refunded", activities.ErrTypeProviderRejected, nil)).Once()
+		temporal.NewNonRetryableApplicationError("refund_stripe: charge already refunded", step.ErrTypeProviderRejected, nil)).Once()
 	m.env.OnActivity(refunds.NameReleaseRefund, mock.Anything, refundIn).
 		Return(refunds.ReleaseResult{AmountMinor: 500, Code: "charge_already_refunded"}, nil).Once()
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeProviderRejected, app.Type())
+	require.Equal(t, step.ErrTypeProviderRejected, app.Type())
 	require.Contains(t, app.Error(), "charge already refunded")
 	require.Empty(t, m.attention.Values(), "no KeyedAttention")
 	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped",
@@ -139,7 +139,7 @@ func TestUndecidedRefundIsNotReleased(t *testing.T) {
 	m := newMockedRun(t, &pipeline.Opts{DecisionTimeout: time.Hour})
 	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
 	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
-		temporal.NewNonRetryableApplicationError("refund_stripe: idempotency_error", activities.ErrTypeKeyReused, nil))
+		temporal.NewNonRetryableApplicationError("refund_stripe: idempotency_error", step.ErrTypeKeyReused, nil))
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 	var app *temporal.ApplicationError

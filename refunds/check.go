@@ -9,6 +9,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // checker holds the refund steps' Verify functions.
@@ -32,16 +33,16 @@ func newChecker(d activities.CheckDeps) (*checker, error) {
 // Definitions whose Verify checks an operator's "done" outcome, as
 // Activities.Definitions' do, and whose Fn is nil: for a pipeline.Decider
 // that applies decisions without running steps (starter resolve);
-// activities.Register refuses them. d is as for activities.Checks: DB and
+// step.Register refuses them. d is as for activities.Checks: DB and
 // Orders are required (an error otherwise), Stripe and Sender optional.
-func Checks(d activities.CheckDeps) ([]activities.Definition, error) {
+func Checks(d activities.CheckDeps) ([]step.Definition, error) {
 	c, err := newChecker(d)
 	if err != nil {
 		return nil, err
 	}
-	var defs []activities.Definition
+	var defs []step.Definition
 	for _, decl := range Declarations() {
-		defs = append(defs, activities.Definition{Declaration: decl})
+		defs = append(defs, step.Definition{Declaration: decl})
 	}
 	c.bind(defs)
 	return defs, nil
@@ -62,8 +63,8 @@ func Checks(d activities.CheckDeps) ([]activities.Definition, error) {
 //     the effect key;
 //   - refund_release: the refund's release under the effect key, for that
 //     amount and code.
-func (c *checker) bind(defs []activities.Definition) {
-	verify := map[string]activities.Verify{
+func (c *checker) bind(defs []step.Definition) {
+	verify := map[string]step.Verify{
 		StepReserve: DeclReserve.Verifier(c.reserve),
 		StepStripe:  DeclStripe.Verifier(c.stripe),
 		StepMark: DeclMark.Verifier(func(ctx context.Context, key effects.Key, r MarkResult) error {
@@ -74,7 +75,7 @@ func (c *checker) bind(defs []activities.Definition) {
 			return activities.CheckTransition(ctx, c.DB, c.Orders, in.TenantID, in.OrderID, key, orders.Status(r.Status))
 		}),
 		StepEmail: DeclEmail.Verifier(func(ctx context.Context, key effects.Key, r EmailResult) error {
-			return activities.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
+			return step.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
 		}),
 		StepRelease: DeclRelease.Verifier(c.release),
 	}
@@ -92,9 +93,9 @@ func (c *checker) entry(ctx context.Context, key effects.Key) (RefundInput, *Ent
 	e, err := c.ledger.Get(ctx, in.TenantID, in.OrderID, in.RefundID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return in, nil, activities.Contradicted("refund %s of order %s/%s is not in the ledger", in.RefundID, in.TenantID, in.OrderID)
+		return in, nil, step.Contradicted("refund %s of order %s/%s is not in the ledger", in.RefundID, in.TenantID, in.OrderID)
 	case err != nil:
-		return in, nil, activities.Unverifiable("read the refund ledger: %v", err)
+		return in, nil, step.Unverifiable("read the refund ledger: %v", err)
 	}
 	return in, e, nil
 }
@@ -108,12 +109,12 @@ func (c *checker) reserve(ctx context.Context, key effects.Key, r ReserveResult)
 	o, err := c.Orders.Get(ctx, in.TenantID, in.OrderID)
 	switch {
 	case err != nil:
-		return activities.Unverifiable("load the order: %v", err)
+		return step.Unverifiable("load the order: %v", err)
 	case e.EffectKey != key.String():
-		return activities.Contradicted("refund %s's ledger row was reserved under %s, not %s", in.RefundID, e.EffectKey, key)
+		return step.Contradicted("refund %s's ledger row was reserved under %s, not %s", in.RefundID, e.EffectKey, key)
 	case e.AmountMinor != r.AmountMinor || o.Currency != r.Currency:
-		return activities.Contradicted("the ledger reserved %s, the result says %s",
-			activities.FormatAmount(e.AmountMinor, o.Currency), activities.FormatAmount(r.AmountMinor, r.Currency))
+		return step.Contradicted("the ledger reserved %s, the result says %s",
+			orders.FormatAmount(e.AmountMinor, o.Currency), orders.FormatAmount(r.AmountMinor, r.Currency))
 	}
 	return nil
 }
@@ -130,11 +131,11 @@ func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) e
 	case err != nil:
 		return err
 	case rel != nil:
-		return activities.Contradicted("refund %s was released after Stripe refused it (%s)", in.RefundID, rel.Code)
+		return step.Contradicted("refund %s was released after Stripe refused it (%s)", in.RefundID, rel.Code)
 	case r.AmountMinor != e.AmountMinor:
-		return activities.Contradicted("the ledger reserved %d, the result says %d", e.AmountMinor, r.AmountMinor)
+		return step.Contradicted("the ledger reserved %d, the result says %d", e.AmountMinor, r.AmountMinor)
 	case c.Stripe == nil:
-		return activities.Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
+		return step.Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
 	}
 	params := &stripe.RefundParams{}
 	params.Context = ctx
@@ -151,7 +152,7 @@ func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) e
 	confirmed := r
 	confirmed.Status = string(re.Status)
 	if err := c.ledger.RecordStripe(ctx, e, confirmed, key.String()); err != nil {
-		return activities.Unverifiable("record the confirmed refund: %v", err)
+		return step.Unverifiable("record the confirmed refund: %v", err)
 	}
 	return nil
 }
@@ -165,14 +166,14 @@ func refundMismatch(re *stripe.Refund, key effects.Key, e *Entry, r StripeResult
 	}
 	switch got := re.Metadata["effect_key"]; {
 	case got != key.String():
-		return activities.Contradicted("Stripe's refund %s carries the effect key %q, not %s", re.ID, got, key)
+		return step.Contradicted("Stripe's refund %s carries the effect key %q, not %s", re.ID, got, key)
 	case re.Status == stripe.RefundStatusFailed || re.Status == stripe.RefundStatusCanceled:
-		return activities.Contradicted("Stripe's refund %s is %s", re.ID, re.Status)
+		return step.Contradicted("Stripe's refund %s is %s", re.ID, re.Status)
 	case re.Amount != e.AmountMinor || string(re.Currency) != r.Currency:
-		return activities.Contradicted("Stripe's refund %s is for %s, the ledger's for %s", re.ID,
-			activities.FormatAmount(re.Amount, string(re.Currency)), activities.FormatAmount(e.AmountMinor, r.Currency))
+		return step.Contradicted("Stripe's refund %s is for %s, the ledger's for %s", re.ID,
+			orders.FormatAmount(re.Amount, string(re.Currency)), orders.FormatAmount(e.AmountMinor, r.Currency))
 	case pi != r.PaymentIntentID:
-		return activities.Contradicted("Stripe's refund %s is of PaymentIntent %q, not %s", re.ID, pi, r.PaymentIntentID)
+		return step.Contradicted("Stripe's refund %s is of PaymentIntent %q, not %s", re.ID, pi, r.PaymentIntentID)
 	}
 	return nil
 }
@@ -182,7 +183,7 @@ func refundMismatch(re *stripe.Refund, key effects.Key, e *Entry, r StripeResult
 func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentIntentID string) error {
 	chargeKey, err := orders.NewOrderInput(in.TenantID, in.OrderID).EffectKey(orders.StepCharge)
 	if err != nil {
-		return activities.Contradicted("%v", err)
+		return step.Contradicted("%v", err)
 	}
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
@@ -191,7 +192,7 @@ func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentInten
 		return activities.StripeLookupError("PaymentIntent "+paymentIntentID, err)
 	}
 	if got := pi.Metadata["effect_key"]; got != chargeKey.String() {
-		return activities.Contradicted("Stripe's PaymentIntent %s is not order %s/%s's charge (its effect key is %q, not %s)",
+		return step.Contradicted("Stripe's PaymentIntent %s is not order %s/%s's charge (its effect key is %q, not %s)",
 			pi.ID, in.TenantID, in.OrderID, got, chargeKey)
 	}
 	return nil
@@ -202,7 +203,7 @@ func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentInten
 func (c *checker) released(ctx context.Context, in RefundInput) (*Release, error) {
 	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
 	if err != nil {
-		return nil, activities.Unverifiable("read the refund's releases: %v", err)
+		return nil, step.Unverifiable("read the refund's releases: %v", err)
 	}
 	return rel, nil
 }
@@ -218,11 +219,11 @@ func (c *checker) release(ctx context.Context, key effects.Key, r ReleaseResult)
 	case err != nil:
 		return err
 	case rel == nil:
-		return activities.Contradicted("refund %s of order %s/%s was never released", in.RefundID, in.TenantID, in.OrderID)
+		return step.Contradicted("refund %s of order %s/%s was never released", in.RefundID, in.TenantID, in.OrderID)
 	case rel.EffectKey != key.String():
-		return activities.Contradicted("refund %s was released under %s, not %s", in.RefundID, rel.EffectKey, key)
+		return step.Contradicted("refund %s was released under %s, not %s", in.RefundID, rel.EffectKey, key)
 	case rel.AmountMinor != r.AmountMinor || rel.Code != r.Code:
-		return activities.Contradicted("refund %s was released for %d (%s), the result says %d (%s)",
+		return step.Contradicted("refund %s was released for %d (%s), the result says %d (%s)",
 			in.RefundID, rel.AmountMinor, rel.Code, r.AmountMinor, r.Code)
 	}
 	return nil
@@ -233,7 +234,7 @@ func (c *checker) release(ctx context.Context, key effects.Key, r ReleaseResult)
 func inputOfKey(key effects.Key) (RefundInput, error) {
 	in, _, ok := refundOfKey(key)
 	if !ok {
-		return in, activities.Contradicted("%s is not a refund step's effect key", key)
+		return in, step.Contradicted("%s is not a refund step's effect key", key)
 	}
 	return in, nil
 }

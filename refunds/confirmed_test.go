@@ -7,9 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // stepsOK runs the named refund activities on in, in order, and requires
@@ -28,7 +28,7 @@ func (b *bundle) refuseAndRelease(t *testing.T, in refunds.RefundInput) {
 	t.Helper()
 	b.refuse()
 	_, err := exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
-	requireTerminal(t, err, activities.ErrTypeProviderRejected)
+	requireTerminal(t, err, step.ErrTypeProviderRejected)
 	b.secondRun(t, refunds.NameReleaseRefund, in)
 }
 
@@ -70,7 +70,7 @@ func TestMarkRefundedCountsOnlyWhatStripeConfirmed(t *testing.T) {
 	require.Equal(t, [2]int64{amount - 500, amount}, [2]int64{confirmed, reserved})
 
 	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r9", 1, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "0.00 EUR left", "Reserve still counts r1, in flight")
 
 	b.refuseAndRelease(t, r1)

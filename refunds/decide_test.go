@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // decider returns a Decider over the refund pipeline's definitions, as the
@@ -126,7 +127,7 @@ func TestDeciderRefusesDoneOnARefusedReserve(t *testing.T) {
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", amount+1, "")
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	key, err := in.EffectKey(refunds.StepReserve)
 	require.NoError(t, err)
 	raw, err := json.Marshal(refunds.ReserveResult{AmountMinor: amount + 1, Currency: "eur", RefundedMinor: amount + 1, ChargedMinor: amount + 1})

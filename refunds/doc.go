@@ -1,7 +1,7 @@
 // Package refunds is keyed's second workflow: refunds of paid orders, in
 // part or in full, built only from packages a user of keyed can import
 // (effects, activities' declarations, helper and error types, notify,
-// orders). Each activity is an activities.KeyedOf[RefundInput, T], whose
+// orders). Each activity is an step.Keyed[RefundInput, T], whose
 // Run validates the input, derives the key, claims it as the declared class
 // requires, logs and maps errors, so that the activity's body is only its
 // effect.

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // SendRefundEmail emails the customer that the refund was made, once.
@@ -20,7 +21,7 @@ import (
 // in SendGrid's Email Activity API first. The stored outcome is the message
 // ID and the collapsed flag.
 //
-// Errors (through activities.ToTemporal): InvalidInput, OrderNotFound,
+// Errors (through step.ToTemporal): InvalidInput, OrderNotFound,
 // InvalidState (the refund is not in the ledger or not refunded at Stripe),
 // Ambiguous, ProviderRejected, KeyReused and Terminal are non-retryable;
 // Transient, InProgress and LeaseLost are retryable.
@@ -41,16 +42,16 @@ func (a *Activities) sendEmail(ctx context.Context, c *call) (EmailResult, error
 	}
 	if _, found, err := a.ledger.StripeOutcome(ctx, in.TenantID, in.OrderID, in.RefundID); err != nil || !found {
 		if err == nil {
-			err = c.Fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", in.RefundID)
+			err = c.Fail(step.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", in.RefundID)
 		}
 		return EmailResult{}, err
 	}
 	text := fmt.Sprintf("We refunded %s of your order %s to your card.\n\nReference: %s\n",
-		activities.FormatAmount(e.AmountMinor, o.Currency), o.ID, c.Key)
+		orders.FormatAmount(e.AmountMinor, o.Currency), o.ID, c.Key)
 	msg := c.Message(EmailTemplate, o.CustomerEmail, "Your refund for order "+o.ID, text, o.ID+"/"+e.RefundID)
 	// A refund reserved long ago may have lost its record to the prune: ask
 	// SendGrid before sending.
-	msg.LookUpFirst = time.Since(e.CreatedAt) > activities.RecordHorizon
+	msg.LookUpFirst = time.Since(e.CreatedAt) > step.RecordHorizon
 	res, err := a.sender.Send(ctx, msg)
 	if err != nil {
 		return EmailResult{}, err

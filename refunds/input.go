@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"unicode"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // WorkflowName is the registered name of the refund workflow.
@@ -39,9 +39,9 @@ const (
 )
 
 // ErrInvalidInput is wrapped by RefundInput.Validate's errors. It is
-// activities.ErrInvalidInput, so that the activities' error table
+// step.ErrInvalidInput, so that the activities' error table
 // classifies it as InvalidInput.
-var ErrInvalidInput = activities.ErrInvalidInput
+var ErrInvalidInput = step.ErrInvalidInput
 
 // RefundInput is the refund workflow's input and every refund activity's
 // input: the order, the refund's own ID (the business event, unique per
@@ -67,14 +67,14 @@ func NewInput(tenantID, orderID, refundID string, amountMinor int64, reason stri
 	return RefundInput{V: InputVersion, TenantID: tenantID, OrderID: orderID, RefundID: refundID, AmountMinor: amountMinor, Reason: reason}
 }
 
-// Validate returns an error wrapping orders.ErrUnsupportedVersion for an
+// Validate returns an error wrapping step.ErrUnsupportedVersion for an
 // unknown version, effects.ErrInvalidKey when the IDs cannot form an effect
 // key, and ErrInvalidInput for a refund ID over MaxRefundIDBytes, an amount
 // outside 1..MaxAmountMinor, or a reason over MaxReasonBytes or holding a
 // control or invisible character.
 func (in RefundInput) Validate() error {
 	if in.V != InputVersion {
-		return fmt.Errorf("%w: refund input v=%d (this code understands v=%d)", orders.ErrUnsupportedVersion, in.V, InputVersion)
+		return fmt.Errorf("%w: refund input v=%d (this code understands v=%d)", step.ErrUnsupportedVersion, in.V, InputVersion)
 	}
 	if _, err := in.EffectKey(StepReserve); err != nil {
 		return err
@@ -132,7 +132,7 @@ func (in RefundInput) EffectKey(step string) (effects.Key, error) {
 }
 
 // LogAttrs names the tenant, order and refund in the step's log records
-// (activities.Input).
+// (step.Input).
 func (in RefundInput) LogAttrs() []any {
 	return []any{"tenant_id", in.TenantID, "order_id", in.OrderID, "refund_id", in.RefundID}
 }

@@ -6,9 +6,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // MarkRefunded moves the order to the status its refunds confirmed by
@@ -33,7 +33,7 @@ import (
 // then refused, is corrected, downwards if need be. A second run returns the stored MarkResult; one whose record was pruned
 // finds its own transition and changes nothing.
 //
-// Errors (through activities.ToTemporal): InvalidInput, OrderNotFound and
+// Errors (through step.ToTemporal): InvalidInput, OrderNotFound and
 // InvalidState (the refund is not in the ledger or not refunded at Stripe,
 // or the order is not paid) are non-retryable; Transient and InProgress are
 // retryable.
@@ -57,7 +57,7 @@ func (a *Activities) markTx(ctx context.Context, c *call) (MarkResult, error) {
 	}
 	if _, found, err := a.ledger.stripeOutcome(ctx, tx, tenant, id, c.In.RefundID); err != nil || !found {
 		if err == nil {
-			err = c.Fail(activities.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", c.In.RefundID)
+			err = c.Fail(step.ErrTypeInvalidState, "refund %s has no Stripe refund recorded", c.In.RefundID)
 		}
 		return MarkResult{}, err
 	}
@@ -66,7 +66,7 @@ func (a *Activities) markTx(ctx context.Context, c *call) (MarkResult, error) {
 		return MarkResult{}, fmt.Errorf("mark refunded %s: load order: %w", c.Key, err)
 	}
 	if !o.Status.WasPaid() {
-		return MarkResult{}, c.Fail(activities.ErrTypeInvalidState, "order is %s, not paid", o.Status)
+		return MarkResult{}, c.Fail(step.ErrTypeInvalidState, "order is %s, not paid", o.Status)
 	}
 	to, err := a.confirmedStatus(ctx, tx, o)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 const (
@@ -82,7 +83,7 @@ func newEnv(t *testing.T, acts *activities.Activities, racts *refunds.Activities
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
+	require.NoError(t, step.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
 	return env
 }
 
@@ -182,7 +183,7 @@ func TestPartialRefundsMarkTheOrderPartiallyThenFullyRefunded(t *testing.T) {
 	require.Equal(t, 3, b.sendgrid.Count(), "one email per refund, none collapsed")
 
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r4", 1, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "0.00 EUR left")
 }
 
@@ -191,7 +192,7 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "refund of 12.51 EUR exceeds what is left of the charge: 12.50 EUR charged, 0.00 EUR refunded or in flight, 12.50 EUR left")
 	require.Zero(t, b.ledgerRows(t, "o1"))
 	require.Zero(t, b.stripe.Refunds())
@@ -202,7 +203,7 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	require.Equal(t, effects.StateFailedTerminal, rec.State)
 	require.Equal(t, "invalid_state", rec.ErrorCode)
 	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Zero(t, b.ledgerRows(t, "o1"))
 }
 
@@ -214,7 +215,7 @@ func TestReserveRefusesUnpaidAndDeclinedOrders(t *testing.T) {
 	require.Equal(t, orders.StatusFailed, b.status(t, "declined"))
 	for _, id := range []string{"pending", "declined"} {
 		err := b.refund(t, refunds.NewInput(tenant, id, "r1", 100, ""))
-		requireTerminal(t, err, activities.ErrTypeInvalidState)
+		requireTerminal(t, err, step.ErrTypeInvalidState)
 		require.Contains(t, err.Error(), "not paid: nothing to refund")
 		require.Zero(t, b.ledgerRows(t, id))
 	}
@@ -243,7 +244,7 @@ func TestConcurrentPartialRefundsReserveOnlyWhatTheChargeCovers(t *testing.T) {
 			ok++
 			continue
 		}
-		requireTerminal(t, err, activities.ErrTypeInvalidState)
+		requireTerminal(t, err, step.ErrTypeInvalidState)
 		require.Contains(t, err.Error(), "exceeds what is left")
 	}
 	require.Equal(t, 1, ok, "errors: %v", errs)
@@ -300,7 +301,7 @@ func TestReserveRefusesTheSameRefundWithAnotherAmount(t *testing.T) {
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", 100, ""))
 	require.NoError(t, err)
 	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", 200, ""))
-	requireTerminal(t, err, activities.ErrTypeKeyReused)
+	requireTerminal(t, err, step.ErrTypeKeyReused)
 	require.Equal(t, 1, b.ledgerRows(t, "o1"))
 }
 
@@ -362,7 +363,7 @@ func TestMarkRefundedNeedsTheStripeRefund(t *testing.T) {
 	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
 	require.NoError(t, err)
 	_, err = exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "no Stripe refund recorded")
 	require.Equal(t, orders.StatusPaid, b.status(t, "o1"))
 }
@@ -403,7 +404,7 @@ func TestRefundAtStripeWithoutACharge(t *testing.T) {
 	b.stripe.Reset() // Stripe forgets the payment intent too.
 
 	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "and none at Stripe")
 	require.Zero(t, b.stripe.Refunds())
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // ErrRefunded means Stripe's refund of the refund is recorded: its
@@ -38,7 +39,7 @@ var ErrRefunded = errors.New("refund was made at Stripe")
 // pruned finds its own release and adds nothing. RefundWorkflow runs it
 // only after RefundAtStripe failed with ProviderRejected.
 //
-// Errors (through activities.ToTemporal): InvalidInput and InvalidState
+// Errors (through step.ToTemporal): InvalidInput and InvalidState
 // (the refund is not in the ledger, Stripe's refund is recorded, or the
 // refund_stripe step did not fail with Stripe's refusal: nothing is
 // written) are non-retryable; Transient and InProgress are retryable.
@@ -56,9 +57,9 @@ func (a *Activities) releaseTx(ctx context.Context, c *call) (ReleaseResult, err
 	got, refunded, err := a.ledger.ReleaseTx(ctx, c.Tx, rel)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return ReleaseResult{}, c.Fail(activities.ErrTypeInvalidState, "refund %s is not in the ledger: nothing to release", c.In.RefundID)
+		return ReleaseResult{}, c.Fail(step.ErrTypeInvalidState, "refund %s is not in the ledger: nothing to release", c.In.RefundID)
 	case errors.Is(err, ErrRefunded):
-		return ReleaseResult{}, c.Fail(activities.ErrTypeInvalidState, "Stripe's refund of %s is recorded: its reservation holds money that went out", c.In.RefundID)
+		return ReleaseResult{}, c.Fail(step.ErrTypeInvalidState, "Stripe's refund of %s is recorded: its reservation holds money that went out", c.In.RefundID)
 	case err != nil:
 		return ReleaseResult{}, fmt.Errorf("release %s: %w", c.Key, err)
 	}
@@ -94,7 +95,7 @@ func (a *Activities) settleTx(ctx context.Context, c *call) error {
 
 // providerRejected is the code a record of a ProviderRejected failure
 // stores.
-var providerRejected = (&activities.Error{Type: activities.ErrTypeProviderRejected}).Code()
+var providerRejected = step.CodeProviderRejected
 
 // refusal returns Stripe's refusal code from the refund_stripe step's
 // record, read in c.Tx, or an InvalidState error when that step did not
@@ -111,7 +112,7 @@ func (a *Activities) refusal(ctx context.Context, c *call) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("release %s: read %s: %w", c.Key, key, err)
 	case rec.State != effects.StateFailedTerminal || rec.ErrorCode != providerRejected:
-		return "", c.Fail(activities.ErrTypeInvalidState, "the refund_stripe step is %s (%s), not refused by Stripe: nothing to release",
+		return "", c.Fail(step.ErrTypeInvalidState, "the refund_stripe step is %s (%s), not refused by Stripe: nothing to release",
 			rec.State, rec.ErrorCode)
 	}
 	return RefusalCode(rec.ErrorMessage), nil

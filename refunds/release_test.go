@@ -8,12 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/step"
 )
 
 // refuse makes the fake Stripe refuse the next refund for good.
@@ -33,7 +32,7 @@ func TestReleaseGivesARefusedReservationBackOnce(t *testing.T) {
 	require.NoError(t, err)
 	b.refuse()
 	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
-	requireTerminal(t, err, activities.ErrTypeProviderRejected)
+	requireTerminal(t, err, step.ErrTypeProviderRejected)
 	require.Contains(t, err.Error(), "charge_disputed")
 
 	b.secondRun(t, refunds.NameReleaseRefund, in)
@@ -47,7 +46,7 @@ func TestReleaseGivesARefusedReservationBackOnce(t *testing.T) {
 	require.Equal(t, 1, b.ledgerRows(t, "o1"), "the ledger row stays: nothing is subtracted from it")
 
 	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "was released")
 
 	require.NoError(t, b.refund(t, refunds.NewInput(tenant, "o1", "r2", amount, "")))
@@ -67,7 +66,7 @@ func TestReleaseRefusesWhatStripeDidNotRefuse(t *testing.T) {
 	require.NoError(t, b.refund(t, made))
 	b.secondRun(t, refunds.NameReleaseRefund, made)
 	_, err := exec[refunds.ReleaseResult](t, b.env, refunds.NameReleaseRefund, made)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 
 	reserved := refunds.NewInput(tenant, "o1", "r2", 400, "")
 	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, reserved)
@@ -76,7 +75,7 @@ func TestReleaseRefusesWhatStripeDidNotRefuse(t *testing.T) {
 	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, reserved)
 	require.Error(t, err, "a lost answer: the step's record is not a refusal")
 	_, err = exec[refunds.ReleaseResult](t, b.env, refunds.NameReleaseRefund, reserved)
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	for _, id := range []string{"r1", "r2"} {
 		rel, err := b.ledger.Released(context.Background(), tenant, "o1", id)
 		require.NoError(t, err)
@@ -138,7 +137,7 @@ func TestRefundWorkflowReleasesARefusedRefund(t *testing.T) {
 	b.order(t, "o1", "pm_card_visa")
 	b.refuse()
 	_, status, err := b.runWorkflowStatus(t, refunds.NewInput(tenant, "o1", "r1", 400, ""))
-	requireTerminal(t, err, activities.ErrTypeProviderRejected)
+	requireTerminal(t, err, step.ErrTypeProviderRejected)
 	require.Contains(t, err.Error(), "charge_disputed")
 	states := []string{}
 	for _, s := range status {
@@ -159,7 +158,7 @@ func TestRefundWorkflowReleasesARefusedRefund(t *testing.T) {
 // longer than they do together.
 func TestReleaseRetriesNoLongerThanTheStepsItReplaces(t *testing.T) {
 	t.Parallel()
-	window := func(d activities.Declaration) time.Duration { return workflows.RetryWindow(d.ActivityOptions("")) }
+	window := func(d step.Declaration) time.Duration { return step.RetryWindow(d.ActivityOptions("")) }
 	require.LessOrEqual(t, window(refunds.DeclRelease.Declaration), window(refunds.DeclMark.Declaration)+window(refunds.DeclEmail.Declaration))
 	require.NotContains(t, refunds.LongestPath(), refunds.DeclRelease.Declaration)
 }

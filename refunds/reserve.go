@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Reserve appends the refund to the order's ledger, once, if what is left
@@ -23,7 +24,7 @@ import (
 // was pruned finds its own ledger row and adds nothing. The claim's
 // fingerprint is the amount and reason.
 //
-// Errors (through activities.ToTemporal): InvalidInput, OrderNotFound,
+// Errors (through step.ToTemporal): InvalidInput, OrderNotFound,
 // InvalidState (the order is not paid, or the refund exceeds what is left
 // of the charge: nothing is written and Stripe is never called) and
 // KeyReused (the refund ID came back with another amount or reason) are
@@ -48,7 +49,7 @@ func (a *Activities) reserveTx(ctx context.Context, c *call) (ReserveResult, err
 	// A refunded order passes: its ledger has nothing left, so ReserveTx
 	// refuses a new refund and finds a repeat's own row.
 	if !o.Status.WasPaid() {
-		return ReserveResult{}, c.Fail(activities.ErrTypeInvalidState, "order is %s, not paid: nothing to refund", o.Status)
+		return ReserveResult{}, c.Fail(step.ErrTypeInvalidState, "order is %s, not paid: nothing to refund", o.Status)
 	}
 	e := Entry{TenantID: c.In.TenantID, OrderID: c.In.OrderID, RefundID: c.In.RefundID,
 		AmountMinor: c.In.AmountMinor, Reason: c.In.Reason, EffectKey: c.Key.String()}
@@ -56,12 +57,12 @@ func (a *Activities) reserveTx(ctx context.Context, c *call) (ReserveResult, err
 	var exceeds *ExceedsError
 	switch {
 	case errors.As(err, &exceeds):
-		return ReserveResult{}, c.Fail(activities.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded or in flight, %s left",
-			activities.FormatAmount(exceeds.AmountMinor, o.Currency), activities.FormatAmount(exceeds.ChargedMinor, o.Currency),
-			activities.FormatAmount(exceeds.RefundedMinor, o.Currency),
-			activities.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, o.Currency))
+		return ReserveResult{}, c.Fail(step.ErrTypeInvalidState, "refund of %s exceeds what is left of the charge: %s charged, %s refunded or in flight, %s left",
+			orders.FormatAmount(exceeds.AmountMinor, o.Currency), orders.FormatAmount(exceeds.ChargedMinor, o.Currency),
+			orders.FormatAmount(exceeds.RefundedMinor, o.Currency),
+			orders.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, o.Currency))
 	case errors.Is(err, ErrConflict):
-		return ReserveResult{}, c.Fail(activities.ErrTypeKeyReused, "refund %s is in the ledger with another amount or reason", c.In.RefundID)
+		return ReserveResult{}, c.Fail(step.ErrTypeKeyReused, "refund %s is in the ledger with another amount or reason", c.In.RefundID)
 	case err != nil:
 		return ReserveResult{}, fmt.Errorf("reserve %s: %w", c.Key, err)
 	}

@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // secondRun runs the activity name twice on in through
@@ -62,7 +62,7 @@ func TestRefundAtStripeAfterALostAnswerRefundsOnce(t *testing.T) {
 	// a reused connection drops, and the replay must be lost too.
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Match: "POST /v1/refunds", Times: 2})
 	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
-	requireRetryable(t, err, activities.ErrTypeTransient)
+	requireRetryable(t, err, step.ErrTypeTransient)
 	require.Equal(t, 1, b.stripe.Refunds(), "the dropped answer's refund happened")
 
 	res, err := exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
@@ -100,7 +100,7 @@ func TestRefundAtStripeTakesOverAnExpiredClaim(t *testing.T) {
 	var charge orders.ChargeResult
 	require.NoError(t, json.Unmarshal(rec.Result, &charge))
 	_, err = b.claims.Claim(context.Background(), effects.ClaimParams{Key: key, Owner: "vanished/refund_stripe", Lease: time.Second,
-		Fingerprint: activities.Fingerprint("400", charge.PaymentIntentID)})
+		Fingerprint: step.Fingerprint("400", charge.PaymentIntentID)})
 	require.NoError(t, err)
 	time.Sleep(1100 * time.Millisecond)
 

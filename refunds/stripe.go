@@ -13,6 +13,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // RefundAtStripe refunds the reserved amount at Stripe, once.
@@ -26,13 +27,13 @@ import (
 // metadata effect_key (with refund_id, tenant_id and order_id). An attempt
 // that finds the claim from an earlier attempt (re-entry, takeover, retry
 // after a transient failure), or a refund reserved longer ago than
-// activities.RecordHorizon, first lists the PaymentIntent's refunds and
+// step.RecordHorizon, first lists the PaymentIntent's refunds and
 // uses the one carrying the effect key, because Stripe forgets idempotency
 // keys after 24 hours. The outcome (IDs, status, amount) is stored with the
 // record and in refund_stripe_outcomes. While Stripe is slow the lease is
 // renewed and a Temporal heartbeat recorded.
 //
-// Errors (through activities.ToTemporal): InvalidInput, InvalidState (the
+// Errors (through step.ToTemporal): InvalidInput, InvalidState (the
 // refund is not reserved or was released after an earlier refusal, the
 // order's charge did not succeed, or neither its record nor Stripe knows
 // it), ProviderRejected (Stripe refused the refund, such as
@@ -68,7 +69,7 @@ func (a *Activities) notReleased(ctx context.Context, c *call) error {
 	if err != nil || rel == nil {
 		return err
 	}
-	return c.Fail(activities.ErrTypeInvalidState, "refund %s was released after Stripe refused it (%s); refund again under a new refund ID",
+	return c.Fail(step.ErrTypeInvalidState, "refund %s was released after Stripe refused it (%s); refund again under a new refund ID",
 		c.In.RefundID, rel.Code)
 }
 
@@ -90,10 +91,10 @@ func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, 
 	case err != nil:
 		return res, fmt.Errorf("refund %s: read charge: %w", c.Key, err)
 	case rec.State != effects.StateSucceeded:
-		return res, c.Fail(activities.ErrTypeInvalidState, "charge %s is %s, not succeeded", key, rec.State)
+		return res, c.Fail(step.ErrTypeInvalidState, "charge %s is %s, not succeeded", key, rec.State)
 	}
 	if err := json.Unmarshal(rec.Result, &res); err != nil || res.PaymentIntentID == "" {
-		return res, c.Fail(activities.ErrTypeInvalidState, "charge %s stores no payment intent", key)
+		return res, c.Fail(step.ErrTypeInvalidState, "charge %s stores no payment intent", key)
 	}
 	return res, nil
 }
@@ -111,12 +112,12 @@ func (a *Activities) searchCharge(ctx context.Context, c *call, key effects.Key)
 	if err := it.Err(); err != nil {
 		return orders.ChargeResult{}, activities.StripeError(c.String()+": search the charge "+key.String(), err)
 	}
-	return orders.ChargeResult{}, c.Fail(activities.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
+	return orders.ChargeResult{}, c.Fail(step.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
 }
 
 // refund makes the refund once under c.Claim.
 func (a *Activities) refund(ctx context.Context, c *call, e *Entry, charge orders.ChargeResult) (StripeResult, error) {
-	if c.Claim.Mode != effects.ModeNew || time.Since(e.CreatedAt) > activities.RecordHorizon {
+	if c.Claim.Mode != effects.ModeNew || time.Since(e.CreatedAt) > step.RecordHorizon {
 		r, err := a.findRefund(ctx, c, charge.PaymentIntentID)
 		if err != nil {
 			return StripeResult{}, err
@@ -144,10 +145,10 @@ func (a *Activities) refund(ctx context.Context, c *call, e *Entry, charge order
 // record checks Stripe's answer and stores it in refund_stripe_outcomes.
 func (a *Activities) record(ctx context.Context, c *call, e *Entry, r *stripe.Refund, charge orders.ChargeResult) (StripeResult, error) {
 	if r.Status == stripe.RefundStatusFailed || r.Status == stripe.RefundStatusCanceled {
-		return StripeResult{}, c.Fail(activities.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
+		return StripeResult{}, c.Fail(step.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
 	}
 	if r.Amount != e.AmountMinor {
-		return StripeResult{}, c.Fail(activities.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
+		return StripeResult{}, c.Fail(step.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
 	}
 	res := StripeResult{RefundID: r.ID, PaymentIntentID: charge.PaymentIntentID, Status: string(r.Status), AmountMinor: r.Amount, Currency: string(r.Currency)}
 	if res.Currency == "" {

@@ -12,9 +12,9 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 )
 
 // RefundWorkflow refunds part or all of a paid order: Reserve (the ledger
@@ -39,7 +39,7 @@ import (
 // pipeline's ApplyDecision once (workflows.RegisterActivities does).
 //
 // It returns a non-retryable application error of type
-// activities.ErrTypeInvalidInput, before any activity runs, for an input
+// step.ErrTypeInvalidInput, before any activity runs, for an input
 // that does not Validate, and, as a non-retryable application error of
 // the step's type with the step's one-line message, the error of the
 // first step that fails for good, in which case later steps do not run: a
@@ -59,22 +59,22 @@ func refundWorkflow(ctx workflow.Context, in RefundInput, opts *pipeline.Opts) (
 	var out Result
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("refund workflow %s: %v", in.WorkflowID(), err), activities.ErrTypeInvalidInput, nil)
+			fmt.Sprintf("refund workflow %s: %v", in.WorkflowID(), err), step.ErrTypeInvalidInput, nil)
 	}
 	r, err := pipeline.New(ctx, in, steps(), opts)
 	if err != nil {
 		return out, err
 	}
-	if err := step(ctx, r, DeclReserve, &out.Reserve, nil); err != nil {
+	if err := runStep(ctx, r, DeclReserve, &out.Reserve, nil); err != nil {
 		return out, err
 	}
-	if err := step(ctx, r, DeclStripe, &out.Stripe, func(s StripeResult) string { return s.RefundID }); err != nil {
+	if err := runStep(ctx, r, DeclStripe, &out.Stripe, func(s StripeResult) string { return s.RefundID }); err != nil {
 		return out, release(ctx, r, err)
 	}
-	if err := step(ctx, r, DeclMark, &out.Mark, func(m MarkResult) string { return m.Status }); err != nil {
+	if err := runStep(ctx, r, DeclMark, &out.Mark, func(m MarkResult) string { return m.Status }); err != nil {
 		return out, err
 	}
-	if err := step(ctx, r, DeclEmail, &out.Email, func(e EmailResult) string { return e.MessageID }); err != nil {
+	if err := runStep(ctx, r, DeclEmail, &out.Email, func(e EmailResult) string { return e.MessageID }); err != nil {
 		return out, err
 	}
 	r.ShowDetails(ctx)
@@ -93,24 +93,24 @@ const releaseChange = "release-on-refusal"
 // comes back unchanged, releasing nothing.
 func release(ctx workflow.Context, r *pipeline.Run, stripeErr error) error {
 	var app *temporal.ApplicationError
-	if !errors.As(stripeErr, &app) || app.Type() != activities.ErrTypeProviderRejected {
+	if !errors.As(stripeErr, &app) || app.Type() != step.ErrTypeProviderRejected {
 		return stripeErr
 	}
 	if workflow.GetVersion(ctx, releaseChange, workflow.DefaultVersion, 1) < 1 {
 		return stripeErr
 	}
 	var res ReleaseResult
-	if err := step(ctx, r, DeclRelease, &res, func(x ReleaseResult) string { return x.Code }); err != nil {
+	if err := runStep(ctx, r, DeclRelease, &res, func(x ReleaseResult) string { return x.Code }); err != nil {
 		return err
 	}
 	r.ShowDetails(ctx)
 	return stripeErr
 }
 
-// step runs the refund activity declared by k into out with
+// runStep runs the refund activity declared by k into out with
 // pipeline.RunStep, which waits for a decision on an unknown outcome and
 // shows outcome(*out) beside the step once it succeeds.
-func step[T any](ctx workflow.Context, r *pipeline.Run, k activities.KeyedOf[RefundInput, T], out *T, outcome func(T) string) error {
+func runStep[T any](ctx workflow.Context, r *pipeline.Run, k step.Keyed[RefundInput, T], out *T, outcome func(T) string) error {
 	return pipeline.RunStep(ctx, r, k.Declaration, out, outcome)
 }
 
@@ -134,12 +134,12 @@ func RegisterWithOpts(r worker.WorkflowRegistry, opts *pipeline.Opts) {
 }
 
 // RegisterActivities registers a's activities (Definitions) with r through
-// activities.Register, which refuses an undeclared or duplicate one. It
+// step.Register, which refuses an undeclared or duplicate one. It
 // does not register pipeline's ApplyDecision, which the refund workflow
 // runs on a decision: a worker registers that once for all its pipelines
 // (workflows.RegisterActivities, or pipeline.Decider.Definition).
 func RegisterActivities(r worker.ActivityRegistry, a *Activities) error {
-	return activities.Register(r, a.Definitions()...)
+	return step.Register(r, a.Definitions()...)
 }
 
 // StartOptions returns the options every start of in's refund uses: the

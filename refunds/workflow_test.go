@@ -8,10 +8,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // runWorkflow runs RefundWorkflow on in in the SDK's test environment, with
@@ -69,7 +69,7 @@ func TestRefundWorkflowStopsAtARefusedReservation(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	_, status, err := b.runWorkflowStatus(t, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidState)
+	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Len(t, status, 4)
 	states := []string{}
 	for _, s := range status {
@@ -87,9 +87,9 @@ func TestRefundWorkflowRefusesABadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := b.runWorkflow(t, refunds.NewInput(tenant, "o1", "r:1", 100, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidInput)
+	requireTerminal(t, err, step.ErrTypeInvalidInput)
 	_, err = b.runWorkflow(t, refunds.NewInput(tenant, "o1", "r1", 0, ""))
-	requireTerminal(t, err, activities.ErrTypeInvalidInput)
+	requireTerminal(t, err, step.ErrTypeInvalidInput)
 }
 
 // Every start of a refund finds its order's runs' search attributes and a

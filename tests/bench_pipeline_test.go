@@ -21,6 +21,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -30,7 +31,7 @@ import (
 // that the two differ only in what keyed adds: the effect claims, the
 // provider calls and the workflow's status and details.
 func bareWorkflow(ctx workflow.Context, in orders.OrderInput) error {
-	steps := []activities.Declaration{activities.DeclCharge.Declaration, activities.DeclMarkPaid.Declaration,
+	steps := []step.Declaration{activities.DeclCharge.Declaration, activities.DeclMarkPaid.Declaration,
 		activities.DeclSendReceipt.Declaration}
 	for i, name := range []string{"BareA", "BareB", "BareC"} {
 		d := steps[i]
@@ -192,7 +193,7 @@ func runBareOrder(world *bundle, queue, id string) error {
 func startBenchWorkers(b *testing.B, world *bundle) (bareQueue string) {
 	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
 	workflows.Register(w)
-	require.NoError(b, activities.Register(w, world.acts.Definitions()...))
+	require.NoError(b, step.Register(w, world.acts.Definitions()...))
 	bareQueue = world.taskQueue + "-bare"
 	bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
 	bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})

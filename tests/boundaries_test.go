@@ -23,6 +23,7 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -132,7 +133,7 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&boundaryInterceptor{t: t, k: k}}})
 	workflows.Register(w)
-	require.NoError(t, activities.Register(w, acts.Definitions()...))
+	require.NoError(t, step.Register(w, acts.Definitions()...))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 

@@ -20,10 +20,11 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
-var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
+var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", step.ErrTypeAmbiguous, nil)
 
 // expectAttention expects KeyedAttention set to value, then cleared.
 func (b *bundle) expectAttention(t *testing.T, value string) {
@@ -74,10 +75,10 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	declined := &activities.Error{Type: activities.ErrTypeCardDeclined,
+	declined := &step.Error{Type: step.ErrTypeCardDeclined,
 		Message: "charge acme:order:9f3a:charge: create payment intent: status 402 card_error/card_declined: Your card was declined."}
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, activities.ToTemporal(fmt.Errorf("charge: %w", &effects.TerminalError{Code: "card_declined", Message: declined.Error()}))).Once()
+		Return(orders.ChargeResult{}, step.ToTemporal(fmt.Errorf("charge: %w", &effects.TerminalError{Code: "card_declined", Message: declined.Error()}))).Once()
 	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -85,7 +86,7 @@ func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 	require.Error(t, err)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
-	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	require.Equal(t, step.ErrTypeCardDeclined, app.Type())
 	require.True(t, app.NonRetryable())
 	line := app.Error()
 	require.NotContains(t, line, "\n")
@@ -104,7 +105,7 @@ func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", activities.ErrTypeAmbiguous, nil)).Once()
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", step.ErrTypeAmbiguous, nil)).Once()
 	b.expectAttention(t, "charge:ambiguous")
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -125,10 +126,10 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	workflows.RegisterWithOpts(env, &workflows.WorkflowOpts{DecisionTimeout: time.Hour})
 	var a *activities.Activities
 	var d *pipeline.Decider
-	require.NoError(t, activities.Register(env, append(a.Definitions(), d.Definition())...))
+	require.NoError(t, step.Register(env, append(a.Definitions(), d.Definition())...))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", activities.ErrTypeAmbiguous, nil)).Once()
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", step.ErrTypeAmbiguous, nil)).Once()
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil)
 
 	env.ExecuteWorkflow(orders.WorkflowName, in)

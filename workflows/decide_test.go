@@ -18,33 +18,34 @@ import (
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
-var keyReused = temporal.NewNonRetryableApplicationError("the key came back with other inputs", activities.ErrTypeKeyReused, nil)
+var keyReused = temporal.NewNonRetryableApplicationError("the key came back with other inputs", step.ErrTypeKeyReused, nil)
 
 // declaredSteps returns every declared step of both pipelines, as their
 // workers register them, with the input that keys it.
 func declaredSteps() []struct {
 	in  pipeline.Keyer
-	def activities.Definition
+	def step.Definition
 } {
 	var out []struct {
 		in  pipeline.Keyer
-		def activities.Definition
+		def step.Definition
 	}
 	var acts *activities.Activities
 	var racts *refunds.Activities
 	for _, def := range acts.Definitions() {
 		out = append(out, struct {
 			in  pipeline.Keyer
-			def activities.Definition
+			def step.Definition
 		}{in, def})
 	}
 	refund := refunds.NewInput("acme", "9f3a", "r1", 500, "")
 	for _, def := range racts.Definitions() {
 		out = append(out, struct {
 			in  pipeline.Keyer
-			def activities.Definition
+			def step.Definition
 		}{refund, def})
 	}
 	return out
@@ -65,7 +66,7 @@ func TestDoneWithoutTheOutcomeIsRefusedOnEveryDeclaredStep(t *testing.T) {
 			require.NotNil(t, s.def.Outcome, "%s declares the rule for a done outcome", s.def.Name)
 			env := pipelinetest.NewEnv(t)
 			env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
-				r, err := pipeline.New(ctx, s.in, []activities.Declaration{s.def.Declaration}, nil)
+				r, err := pipeline.New(ctx, s.in, []step.Declaration{s.def.Declaration}, nil)
 				if err != nil {
 					return err
 				}
@@ -73,7 +74,7 @@ func TestDoneWithoutTheOutcomeIsRefusedOnEveryDeclaredStep(t *testing.T) {
 				return r.Step(ctx, 0, s.def.Declaration, &out)
 			}, workflow.RegisterOptions{Name: "OneStep"})
 			var d *pipeline.Decider
-			require.NoError(t, activities.Register(env, s.def, d.Definition()))
+			require.NoError(t, step.Register(env, s.def, d.Definition()))
 			zero := reflect.Zero(reflect.TypeOf(s.def.Fn).Out(0)).Interface()
 			env.OnActivity(s.def.Name, mock.Anything, mock.Anything).Return(zero, keyReused).Once()
 			attention := pipelinetest.RecordAttention(env)

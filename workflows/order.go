@@ -33,43 +33,18 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
-
-// Activity timeouts, the defaults of activities.Declaration.ActivityOptions
-// (see there for which class gets which).
-const (
-	ExternalStartToClose = activities.ExternalStartToClose
-	HeartbeatTimeout     = activities.HeartbeatTimeout
-	DatabaseStartToClose = activities.DatabaseStartToClose
-	StepScheduleToClose  = activities.StepScheduleToClose
-)
-
-// RetryPolicy returns the retry policy of every step: activities.RetryPolicy.
-func RetryPolicy() *temporal.RetryPolicy { return activities.RetryPolicy() }
-
-// ActivityOptions returns the options of the order activity declared with
-// step (orders.StepCharge, StepMarkPaid, StepReceipt or StepMarkFailed)
-// whose effect key is key: its declaration's ActivityOptions. An undeclared
-// step gets the options of an external create.
-func ActivityOptions(step, key string) workflow.ActivityOptions {
-	for _, d := range activities.Declarations() {
-		if d.Step == step {
-			return d.ActivityOptions(key)
-		}
-	}
-	return activities.Declaration{Class: effects.ClassExternalCreate, Step: step}.ActivityOptions(key)
-}
 
 // Declarations returns the declaration of every activity a worker of the
 // order workflow registers, in the order RegisterActivities registers
 // them: the order pipeline's (activities.Declarations), then ApplyDecision
 // (pipeline.DeclDecision). Each one's resolved options are its
 // ActivityOptions.
-func Declarations() []activities.Declaration {
+func Declarations() []step.Declaration {
 	return append(activities.Declarations(), pipeline.DeclDecision)
 }
 
@@ -79,29 +54,7 @@ func Declarations() []activities.Declaration {
 // with every pipeline's Definitions, so that it checks each step's "done"
 // at its provider). It returns activities.Register's error.
 func RegisterActivities(r worker.ActivityRegistry, acts *activities.Activities, d *pipeline.Decider) error {
-	return activities.Register(r, append(acts.Definitions(), d.Definition())...)
-}
-
-// RetryWindow returns the longest time one step with options o can keep
-// retrying: its schedule-to-close timeout, or, when the retry policy caps
-// the attempts and that is sooner, every attempt running to its
-// start-to-close timeout plus every backoff. It is what an effect record
-// must outlive.
-func RetryWindow(o workflow.ActivityOptions) time.Duration {
-	p := o.RetryPolicy
-	if p == nil || p.MaximumAttempts <= 0 {
-		return o.ScheduleToCloseTimeout // Unbounded attempts: only a schedule-to-close bounds them.
-	}
-	total := time.Duration(p.MaximumAttempts) * o.StartToCloseTimeout
-	interval := p.InitialInterval
-	for i := int32(1); i < p.MaximumAttempts; i++ {
-		total += interval
-		interval = min(time.Duration(float64(interval)*p.BackoffCoefficient), p.MaximumInterval)
-	}
-	if o.ScheduleToCloseTimeout > 0 {
-		return min(total, o.ScheduleToCloseTimeout)
-	}
-	return total
+	return step.Register(r, append(acts.Definitions(), d.Definition())...)
 }
 
 // LongestRun returns the longest a run of either pipeline can take while it
@@ -114,10 +67,10 @@ func LongestRun() time.Duration {
 }
 
 // retryWindows returns the sum of the RetryWindow of each of decls.
-func retryWindows(decls []activities.Declaration) time.Duration {
+func retryWindows(decls []step.Declaration) time.Duration {
 	var total time.Duration
 	for _, d := range decls {
-		total += RetryWindow(d.ActivityOptions(""))
+		total += step.RetryWindow(d.ActivityOptions(""))
 	}
 	return total
 }
@@ -180,14 +133,14 @@ const markFailedChange = "mark-failed-on-decline"
 // error of type pipeline.ErrTypeDecisionTimeout.
 //
 // It returns a non-retryable application error of type
-// activities.ErrTypeInvalidInput, before any activity runs, for an input
+// step.ErrTypeInvalidInput, before any activity runs, for an input
 // version it does not understand or IDs that cannot form an effect key; and
 // the activity error of the first step that fails for good (a decline, an
 // invalid state), in which case later steps do not run. When that step is
 // the charge and its failure is terminal (see chargeFailedForGood), it first
 // runs MarkFailed to move the order from pending to failed, and still
 // returns the charge's error, of the same type (such as
-// activities.ErrTypeCardDeclined), whether or not MarkFailed succeeded.
+// step.ErrTypeCardDeclined), whether or not MarkFailed succeeded.
 func OrderWorkflow(ctx workflow.Context, in orders.OrderInput) (orders.OrderResult, error) {
 	return orderWorkflow(ctx, in, nil, nil)
 }
@@ -197,7 +150,7 @@ func orderWorkflow(ctx workflow.Context, in orders.OrderInput, opts *pipeline.Op
 	var out orders.OrderResult
 	if err := in.Validate(); err != nil {
 		return out, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("order workflow %s/%s: %v", in.TenantID, in.OrderID, err), activities.ErrTypeInvalidInput, nil)
+			fmt.Sprintf("order workflow %s/%s: %v", in.TenantID, in.OrderID, err), step.ErrTypeInvalidInput, nil)
 	}
 	o, err := pipeline.New(ctx, in, orderSteps, opts)
 	if err != nil {
@@ -230,14 +183,14 @@ func orderWorkflow(ctx workflow.Context, in orders.OrderInput, opts *pipeline.Op
 
 // orderSteps lists the steps the status query shows from the start, in the
 // order they run. MarkFailed joins them only when it runs.
-var orderSteps = []activities.Declaration{
+var orderSteps = []step.Declaration{
 	activities.DeclCharge.Declaration, activities.DeclMarkPaid.Declaration, activities.DeclSendReceipt.Declaration,
 }
 
 // runStep runs the order activity declared by k into out with
 // pipeline.RunStep, which waits for a decision on an unknown outcome and
 // shows outcome(*out) beside the step once it succeeds.
-func runStep[T any](ctx workflow.Context, o *pipeline.Run, k activities.Keyed[T], out *T, outcome func(T) string) error {
+func runStep[T any](ctx workflow.Context, o *pipeline.Run, k step.Keyed[orders.OrderInput, T], out *T, outcome func(T) string) error {
 	return pipeline.RunStep(ctx, o, k.Declaration, out, outcome)
 }
 
@@ -249,7 +202,7 @@ func runStep[T any](ctx workflow.Context, o *pipeline.Run, k activities.Keyed[T]
 // step is skipped, as it was then; without GetVersion that replay would
 // schedule an activity its history does not have and fail as
 // nondeterministic (TestReplayCatchesAStepAddedWithoutGetVersion).
-func runAddedStep[T any](ctx workflow.Context, o *pipeline.Run, changeID string, k activities.Keyed[T], out *T) error {
+func runAddedStep[T any](ctx workflow.Context, o *pipeline.Run, changeID string, k step.Keyed[orders.OrderInput, T], out *T) error {
 	if workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, 1) < 1 {
 		return nil // a run from before the change
 	}
@@ -286,9 +239,9 @@ func chargeFailedForGood(err error) bool {
 		return false
 	}
 	switch app.Type() {
-	case activities.ErrTypeOrderNotFound, activities.ErrTypeInvalidInput, activities.ErrTypeKeyReused, activities.ErrTypeAmbiguous,
+	case step.ErrTypeNotFound, step.ErrTypeInvalidInput, step.ErrTypeKeyReused, step.ErrTypeAmbiguous,
 		pipeline.ErrTypeDecisionTimeout:
 		return false
 	}
-	return app.NonRetryable() || slices.Contains(activities.NonRetryableErrorTypes(), app.Type())
+	return app.NonRetryable() || slices.Contains(step.NonRetryableErrorTypes(), app.Type())
 }

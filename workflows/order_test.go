@@ -15,6 +15,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -66,8 +67,8 @@ func TestHappyPath(t *testing.T) {
 	}, pipelinetest.Status(t, b.env))
 
 	// The external calls heartbeat; a killed worker is noticed within 15s.
-	require.Equal(t, workflows.HeartbeatTimeout, b.started.Info("Charge").HeartbeatTimeout)
-	require.Equal(t, workflows.HeartbeatTimeout, b.started.Info("SendReceipt").HeartbeatTimeout)
+	require.Equal(t, step.HeartbeatTimeout, b.started.Info("Charge").HeartbeatTimeout)
+	require.Equal(t, step.HeartbeatTimeout, b.started.Info("SendReceipt").HeartbeatTimeout)
 	require.Zero(t, b.started.Info("MarkPaid").HeartbeatTimeout)
 }
 
@@ -75,7 +76,7 @@ func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)).Once()
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", step.ErrTypeCardDeclined, nil)).Once()
 	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -83,7 +84,7 @@ func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 	err := b.env.GetWorkflowError()
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
-	require.Equal(t, activities.ErrTypeCardDeclined, app.Type(), "the run fails with the charge's error")
+	require.Equal(t, step.ErrTypeCardDeclined, app.Type(), "the run fails with the charge's error")
 	require.Equal(t, []string{"Charge", "MarkFailed"}, b.started.Names(), "one charge attempt, no mark paid, no receipt")
 	require.Zero(t, b.started.Info("MarkFailed").HeartbeatTimeout)
 
@@ -97,14 +98,14 @@ func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)).Once()
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", step.ErrTypeCardDeclined, nil)).Once()
 	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).
-		Return(orders.MarkFailedResult{}, temporal.NewNonRetryableApplicationError("order is paid", activities.ErrTypeInvalidState, nil)).Once()
+		Return(orders.MarkFailedResult{}, temporal.NewNonRetryableApplicationError("order is paid", step.ErrTypeInvalidState, nil)).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	require.Equal(t, step.ErrTypeCardDeclined, app.Type())
 	st := pipelinetest.Status(t, b.env)
 	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped", "mark_failed=failed"}, pipelinetest.StepStates(st))
 	require.Contains(t, st[3].Error, "InvalidState")
@@ -114,7 +115,7 @@ func TestChargeNotFoundFailsWithoutMarkFailed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("no order", activities.ErrTypeOrderNotFound, nil))
+		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("no order", step.ErrTypeNotFound, nil))
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.Error(t, b.env.GetWorkflowError())
@@ -126,7 +127,7 @@ func TestTransientChargeIsRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
-		Return(orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", activities.ErrTypeTransient)).Twice()
+		Return(orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", step.ErrTypeTransient)).Twice()
 	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
 	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
@@ -143,12 +144,12 @@ func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
 	// The retry policy lists the terminal types, so even a retryable error
 	// of such a type stops.
 	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).
-		Return(orders.MarkPaidResult{}, temporal.NewApplicationError("order is failed", activities.ErrTypeInvalidState)).Once()
+		Return(orders.MarkPaidResult{}, temporal.NewApplicationError("order is failed", step.ErrTypeInvalidState)).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeInvalidState, app.Type())
+	require.Equal(t, step.ErrTypeInvalidState, app.Type())
 	require.Equal(t, []string{"charge=done", "mark_paid=failed", "receipt=skipped"}, pipelinetest.States(t, b.env))
 }
 
@@ -162,7 +163,7 @@ func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {
 	require.True(t, b.env.IsWorkflowCompleted())
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeInvalidInput, app.Type())
+	require.Equal(t, step.ErrTypeInvalidInput, app.Type())
 	require.True(t, app.NonRetryable())
 	require.Contains(t, app.Error(), "unsupported input version: v=2")
 	require.Empty(t, b.started.Names())
@@ -183,31 +184,6 @@ func TestStatusQueryWhileRunning(t *testing.T) {
 	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, pipelinetest.States(t, b.env))
 }
 
-func TestActivityOptions(t *testing.T) {
-	t.Parallel()
-	for _, step := range []string{orders.StepCharge, orders.StepMarkPaid, orders.StepReceipt, orders.StepMarkFailed} {
-		k, err := in.EffectKey(step)
-		require.NoError(t, err)
-		o := workflows.ActivityOptions(step, k.String())
-		require.Contains(t, o.Summary, k.String())
-		require.NotZero(t, o.StartToCloseTimeout)
-		rp := o.RetryPolicy
-		require.Equal(t, time.Second, rp.InitialInterval)
-		require.InDelta(t, 2.0, rp.BackoffCoefficient, 0)
-		require.Equal(t, 30*time.Second, rp.MaximumInterval)
-		require.Zero(t, rp.MaximumAttempts, "attempts are bounded by time, not by a count")
-		require.Equal(t, workflows.StepScheduleToClose, o.ScheduleToCloseTimeout)
-		require.ElementsMatch(t, activities.NonRetryableErrorTypes(), rp.NonRetryableErrorTypes)
-		require.NotContains(t, rp.NonRetryableErrorTypes, activities.ErrTypeTransient)
-		if step == orders.StepMarkPaid || step == orders.StepMarkFailed {
-			require.Zero(t, o.HeartbeatTimeout)
-		} else {
-			require.Equal(t, workflows.HeartbeatTimeout, o.HeartbeatTimeout)
-			require.Less(t, o.HeartbeatTimeout, o.StartToCloseTimeout)
-		}
-	}
-}
-
 // TestAddedStepRunsInNewRuns: a step added behind workflow.GetVersion runs
 // in a new run, after the receipt, and joins the status query.
 func TestAddedStepRunsInNewRuns(t *testing.T) {
@@ -215,7 +191,7 @@ func TestAddedStepRunsInNewRuns(t *testing.T) {
 	env := pipelinetest.NewEnv(t)
 	workflows.RegisterWithStepAfterReceipt(env, survey, "send-survey")
 	require.NoError(t, workflows.RegisterActivities(env, nil, nil))
-	require.NoError(t, activities.Register(env, survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
+	require.NoError(t, step.Register(env, survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
 		return notify.Result{}, nil
 	})))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})

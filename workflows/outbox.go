@@ -5,7 +5,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
@@ -66,7 +65,7 @@ func ConfigureRefundStart(_ context.Context, req outbox.Request, o *client.Start
 	so := refunds.StartOptions(in, o.TaskQueue)
 	o.TypedSearchAttributes, o.StaticSummary = so.TypedSearchAttributes, so.StaticSummary
 	if currency != "" {
-		o.StaticSummary += " · " + activities.FormatAmount(in.AmountMinor, currency)
+		o.StaticSummary += " · " + orders.FormatAmount(in.AmountMinor, currency)
 	}
 	return nil
 }

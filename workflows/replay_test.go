@@ -8,15 +8,15 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
 // survey declares a step added after the receipt, for the tests of adding
 // a step to a workflow with runs in flight.
-var survey = activities.Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce}
+var survey = step.Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce}
 
 func replay(r worker.WorkflowReplayer, file string) error {
 	return r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file)

@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -60,7 +59,7 @@ func StartOptions(in orders.OrderInput, opts *StartOpts) client.StartWorkflowOpt
 	}
 	summary := []string{"tenant " + in.TenantID, "order " + in.OrderID}
 	if o := opts.Order; o != nil && o.TenantID == in.TenantID && o.ID == in.OrderID {
-		summary = append(summary, activities.FormatAmount(o.AmountMinor, o.Currency))
+		summary = append(summary, orders.FormatAmount(o.AmountMinor, o.Currency))
 	}
 	return client.StartWorkflowOptions{
 		ID:                       in.WorkflowID(),

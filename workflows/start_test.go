@@ -17,10 +17,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -53,7 +53,7 @@ func TestStartRefusesBadInputBeforeTemporal(t *testing.T) {
 	future := in
 	future.V = 2
 	_, err := workflows.Start(context.Background(), nil, future, nil)
-	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
+	require.ErrorIs(t, err, step.ErrUnsupportedVersion)
 	_, err = workflows.Start(context.Background(), nil, orders.NewOrderInput("ac me", "1"), nil)
 	require.ErrorIs(t, err, effects.ErrInvalidKey)
 	_, err = workflows.Start(context.Background(), nil, in, nil)
@@ -66,7 +66,7 @@ type stubs struct{}
 
 func (stubs) Charge(_ context.Context, in orders.OrderInput) (orders.ChargeResult, error) {
 	if in.OrderID == "declined" {
-		return orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", activities.ErrTypeCardDeclined, nil)
+		return orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", step.ErrTypeCardDeclined, nil)
 	}
 	return charged, nil
 }
@@ -157,7 +157,7 @@ func TestStartAgainstDevServer(t *testing.T) {
 	err = c.GetWorkflow(ctx, failed.WorkflowID, failed.RunID).Get(ctx, nil)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
-	require.Equal(t, activities.ErrTypeCardDeclined, app.Type())
+	require.Equal(t, step.ErrTypeCardDeclined, app.Type())
 	rerun, err := workflows.Start(ctx, c, declined, opts)
 	require.NoError(t, err)
 	require.True(t, rerun.Created)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
@@ -158,7 +158,7 @@ func (s *stack) refundRows(ctx context.Context, list []*demoRefund) ([]refundRow
 
 func (s *stack) refundRow(ctx context.Context, r *demoRefund) (refundRow, error) {
 	in := r.input()
-	row := refundRow{refund: r.id, order: r.order.id, scenario: r.note, amount: activities.FormatAmount(r.amount, "eur"), refunds: -1}
+	row := refundRow{refund: r.id, order: r.order.id, scenario: r.note, amount: orders.FormatAmount(r.amount, "eur"), refunds: -1}
 	for _, st := range r.started {
 		if st.Created {
 			row.runs++
@@ -199,7 +199,7 @@ func refundOutcome(r *demoRefund, in refunds.RefundInput) (string, [][2]string) 
 		var exceeds *refunds.ExceedsError
 		left := ""
 		if errors.As(r.refused, &exceeds) {
-			left = " (" + activities.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, "eur") + " left)"
+			left = " (" + orders.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, "eur") + " left)"
 		}
 		return "refused", [][2]string{
 			{"request", "refused before queueing: exceeds the charge" + left},
@@ -212,7 +212,7 @@ func refundOutcome(r *demoRefund, in refunds.RefundInput) (string, [][2]string) 
 	}
 	details = append(details, [2]string{"stripe", r.result.Stripe.RefundID + " " + r.result.Stripe.Status},
 		[2]string{"ledger", fmt.Sprintf("%s of %s refunded",
-			activities.FormatAmount(r.result.Reserve.RefundedMinor, "eur"), activities.FormatAmount(r.result.Reserve.ChargedMinor, "eur"))})
+			orders.FormatAmount(r.result.Reserve.RefundedMinor, "eur"), orders.FormatAmount(r.result.Reserve.ChargedMinor, "eur"))})
 	return "refunded, email sent", details
 }
 

@@ -201,7 +201,7 @@ func printReport(w io.Writer, rep *reconcile.Report) error {
 // findingLedgerRow renders a refund's ledger row as "refund r1 4.00 USD", and
 // its recorded Stripe answer after it.
 func findingLedgerRow(r reconcile.RefundRecord) string {
-	s := "refund " + r.RefundID + " " + activities.FormatAmount(r.AmountMinor, r.Currency)
+	s := "refund " + r.RefundID + " " + orders.FormatAmount(r.AmountMinor, r.Currency)
 	if r.Stripe != nil {
 		s += " as " + findingRefund(*r.Stripe)
 	}
@@ -210,10 +210,10 @@ func findingLedgerRow(r reconcile.RefundRecord) string {
 
 // findingRefund renders a Stripe refund as "re_… succeeded 4.00 USD of pi_…".
 func findingRefund(r refunds.StripeResult) string {
-	return r.RefundID + " " + r.Status + " " + activities.FormatAmount(r.AmountMinor, r.Currency) + " of " + r.PaymentIntentID
+	return r.RefundID + " " + r.Status + " " + orders.FormatAmount(r.AmountMinor, r.Currency) + " of " + r.PaymentIntentID
 }
 
 // charge renders a charge outcome as "pi_… succeeded 19.99 USD".
 func charge(c orders.ChargeResult) string {
-	return c.PaymentIntentID + " " + c.Status + " " + activities.FormatAmount(c.AmountMinor, c.Currency)
+	return c.PaymentIntentID + " " + c.Status + " " + orders.FormatAmount(c.AmountMinor, c.Currency)
 }

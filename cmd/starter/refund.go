@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
@@ -142,7 +141,7 @@ func startRefund(ctx context.Context, cfg *config.Config, tc client.Client, stor
 
 func printRefund(w io.Writer, res refundResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	line := fmt.Sprintf("%s of order %s/%s  %s", res.RefundID, res.TenantID, res.OrderID, activities.FormatAmount(res.AmountMinor, res.Currency))
+	line := fmt.Sprintf("%s of order %s/%s  %s", res.RefundID, res.TenantID, res.OrderID, orders.FormatAmount(res.AmountMinor, res.Currency))
 	if res.Requested {
 		line += "  (requested)"
 	} else {

@@ -21,6 +21,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
@@ -108,7 +109,7 @@ func decisionOf(key, as, reason, result, by string, resultSet, unverified bool) 
 	if resultSet {
 		d.Result = json.RawMessage(result)
 	}
-	var outcome activities.Outcome
+	var outcome step.Outcome
 	if err == nil {
 		d.Step = stepOfKey(k)
 		outcome = declaredOutcome(d.Step)
@@ -149,7 +150,7 @@ func stepOfKey(k effects.Key) string {
 
 // declaredOutcome returns the declared Outcome of the order or refund
 // step named step, or nil for a step neither pipeline declares.
-func declaredOutcome(step string) activities.Outcome {
+func declaredOutcome(step string) step.Outcome {
 	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
 		if d.Step == step {
 			return d.Outcome

@@ -18,6 +18,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -103,7 +104,7 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	refunds.RegisterWithOpts(w, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout})
 	// One Register call for both pipelines, so that it refuses a name or an
 	// effect key step that an order and a refund activity both claim.
-	if err := activities.Register(w, append(steps, decider.Definition())...); err != nil {
+	if err := step.Register(w, append(steps, decider.Definition())...); err != nil {
 		return nil, fmt.Errorf("register activities: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{

@@ -16,9 +16,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 )
 
 // queryMetadata is the SDK's built-in query answered with the run's
@@ -237,7 +237,7 @@ func RequireRefused(t testing.TB, d *pipeline.Decider, in pipeline.DecisionInput
 // worker registers (defs) and each of its Checks' (checks, the same steps
 // in the same order) declares an Outcome and has a Verify, and checks'
 // have no function, so that they cannot be registered.
-func RequireVerified(t testing.TB, defs, checks []activities.Definition) {
+func RequireVerified(t testing.TB, defs, checks []step.Definition) {
 	t.Helper()
 	require.Len(t, checks, len(defs))
 	for i, def := range defs {

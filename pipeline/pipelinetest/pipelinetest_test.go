@@ -10,11 +10,11 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
+	"github.com/keyedhq/keyed/step"
 )
 
 // waitOnce is a stand-in for a pipeline run, so that each helper is checked
@@ -108,7 +108,7 @@ func TestMockApplyDecisionKeepsWhatItWasGiven(t *testing.T) {
 	env := pipelinetest.NewEnv(t)
 	env.RegisterWorkflow(applyOnce)
 	var d *pipeline.Decider
-	require.NoError(t, activities.Register(env, d.Definition()))
+	require.NoError(t, step.Register(env, d.Definition()))
 	applied := pipelinetest.MockApplyDecision(env, 4)
 	env.ExecuteWorkflow(applyOnce)
 

@@ -1,4 +1,4 @@
-package activities
+package step
 
 import (
 	"bytes"
@@ -11,29 +11,23 @@ import (
 )
 
 // Outcome is a step's rule for the outcome an operator gives it with a
-// "done" decision (pipeline.Decision): the JSON the step would have stored
-// had it finished. Declaration.Outcome holds it; Declare and DeclareOf
-// derive it from the step's outcome type (OutcomeOf). A step whose
-// declaration has none takes "done" only with a result, unchecked.
+// "done" decision: the JSON the step would have stored had it finished.
 type Outcome interface {
-	// Decode strictly decodes result into the step's outcome type and
-	// validates it, returning the outcome, or an error that says
-	// everything wrong with result (DecodeOutcome).
+	// Decode strictly decodes and validates result (DecodeOutcome).
 	Decode(result json.RawMessage) (any, error)
-	// Shape is the JSON object of the outcome with its fields' names, for
-	// messages, such as
-	// {"payment_intent_id":"…","status":"…","amount_minor":0,"currency":"…"}.
+	// Shape is the outcome's JSON object with placeholder values, for
+	// messages.
 	Shape() string
 }
 
-// Validator is an outcome type that checks itself: DecodeOutcome calls its
-// Validate after decoding. Validate returns an error naming every problem.
+// Validator is an outcome type that checks itself after decoding; its
+// error names every problem.
 type Validator interface {
 	Validate() error
 }
 
-// OutcomeOf returns the Outcome of a step whose outcome type is T: Decode
-// is DecodeOutcome[T]. Its values compare equal for one T.
+// OutcomeOf returns the Outcome of outcome type T. Its values compare equal
+// for one T.
 func OutcomeOf[T any]() Outcome { return outcomeOf[T]{} }
 
 type outcomeOf[T any] struct{}
@@ -42,11 +36,10 @@ func (outcomeOf[T]) Decode(result json.RawMessage) (any, error) { return DecodeO
 
 func (outcomeOf[T]) Shape() string { return shapeOf(reflect.TypeFor[T]()) }
 
-// DecodeOutcome decodes result into a T, strictly: it must be one JSON
-// value, not null, with no field T does not have, and each field of its
-// JSON type. Then, when T (or *T) is a Validator, it must Validate. The
-// error's text says what is wrong for an operator, starting with "result",
-// and names T's shape, never Go's type names.
+// DecodeOutcome decodes result into a T strictly (one JSON value, not null,
+// no unknown field, each field of its JSON type) and validates it when T or
+// *T is a Validator. The error, for an operator, starts with "result" and
+// names T's shape, never Go's type names.
 func DecodeOutcome[T any](result json.RawMessage) (T, error) {
 	var out T
 	shape := OutcomeOf[T]().Shape()

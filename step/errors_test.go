@@ -1,4 +1,4 @@
-package activities
+package step
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 // allErrTypes lists every ErrType constant, so that a constant added without
 // a row in the error table fails the tests.
 var allErrTypes = []string{
-	ErrTypeInvalidInput, ErrTypeOrderNotFound, ErrTypeCardDeclined, ErrTypePaymentIncomplete, ErrTypeProviderRejected,
+	ErrTypeInvalidInput, ErrTypeNotFound, ErrTypeCardDeclined, ErrTypePaymentIncomplete, ErrTypeProviderRejected,
 	ErrTypeKeyReused, ErrTypeAmbiguous, ErrTypeInvalidState, ErrTypeTerminal,
 	ErrTypeTransient, ErrTypeInProgress, ErrTypeLeaseLost,
 }
@@ -92,7 +92,7 @@ func TestErrorNonRetryableTypesAreTheTerminalRows(t *testing.T) {
 			require.Contains(t, nonRetryable, k.typ)
 		}
 	}
-	require.Len(t, nonRetryable, 9)
+	require.Len(t, nonRetryable, len(errorKinds)-len(retryableKinds()))
 	require.ElementsMatch(t, []string{ErrTypeTransient, ErrTypeInProgress, ErrTypeLeaseLost},
 		typesOf(retryableKinds()))
 }
@@ -114,9 +114,12 @@ func TestErrorSentinelsClassifyAsTheirRow(t *testing.T) {
 			require.Equal(t, k.retryable, retry, "%v", s)
 		}
 	}
-	e := &Error{Type: ErrTypeKeyReused, kind: effects.ErrKeyReused}
-	require.ErrorIs(t, e, effects.ErrKeyReused, "an explicit kind wins")
+	require.ErrorIs(t, &Error{Type: ErrTypeKeyReused}, effects.ErrKeyReused)
 	require.NoError(t, (&Error{Type: ErrTypeTerminal}).Unwrap())
+	domain := Sentinel(ErrNotFound, "order not found")
+	require.EqualError(t, domain, "order not found")
+	typ, _ := ErrorType(fmt.Errorf("load: %w", domain))
+	require.Equal(t, ErrTypeNotFound, typ, "a domain sentinel classifies as its kind")
 }
 
 // TestToTemporalRetriesExactlyTheRetryableRows checks that ToTemporal marks
@@ -142,6 +145,21 @@ func TestToTemporalRetriesExactlyTheRetryableRows(t *testing.T) {
 	require.ErrorAs(t, unknown, &app)
 	require.Equal(t, ErrTypeTerminal, app.Type())
 	require.True(t, app.NonRetryable())
+}
+
+// TestAttentionReasonsAreTheUnknownOutcomes checks the attention column:
+// every retryable type and the two terminal types whose outcome is unknown
+// make a run wait, and a refusal never does.
+func TestAttentionReasonsAreTheUnknownOutcomes(t *testing.T) {
+	t.Parallel()
+	for _, k := range errorKinds {
+		reason, waits := AttentionReason(k.typ)
+		require.Equal(t, k.attention, reason)
+		require.Equal(t, k.retryable || k.typ == ErrTypeAmbiguous || k.typ == ErrTypeKeyReused, waits, k.typ)
+		require.False(t, waits && k.refusal, "%s: a refusal is a known outcome", k.typ)
+	}
+	_, waits := AttentionReason("NoSuchType")
+	require.False(t, waits)
 }
 
 func typesOf(kinds []errorKind) []string {

@@ -1,4 +1,4 @@
-package activities_test
+package step_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // ticket is a second pipeline's input: "<tenant>:ticket:<id>:<step>".
@@ -28,26 +28,26 @@ func (in ticket) EffectKey(step string) (effects.Key, error) {
 
 func (in ticket) LogAttrs() []any { return []any{"tenant_id", in.Tenant, "ticket_id", in.ID} }
 
-var declClose = activities.KeyedOf[ticket, string]{Declaration: activities.Declaration{Name: "CloseTicket",
+var declClose = step.Keyed[ticket, string]{Declaration: step.Declaration{Name: "CloseTicket",
 	Class: effects.ClassAbsoluteWrite, Step: "close"}}
 
-func TestKeyedOfRefusesARunnerWithoutDBOrEffectsAndAnEffectWithoutDo(t *testing.T) {
+func TestKeyedRefusesARunnerWithoutDBOrEffectsAndAnEffectWithoutDo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	done := false
-	_, err := declClose.Run(ctx, activities.Runner{}, ticket{"acme", "t1"}, activities.EffectOf[ticket, string]{
-		Do: func(context.Context, *activities.Call[ticket]) (string, error) { done = true; return "closed", nil }})
+	_, err := declClose.Run(ctx, step.Runner{}, ticket{"acme", "t1"}, step.Effect[ticket, string]{
+		Do: func(context.Context, *step.Call[ticket]) (string, error) { done = true; return "closed", nil }})
 	require.ErrorContains(t, err, "activity CloseTicket has no DB or Effects to claim with")
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
 	require.True(t, app.NonRetryable())
 	require.False(t, done)
 
-	_, err = declClose.Run(ctx, activities.Runner{}, ticket{"acme", "t1"}, activities.EffectOf[ticket, string]{})
+	_, err = declClose.Run(ctx, step.Runner{}, ticket{"acme", "t1"}, step.Effect[ticket, string]{})
 	require.ErrorContains(t, err, "activity CloseTicket declares no effect")
 }
 
-func TestKeyedOfBindsAFunctionOfItsInput(t *testing.T) {
+func TestKeyedBindsAFunctionOfItsInput(t *testing.T) {
 	t.Parallel()
 	def := declClose.Bind(func(context.Context, ticket) (string, error) { return "", nil })
 	require.Equal(t, "CloseTicket", def.Name)
@@ -56,7 +56,7 @@ func TestKeyedOfBindsAFunctionOfItsInput(t *testing.T) {
 
 func TestFingerprintHashesTheParts(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, activities.Fingerprint("1250", "eur"), activities.Fingerprint("1250", "eur"))
-	require.NotEqual(t, activities.Fingerprint("1250", "eur"), activities.Fingerprint("125", "0eur"))
-	require.Regexp(t, `^sha256:[0-9a-f]{32}$`, activities.Fingerprint("x"))
+	require.Equal(t, step.Fingerprint("1250", "eur"), step.Fingerprint("1250", "eur"))
+	require.NotEqual(t, step.Fingerprint("1250", "eur"), step.Fingerprint("125", "0eur"))
+	require.Regexp(t, `^sha256:[0-9a-f]{32}$`, step.Fingerprint("x"))
 }
