@@ -140,15 +140,3 @@ type OrderResult struct {
 	Paid    MarkPaidResult `json:"paid"`
 	Receipt ReceiptResult  `json:"receipt"`
 }
-
-// StepStatus is the workflow's view of one step, returned by its query.
-type StepStatus struct {
-	Step      string `json:"step"`
-	EffectKey string `json:"effect_key"`
-	State     string `json:"state"` // pending, running, done, failed
-	Error     string `json:"error,omitempty"`
-}
-
-// QueryStatus is the name of the order workflow's query handler, which
-// returns []StepStatus.
-const QueryStatus = "status"

@@ -13,17 +13,15 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// Problem is one thing wrong with a Decision: the field it is about
-// (step, resolution, reason, by, result or unverified) and what is wrong,
-// such as "is required" or "is too long: 201 bytes, at most 200".
+// Problem is one thing wrong with a Decision field, such as reason "is
+// required".
 type Problem struct {
 	Field string
 	Text  string
 }
 
-// DecisionError is a Decision refused before it is applied: every problem
-// it has, at once. Its text is "decision refused: " and the problems, such
-// as "reason is required; by (who decides) is required".
+// DecisionError is a Decision refused before it is applied, with every
+// problem it has.
 type DecisionError struct {
 	Problems []Problem
 }
@@ -37,18 +35,10 @@ func (e *DecisionError) Error() string {
 }
 
 // CheckDecision returns a *DecisionError naming every problem of d as a
-// decision on the step named step, whose declared rule for a "done"
-// outcome is outcome (step.Declaration.Outcome; nil means any JSON
-// result, which is then required), or nil. It is the decide update's
-// validator without the run's state, and `starter resolve` checks its
-// flags with it:
-//
-//   - step must be the waiting step, resolution done or retry;
-//   - reason is required: one line of printable text of at most
-//     MaxDecisionReason bytes; by is required, at most MaxDecisionBy bytes;
-//   - done needs a result, at most effects.MaxResultBytes of JSON, that
-//     outcome decodes and validates (its problems are listed); retry takes
-//     neither a result nor unverified.
+// decision on the step named step, whose "done" outcome rule is outcome
+// (nil: any JSON result), or nil: the step must match, the resolution be
+// done or retry, reason and by be given within their limits, a done carry
+// a result outcome accepts, a retry neither a result nor unverified.
 func CheckDecision(d Decision, step string, outcome step.Outcome) error {
 	var ps []Problem
 	add := func(field, format string, args ...any) {

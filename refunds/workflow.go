@@ -23,8 +23,8 @@ import (
 // effect key and the options of its declaration. The workflow carries only
 // the RefundInput; its ID derives from the refund (RefundInput.WorkflowID),
 // so duplicate starts collapse into one run. Its steps run through a
-// pipeline.Run: the status query (orders.QueryStatus, "status") returns
-// each step's state and effect key as []orders.StepStatus, and the current
+// pipeline.Run: the status query (pipeline.QueryStatus, "status") returns
+// each step's state and effect key as []pipeline.StepStatus, and the current
 // details show them with each step's outcome ID (the Stripe refund, the
 // order's status, the message ID).
 //

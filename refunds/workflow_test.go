@@ -24,7 +24,7 @@ func (b *bundle) runWorkflow(t *testing.T, in refunds.RefundInput) (refunds.Resu
 
 // runWorkflowStatus is runWorkflow, also returning the status query's
 // answer after the run.
-func (b *bundle) runWorkflowStatus(t *testing.T, in refunds.RefundInput) (refunds.Result, []orders.StepStatus, error) {
+func (b *bundle) runWorkflowStatus(t *testing.T, in refunds.RefundInput) (refunds.Result, []pipeline.StepStatus, error) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
@@ -33,8 +33,8 @@ func (b *bundle) runWorkflowStatus(t *testing.T, in refunds.RefundInput) (refund
 	require.NoError(t, refunds.RegisterActivities(env, b.racts))
 	env.ExecuteWorkflow(refunds.WorkflowName, in)
 	require.True(t, env.IsWorkflowCompleted())
-	var status []orders.StepStatus // none when the run refused its input before registering the query
-	if val, err := env.QueryWorkflow(orders.QueryStatus); err == nil {
+	var status []pipeline.StepStatus // none when the run refused its input before registering the query
+	if val, err := env.QueryWorkflow(pipeline.QueryStatus); err == nil {
 		require.NoError(t, val.Get(&status))
 	}
 	var res refunds.Result

@@ -113,7 +113,7 @@ func RegisterWithOpts(r worker.WorkflowRegistry, opts *WorkflowOpts) {
 const markFailedChange = "mark-failed-on-decline"
 
 // OrderWorkflow charges the order, marks it paid and sends the receipt, each
-// step once. It answers the orders.QueryStatus query with []orders.StepStatus:
+// step once. It answers the pipeline.QueryStatus query with []pipeline.StepStatus:
 // charge, mark_paid and receipt, plus mark_failed once that step has started;
 // steps that will never run because an earlier one failed are
 // pipeline.StateSkipped.

@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
@@ -60,7 +61,7 @@ func TestHappyPath(t *testing.T) {
 	require.Equal(t, orders.OrderResult{Charge: charged, Paid: paid, Receipt: sent}, res)
 	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 
-	require.Equal(t, []orders.StepStatus{
+	require.Equal(t, []pipeline.StepStatus{
 		{Step: "charge", EffectKey: "acme:order:9f3a:charge", State: "done"},
 		{Step: "mark_paid", EffectKey: "acme:order:9f3a:mark_paid", State: "done"},
 		{Step: "receipt", EffectKey: "acme:order:9f3a:receipt", State: "done"},

@@ -13,6 +13,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 )
 
@@ -44,8 +45,8 @@ type shownRefund struct {
 }
 
 type workflowView struct {
-	WorkflowID string              `json:"workflow_id"`
-	Steps      []orders.StepStatus `json:"steps,omitempty"`
+	WorkflowID string                `json:"workflow_id"`
+	Steps      []pipeline.StepStatus `json:"steps,omitempty"`
 	// Error says why the workflow's view is missing: no run, no worker to
 	// answer the query, Temporal unreachable.
 	Error string `json:"error,omitempty"`
@@ -103,7 +104,7 @@ func queryWorkflow(ctx context.Context, tc client.Client, workflowID string) wor
 	view := workflowView{WorkflowID: workflowID}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	val, err := tc.QueryWorkflow(ctx, workflowID, "", orders.QueryStatus)
+	val, err := tc.QueryWorkflow(ctx, workflowID, "", pipeline.QueryStatus)
 	if err == nil {
 		err = val.Get(&view.Steps)
 	}

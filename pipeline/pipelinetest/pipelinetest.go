@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
 )
@@ -40,14 +39,14 @@ func NewEnv(t testing.TB) *testsuite.TestWorkflowEnvironment {
 	return env
 }
 
-// Status returns the run's answer to the status query (orders.QueryStatus).
+// Status returns the run's answer to the status query (pipeline.QueryStatus).
 // It fails the test when the query fails or its answer does not decode.
-func Status(t testing.TB, env *testsuite.TestWorkflowEnvironment) []orders.StepStatus {
+func Status(t testing.TB, env *testsuite.TestWorkflowEnvironment) []pipeline.StepStatus {
 	t.Helper()
-	val, err := env.QueryWorkflow(orders.QueryStatus)
-	require.NoError(t, err, "query %s", orders.QueryStatus)
-	var st []orders.StepStatus
-	require.NoError(t, val.Get(&st), "decode %s", orders.QueryStatus)
+	val, err := env.QueryWorkflow(pipeline.QueryStatus)
+	require.NoError(t, err, "query %s", pipeline.QueryStatus)
+	var st []pipeline.StepStatus
+	require.NoError(t, val.Get(&st), "decode %s", pipeline.QueryStatus)
 	return st
 }
 
@@ -60,7 +59,7 @@ func States(t testing.TB, env *testsuite.TestWorkflowEnvironment) []string {
 
 // StepStates returns each step of st as "step=state", in order, and nil for
 // no steps.
-func StepStates(st []orders.StepStatus) []string {
+func StepStates(st []pipeline.StepStatus) []string {
 	var out []string
 	for _, s := range st {
 		out = append(out, s.Step+"="+s.State)
