@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -90,7 +91,7 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 	b.stripe = fakestripe.New(so)
 	sts := httptest.NewServer(b.stripe)
 	t.Cleanup(sts.Close)
-	b.stripeAPI, err = activities.NewStripeClient(stripeKey, sts.URL, sts.Client())
+	b.stripeAPI, err = stripestep.NewClient(stripeKey, sts.URL, sts.Client())
 	require.NoError(t, err)
 
 	b.sendgrid = fakesendgrid.New(nil)
@@ -621,7 +622,7 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 	}))
 	t.Cleanup(stub.Close)
 	b := setup(t)
-	api, err := activities.NewStripeClient(stripeKey, stub.URL, nil)
+	api, err := stripestep.NewClient(stripeKey, stub.URL, nil)
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
@@ -714,17 +715,6 @@ func TestNewValidates(t *testing.T) {
 		_, err := activities.New(d)
 		require.ErrorContains(t, err, name+" is nil")
 	}
-}
-
-func TestNewStripeClientValidates(t *testing.T) {
-	t.Parallel()
-	_, err := activities.NewStripeClient(" ", "", nil)
-	require.ErrorContains(t, err, "secret key is empty")
-	_, err = activities.NewStripeClient(stripeKey, "api.stripe.com", nil)
-	require.ErrorContains(t, err, "not an http(s) URL")
-	api, err := activities.NewStripeClient(stripeKey, "", nil)
-	require.NoError(t, err)
-	require.NotNil(t, api.PaymentIntents)
 }
 
 func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
@@ -54,7 +55,7 @@ func (a *Activities) charge(ctx context.Context, c *call, o *orders.Order) (orde
 		if pi != nil {
 			c.Log.InfoContext(ctx, "found the charge of an earlier attempt; not charging again",
 				"mode", string(c.Claim.Mode), "payment_intent", pi.ID)
-			return chargeResult(pi), nil
+			return stripestep.ChargeResult(pi), nil
 		}
 	}
 	if o.Status != orders.StatusPending {
@@ -69,7 +70,7 @@ func (a *Activities) charge(ctx context.Context, c *call, o *orders.Order) (orde
 		return orders.ChargeResult{}, c.Fail(step.ErrTypePaymentIncomplete, "payment intent %s is %s, not succeeded", pi.ID, pi.Status)
 	}
 	c.Log.InfoContext(ctx, "charged", "payment_intent", pi.ID, "mode", string(c.Claim.Mode))
-	return chargeResult(pi), nil
+	return stripestep.ChargeResult(pi), nil
 }
 
 // createCharge creates and confirms o's PaymentIntent under key.
@@ -85,37 +86,27 @@ func (a *Activities) createCharge(ctx context.Context, key effects.Key, o *order
 	params.Context = ctx
 	// The effect key, never one stripe-go generates per request.
 	params.SetIdempotencyKey(key.String())
-	params.AddMetadata("effect_key", key.String())
-	params.AddMetadata("tenant_id", o.TenantID)
+	params.AddMetadata(stripestep.MetadataEffectKey, key.String())
+	params.AddMetadata(stripestep.MetadataTenantID, o.TenantID)
 	params.AddMetadata("order_id", o.ID)
 	pi, err := a.stripe.PaymentIntents.New(params)
 	if err != nil {
-		return nil, StripeError("charge "+key.String(), err)
+		return nil, stripestep.Error("charge "+key.String(), err)
 	}
 	return pi, nil
 }
 
 // findCharge returns a succeeded PaymentIntent of o made under key, or
-// nil. Stripe's search lags creation by up to a minute; a charge too recent
-// to be found is still caught by the idempotency key.
+// nil; one for another amount is KeyReused. A charge too recent for
+// Stripe's search is still caught by the idempotency key.
 func (a *Activities) findCharge(ctx context.Context, key effects.Key, o *orders.Order) (*stripe.PaymentIntent, error) {
-	params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: searchQuery(key.String()), Context: ctx}}
-	it := a.stripe.PaymentIntents.Search(params)
-	for it.Next() {
-		pi := it.PaymentIntent()
-		switch m, problem := intentMismatch(pi, key.String(), o.AmountMinor, o.Currency); m {
-		case intentMatches:
-			return pi, nil
-		case intentOtherAmount:
-			return nil, &step.Error{Type: step.ErrTypeKeyReused, Message: "charge " + key.String() + ": payment intent " + pi.ID + " under this key " + problem}
+	return stripestep.FindCharge(ctx, a.stripe, key, func(pi *stripe.PaymentIntent) (bool, error) {
+		switch m, problem := stripestep.IntentMismatch(pi, key, o.AmountMinor, o.Currency); m {
+		case stripestep.Matches:
+			return true, nil
+		case stripestep.OtherAmount:
+			return false, &step.Error{Type: step.ErrTypeKeyReused, Message: "charge " + key.String() + ": payment intent " + pi.ID + " under this key " + problem}
 		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, StripeError("search charges for "+key.String(), err)
-	}
-	return nil, nil
-}
-
-func chargeResult(pi *stripe.PaymentIntent) orders.ChargeResult {
-	return orders.ChargeResult{PaymentIntentID: pi.ID, Status: string(pi.Status), AmountMinor: pi.Amount, Currency: string(pi.Currency)}
+		return false, nil
+	})
 }

@@ -3,14 +3,12 @@ package activities
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -99,9 +97,9 @@ func (c *checker) charge(ctx context.Context, key effects.Key, r orders.ChargeRe
 	params.Context = ctx
 	pi, err := c.Stripe.PaymentIntents.Get(r.PaymentIntentID, params)
 	if err != nil {
-		return StripeLookupError("PaymentIntent "+r.PaymentIntentID, err)
+		return stripestep.LookupError("PaymentIntent "+r.PaymentIntentID, err)
 	}
-	if _, problem := intentMismatch(pi, key.String(), o.AmountMinor, o.Currency); problem != "" {
+	if _, problem := stripestep.IntentMismatch(pi, key, o.AmountMinor, o.Currency); problem != "" {
 		return step.Contradicted("Stripe's PaymentIntent %s %s", pi.ID, problem)
 	}
 	return nil
@@ -114,70 +112,7 @@ func (c *checker) transition(ctx context.Context, key effects.Key, want orders.S
 	if err != nil {
 		return err
 	}
-	return CheckTransition(ctx, c.DB, c.Orders, tenant, id, key, want)
-}
-
-// CheckTransition is the Verify of a step that moves an order to want
-// with its effect key as the transition's event ID (mark paid, mark
-// refunded): nil when the order's transition under key went to want, an
-// error wrapping ErrContradicted when there is none or it went elsewhere,
-// one wrapping ErrUnverifiable when the database cannot be read.
-func CheckTransition(ctx context.Context, db *pgxpool.Pool, store *orders.Store, tenantID, orderID string, key effects.Key, want orders.Status) error {
-	var to orders.Status
-	var found bool
-	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
-		to, found, err = store.EventTransitionTx(ctx, tx, tenantID, orderID, key.String())
-		return err
-	})
-	switch {
-	case err != nil:
-		return step.Unverifiable("read the order's transitions: %v", err)
-	case !found:
-		return step.Contradicted("order %s/%s has no transition recorded under %s: the step did not write it; decide retry", tenantID, orderID, key)
-	case to != want:
-		return step.Contradicted("order %s/%s moved to %s under %s, not %s", tenantID, orderID, to, key, want)
-	}
-	return nil
-}
-
-// StripeLookupError is the verdict of a failed Stripe look-up of what (such
-// as "PaymentIntent pi_1"): Stripe's 404 contradicts the outcome ("Stripe
-// has no …"); anything else (no answer, 429, 5xx, a key without access)
-// leaves it unverifiable, with StripeError's text.
-func StripeLookupError(what string, err error) error {
-	var se *stripe.Error
-	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
-		return step.Contradicted("Stripe has no %s", what)
-	}
-	return step.Unverifiable("%v", StripeError("look up "+what+" at Stripe", err))
-}
-
-// mismatch is how a PaymentIntent differs from the charge of an effect key.
-type mismatch int
-
-const (
-	intentMatches mismatch = iota
-	intentOtherKey
-	intentNotSucceeded
-	intentOtherAmount
-)
-
-// intentMismatch says how pi differs from a succeeded charge of amount in
-// currency made under the effect key key, first by key, then status, then
-// amount, with the reason as text ("" when it matches).
-func intentMismatch(pi *stripe.PaymentIntent, key string, amount int64, currency string) (mismatch, string) {
-	switch got := pi.Metadata["effect_key"]; {
-	case got != key:
-		if got == "" {
-			return intentOtherKey, fmt.Sprintf("carries no effect key, not %s", key)
-		}
-		return intentOtherKey, fmt.Sprintf("carries the effect key %s, not %s", got, key)
-	case pi.Status != stripe.PaymentIntentStatusSucceeded:
-		return intentNotSucceeded, fmt.Sprintf("is %s, not succeeded", pi.Status)
-	case pi.Amount != amount || string(pi.Currency) != currency:
-		return intentOtherAmount, fmt.Sprintf("is for %s, the order for %s", orders.FormatAmount(pi.Amount, string(pi.Currency)), orders.FormatAmount(amount, currency))
-	}
-	return intentMatches, ""
+	return c.Orders.VerifyTransition(ctx, tenant, id, key, want)
 }
 
 // orderOfKey returns the tenant and order of an order step's key.

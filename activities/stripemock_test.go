@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
 )
@@ -88,7 +89,7 @@ func TestStripeMockContract(t *testing.T) {
 	t.Parallel()
 	base := startStripeMock(t)
 	b := setup(t)
-	api, err := activities.NewStripeClient("sk_test_123", base, nil) // The shape stripe-mock accepts.
+	api, err := stripestep.NewClient("sk_test_123", base, nil) // The shape stripe-mock accepts.
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})

@@ -77,7 +77,7 @@ type (
 
 // Deps is what the refund activities need. Every field is required except
 // Logger. Stripe must have its PaymentIntents and Refunds clients (as
-// activities.NewStripeClient's has).
+// stripestep.NewClient's has).
 type Deps struct {
 	DB      *pgxpool.Pool
 	Effects *effects.Client

@@ -7,6 +7,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
@@ -72,7 +73,7 @@ func (c *checker) bind(defs []step.Definition) {
 			if err != nil {
 				return err
 			}
-			return activities.CheckTransition(ctx, c.DB, c.Orders, in.TenantID, in.OrderID, key, orders.Status(r.Status))
+			return c.Orders.VerifyTransition(ctx, in.TenantID, in.OrderID, key, orders.Status(r.Status))
 		}),
 		StepEmail: DeclEmail.Verifier(func(ctx context.Context, key effects.Key, r EmailResult) error {
 			return step.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
@@ -141,7 +142,7 @@ func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) e
 	params.Context = ctx
 	re, err := c.Stripe.Refunds.Get(r.RefundID, params)
 	if err != nil {
-		return activities.StripeLookupError("refund "+r.RefundID, err)
+		return stripestep.LookupError("refund "+r.RefundID, err)
 	}
 	if err := refundMismatch(re, key, e, r); err != nil {
 		return err
@@ -164,7 +165,7 @@ func refundMismatch(re *stripe.Refund, key effects.Key, e *Entry, r StripeResult
 	if re.PaymentIntent != nil {
 		pi = re.PaymentIntent.ID
 	}
-	switch got := re.Metadata["effect_key"]; {
+	switch got := re.Metadata[stripestep.MetadataEffectKey]; {
 	case got != key.String():
 		return step.Contradicted("Stripe's refund %s carries the effect key %q, not %s", re.ID, got, key)
 	case re.Status == stripe.RefundStatusFailed || re.Status == stripe.RefundStatusCanceled:
@@ -189,9 +190,9 @@ func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentInten
 	params.Context = ctx
 	pi, err := c.Stripe.PaymentIntents.Get(paymentIntentID, params)
 	if err != nil {
-		return activities.StripeLookupError("PaymentIntent "+paymentIntentID, err)
+		return stripestep.LookupError("PaymentIntent "+paymentIntentID, err)
 	}
-	if got := pi.Metadata["effect_key"]; got != chargeKey.String() {
+	if got := pi.Metadata[stripestep.MetadataEffectKey]; got != chargeKey.String() {
 		return step.Contradicted("Stripe's PaymentIntent %s is not order %s/%s's charge (its effect key is %q, not %s)",
 			pi.ID, in.TenantID, in.OrderID, got, chargeKey)
 	}

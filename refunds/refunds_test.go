@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -65,7 +66,7 @@ func setup(t *testing.T) *bundle {
 	sts, gts := httptest.NewServer(b.stripe), httptest.NewServer(b.sendgrid)
 	t.Cleanup(sts.Close)
 	t.Cleanup(gts.Close)
-	sc, err := activities.NewStripeClient("sk_test_refunds", sts.URL, sts.Client())
+	sc, err := stripestep.NewClient("sk_test_refunds", sts.URL, sts.Client())
 	require.NoError(t, err)
 	b.api = sc
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet()})
@@ -307,7 +308,7 @@ func TestReserveRefusesTheSameRefundWithAnotherAmount(t *testing.T) {
 
 func (b *bundle) secondEnv(t *testing.T) *testsuite.TestActivityEnvironment {
 	t.Helper()
-	sc, err := activities.NewStripeClient("sk_test_refunds", "http://127.0.0.1:1", nil)
+	sc, err := stripestep.NewClient("sk_test_refunds", "http://127.0.0.1:1", nil)
 	require.NoError(t, err)
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: "http://127.0.0.1:1", Logger: quiet()})
 	require.NoError(t, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
@@ -128,7 +128,7 @@ var refundStatusRE = regexp.MustCompile(`Stripe refund \S+ is (failed|canceled)\
 // "refund_failed" or "refund_canceled" for a refund Stripe made and then
 // failed or canceled, and "provider_rejected" when msg names neither.
 func RefusalCode(msg string) string {
-	if code := activities.StripeCode(msg); code != "" {
+	if code := stripestep.Code(msg); code != "" {
 		return code
 	}
 	if m := refundStatusRE.FindStringSubmatch(msg); m != nil {

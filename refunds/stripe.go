@@ -10,7 +10,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
@@ -102,17 +102,16 @@ func (a *Activities) charge(ctx context.Context, c *call) (orders.ChargeResult, 
 // searchCharge finds the succeeded PaymentIntent whose metadata effect_key
 // is the order's charge key.
 func (a *Activities) searchCharge(ctx context.Context, c *call, key effects.Key) (orders.ChargeResult, error) {
-	query := "metadata['effect_key']:'" + key.String() + "' AND status:'succeeded'" // keys hold no quote
-	it := a.stripe.PaymentIntents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx}})
-	for it.Next() {
-		if pi := it.PaymentIntent(); pi.Metadata["effect_key"] == key.String() && pi.Status == stripe.PaymentIntentStatusSucceeded {
-			return orders.ChargeResult{PaymentIntentID: pi.ID, Status: string(pi.Status), AmountMinor: pi.Amount, Currency: string(pi.Currency)}, nil
-		}
+	pi, err := stripestep.FindCharge(ctx, a.stripe, key, func(pi *stripe.PaymentIntent) (bool, error) {
+		return pi.Status == stripe.PaymentIntentStatusSucceeded, nil
+	})
+	switch {
+	case err != nil:
+		return orders.ChargeResult{}, fmt.Errorf("%s: %w", c, err)
+	case pi == nil:
+		return orders.ChargeResult{}, c.Fail(step.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
 	}
-	if err := it.Err(); err != nil {
-		return orders.ChargeResult{}, activities.StripeError(c.String()+": search the charge "+key.String(), err)
-	}
-	return orders.ChargeResult{}, c.Fail(step.ErrTypeInvalidState, "no charge recorded under %s, and none at Stripe", key)
+	return stripestep.ChargeResult(pi), nil
 }
 
 // refund makes the refund once under c.Claim.
@@ -130,13 +129,13 @@ func (a *Activities) refund(ctx context.Context, c *call, e *Entry, charge order
 	params := &stripe.RefundParams{PaymentIntent: stripe.String(charge.PaymentIntentID), Amount: stripe.Int64(e.AmountMinor)}
 	params.Context = ctx
 	params.SetIdempotencyKey(c.Key.String())
-	params.AddMetadata("effect_key", c.Key.String())
+	params.AddMetadata(stripestep.MetadataEffectKey, c.Key.String())
 	params.AddMetadata("refund_id", e.RefundID)
-	params.AddMetadata("tenant_id", e.TenantID)
+	params.AddMetadata(stripestep.MetadataTenantID, e.TenantID)
 	params.AddMetadata("order_id", e.OrderID)
 	r, err := a.stripe.Refunds.New(params)
 	if err != nil {
-		return StripeResult{}, activities.StripeError(c.String()+": create refund", err)
+		return StripeResult{}, stripestep.Error(c.String()+": create refund", err)
 	}
 	c.Log.InfoContext(ctx, "refunded", "stripe_refund", r.ID, "status", string(r.Status), "mode", string(c.Claim.Mode))
 	return a.record(ctx, c, e, r, charge)
@@ -167,12 +166,12 @@ func (a *Activities) findRefund(ctx context.Context, c *call, paymentIntentID st
 	params.Context = ctx
 	it := a.stripe.Refunds.List(params)
 	for it.Next() {
-		if r := it.Refund(); r.Metadata["effect_key"] == c.Key.String() {
+		if r := it.Refund(); r.Metadata[stripestep.MetadataEffectKey] == c.Key.String() {
 			return r, nil
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, activities.StripeError(c.String()+": list refunds of "+paymentIntentID, err)
+		return nil, stripestep.Error(c.String()+": list refunds of "+paymentIntentID, err)
 	}
 	return nil, nil
 }

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -125,7 +126,7 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 	fxc := effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()})
 	store, err := orders.NewStore(pool)
 	require.NoError(t, err)
-	sc, err := activities.NewStripeClient(stripeKey, stripeSrv.URL, nil)
+	sc, err := stripestep.NewClient(stripeKey, stripeSrv.URL, nil)
 	require.NoError(t, err)
 	sender, err := notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: mailSrv.URL, From: receiptFrom, Logger: quiet()})
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -86,7 +87,7 @@ func setup(t testing.TB) *bundle {
 
 func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *activities.Activities {
 	t.Helper()
-	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	sc, err := stripestep.NewClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
 	so := &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()}
 	for _, e := range edit {

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -22,7 +22,7 @@ import (
 // activities' sender options.
 func (b *bundle) startRefundWorker(t *testing.T, edit ...func(*notify.SenderOpts)) {
 	t.Helper()
-	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	sc, err := stripestep.NewClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
 	so := &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()}
 	for _, e := range edit {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
@@ -42,7 +42,7 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 			"--since 25h: the overlap with the previous run is harmless and catches what straddles the boundary.\n"+
 			"\n"+
 			"Besides DATABASE_URL it needs STRIPE_SECRET_KEY, from the environment only (a restricted key that\n"+
-			"can read PaymentIntents and Refunds is enough), and optionally STRIPE_API_BASE (default "+activities.DefaultStripeAPIBase+").\n"+
+			"can read PaymentIntents and Refunds is enough), and optionally STRIPE_API_BASE (default "+config.DefaultStripeAPIBase+").\n"+
 			"\n"+
 			"Exit status: 0 when keyed and Stripe agree, 3 when there are findings, 1 when Postgres or Stripe\n"+
 			"failed, 2 for bad input.",
@@ -136,7 +136,7 @@ func stripeFromEnv(l *config.Loader, lookup func(string) (string, bool)) *stripe
 	base, _ := lookup("STRIPE_API_BASE")
 	base = strings.TrimSpace(base)
 	if base == "" {
-		base = activities.DefaultStripeAPIBase
+		base = config.DefaultStripeAPIBase
 	}
 	if err := config.CheckBaseURL(base); err != nil {
 		l.Problem("STRIPE_API_BASE", "%v", err)
@@ -145,7 +145,7 @@ func stripeFromEnv(l *config.Loader, lookup func(string) (string, bool)) *stripe
 	if !ok {
 		return nil
 	}
-	sc, err := activities.NewStripeClient(key, base, nil)
+	sc, err := stripestep.NewClient(key, base, nil)
 	if err != nil {
 		l.Problem("STRIPE_API_BASE", "%q is not a usable Stripe API base", base)
 		return nil

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
@@ -241,7 +242,7 @@ func newDecider(e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.S
 	if key, _ := e.lookup("STRIPE_SECRET_KEY"); strings.TrimSpace(key) != "" {
 		base, _ := e.lookup("STRIPE_API_BASE")
 		var err error
-		if sc, err = activities.NewStripeClient(strings.TrimSpace(key), strings.TrimSpace(base), nil); err != nil {
+		if sc, err = stripestep.NewClient(strings.TrimSpace(key), strings.TrimSpace(base), nil); err != nil {
 			return nil, usagef("STRIPE_SECRET_KEY, STRIPE_API_BASE: %v", err)
 		}
 	}

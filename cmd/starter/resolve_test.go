@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -74,7 +74,7 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/charge"})
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("key_reused", "the key came back with other inputs")))
-	sc, err := activities.NewStripeClient("sk_test_resolve", srv.URL, nil)
+	sc, err := stripestep.NewClient("sk_test_resolve", srv.URL, nil)
 	require.NoError(t, err)
 	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(2500), Currency: stripe.String("eur"),
 		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}

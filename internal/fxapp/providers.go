@@ -11,6 +11,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
@@ -36,7 +37,7 @@ type stripeIn struct {
 }
 
 func newStripe(in stripeIn) (*stripeclient.API, error) {
-	return activities.NewStripeClient(in.Config.SecretKey, in.Config.APIBase,
+	return stripestep.NewClient(in.Config.SecretKey, in.Config.APIBase,
 		tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer))
 }
 
