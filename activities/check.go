@@ -16,7 +16,7 @@ import (
 )
 
 // CheckDeps is what the checks of operators' "done" outcomes of a
-// pipeline's steps need (Checks, refunds.Checks). DB and Orders are
+// pipeline's steps need (Checks, and the refund steps'). DB and Orders are
 // required: the writes' checks read the order's transitions and ledger,
 // the charge's its amount. Stripe and Sender are optional: a check that
 // must ask one that is nil finds the record unverifiable, saying which

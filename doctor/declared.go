@@ -3,6 +3,7 @@ package doctor
 import (
 	"go.temporal.io/sdk/workflow"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
@@ -38,7 +39,7 @@ type keyer interface {
 // Declared returns every activity a worker registers, with its resolved
 // options: the order pipeline's (workflows.Declarations), whose keys are
 // "{tenant}:order:{order}:<step>", then the refund pipeline's
-// (refunds.Declarations), whose keys are
+// (refundsteps.Declarations), whose keys are
 // "{tenant}:order:{order}:refund:{refund_id}:<step>". It is the one adapter
 // between doctor and the declarations in packages activities, workflows and
 // refunds.
@@ -46,7 +47,7 @@ func Declared() []Activity {
 	order := orders.NewOrderInput("{tenant}", "{order}")
 	refund := refunds.NewInput("{tenant}", "{order}", "{refund_id}", 0, "")
 	out := declared(workflows.Declarations(), orders.WorkflowName, order)
-	return append(out, declared(refunds.Declarations(), refunds.WorkflowName, refund)...)
+	return append(out, declared(refundsteps.Declarations(), refunds.WorkflowName, refund)...)
 }
 
 // declared returns the Activities of one pipeline's declarations, run by

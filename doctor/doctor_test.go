@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -62,7 +63,7 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 	require.Contains(t, one(t, rep, doctor.CheckClassified, "Charge").Evidence,
 		"class external_create, step charge; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:charge")
 	require.Contains(t, one(t, rep, doctor.CheckDeadLetters, "runs").Evidence, "replay path: list them with `starter attention`")
-	require.Contains(t, one(t, rep, doctor.CheckClassified, refunds.NameRefundAtStripe).Evidence,
+	require.Contains(t, one(t, rep, doctor.CheckClassified, refundsteps.NameRefundAtStripe).Evidence,
 		"class external_create, step refund_stripe; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:refund:{refund_id}:refund_stripe")
 }
 
@@ -80,7 +81,7 @@ func TestDeclaredListsBothPipelinesWithDistinctNamesAndSteps(t *testing.T) {
 	}
 	require.Equal(t, "{tenant}:order:{order}:charge", byName["Charge"].KeyShape)
 	require.Equal(t, orders.WorkflowName, byName["Charge"].Workflow)
-	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+	for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail} {
 		a, ok := byName[name]
 		require.True(t, ok, "doctor lists %s", name)
 		require.Equal(t, "{tenant}:order:{order}:refund:{refund_id}:"+a.Step, a.KeyShape)
@@ -95,7 +96,7 @@ func TestClassifiedFailsForARefundClaimedUnderAnOrderShapedKey(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
 	d.record(t, "acme:order:9f3a:refund:r1:refund_reserve", at, time.Second, 1)
 	d.record(t, "acme:order:9f3a:refund_reserve", at, time.Second, 1)
-	c := one(t, d.run(t, nil, doctor.CheckClassified), doctor.CheckClassified, refunds.NameReserve)
+	c := one(t, d.run(t, nil, doctor.CheckClassified), doctor.CheckClassified, refundsteps.NameReserve)
 	require.Equal(t, doctor.StatusFail, c.Status, c.Evidence)
 	require.Contains(t, c.Evidence, "1 of 2 sampled claims (last 7d) have keys not of the shape "+
 		"{tenant}:order:{order}:refund:{refund_id}:refund_reserve, such as acme:order:9f3a:refund_reserve")

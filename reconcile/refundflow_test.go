@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
@@ -35,7 +36,7 @@ func (b *bundle) activityEnv(t *testing.T) (*testsuite.TestActivityEnvironment, 
 	deps := activities.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
 	acts, err := activities.New(deps)
 	require.NoError(t, err)
-	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
+	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -64,18 +65,18 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 		require.NoError(t, err, name)
 	}
 	r1 := refunds.NewInput("acme", "o1", "r1", 400, "damaged")
-	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+	for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail} {
 		_, err := env.ExecuteActivity(name, r1)
 		require.NoError(t, err, name)
 	}
 
 	r2 := refunds.NewInput("acme", "o1", "r2", 300, "")
-	_, err = env.ExecuteActivity(refunds.NameReserve, r2)
+	_, err = env.ExecuteActivity(refundsteps.NameReserve, r2)
 	require.NoError(t, err)
 	// Twice: net/http replays a request with an Idempotency-Key once when a
 	// reused connection drops, and the replay must be lost too.
 	b.fake.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Match: "POST /v1/refunds", Times: 2})
-	_, err = env.ExecuteActivity(refunds.NameRefundAtStripe, r2)
+	_, err = env.ExecuteActivity(refundsteps.NameRefundAtStripe, r2)
 	require.Error(t, err)
 	require.Equal(t, 2, b.fake.Refunds(), "the lost answer's refund happened")
 
@@ -92,7 +93,7 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 	require.Equal(t, effects.StateFailedTransient, rep.Findings[0].RecordState)
 
 	// The retry finds the refund by metadata and records it.
-	_, err = env.ExecuteActivity(refunds.NameRefundAtStripe, r2)
+	_, err = env.ExecuteActivity(refundsteps.NameRefundAtStripe, r2)
 	require.NoError(t, err)
 	require.Equal(t, 2, b.fake.Refunds())
 	for _, r := range []*reconcile.Reconciler{b.rec, impatient} {

@@ -38,11 +38,6 @@ const (
 	MaxRefundIDBytes = 64
 )
 
-// ErrInvalidInput is wrapped by RefundInput.Validate's errors. It is
-// step.ErrInvalidInput, so that the activities' error table
-// classifies it as InvalidInput.
-var ErrInvalidInput = step.ErrInvalidInput
-
 // RefundInput is the refund workflow's input and every refund activity's
 // input: the order, the refund's own ID (the business event, unique per
 // order), and what to refund. Unlike orders.OrderInput it carries the
@@ -69,7 +64,7 @@ func NewInput(tenantID, orderID, refundID string, amountMinor int64, reason stri
 
 // Validate returns an error wrapping step.ErrUnsupportedVersion for an
 // unknown version, effects.ErrInvalidKey when the IDs cannot form an effect
-// key, and ErrInvalidInput for a refund ID over MaxRefundIDBytes, an amount
+// key, and step.ErrInvalidInput for a refund ID over MaxRefundIDBytes, an amount
 // outside 1..MaxAmountMinor, or a reason over MaxReasonBytes or holding a
 // control or invisible character.
 func (in RefundInput) Validate() error {
@@ -81,15 +76,15 @@ func (in RefundInput) Validate() error {
 	}
 	switch {
 	case len(in.RefundID) > MaxRefundIDBytes:
-		return fmt.Errorf("%w: refund_id is longer than %d bytes", ErrInvalidInput, MaxRefundIDBytes)
+		return fmt.Errorf("%w: refund_id is longer than %d bytes", step.ErrInvalidInput, MaxRefundIDBytes)
 	case in.AmountMinor <= 0 || in.AmountMinor > MaxAmountMinor:
-		return fmt.Errorf("%w: amount_minor %d is not in 1..%d", ErrInvalidInput, in.AmountMinor, MaxAmountMinor)
+		return fmt.Errorf("%w: amount_minor %d is not in 1..%d", step.ErrInvalidInput, in.AmountMinor, MaxAmountMinor)
 	case len(in.Reason) > MaxReasonBytes:
-		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonBytes)
+		return fmt.Errorf("%w: reason is longer than %d bytes", step.ErrInvalidInput, MaxReasonBytes)
 	}
 	for _, r := range in.Reason {
 		if !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: reason holds the character %U", ErrInvalidInput, r)
+			return fmt.Errorf("%w: reason holds the character %U", step.ErrInvalidInput, r)
 		}
 	}
 	return nil
@@ -107,7 +102,7 @@ func (in RefundInput) WorkflowID() string {
 // "refund_email". ok is false for any other key (an order's, another
 // pipeline's).
 func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
-	in, step, ok := refundOfKey(k)
+	in, step, ok := RefundOfKey(k)
 	if !ok {
 		return "", "", false
 	}
@@ -116,7 +111,7 @@ func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
 
 // refundOfKey returns the refund (its IDs only) and the step of a refund
 // step's key; ok is false for any other key.
-func refundOfKey(k effects.Key) (in RefundInput, step string, ok bool) {
+func RefundOfKey(k effects.Key) (in RefundInput, step string, ok bool) {
 	parts := k.Parts()
 	if len(parts) != 5 || parts[0] != "order" || parts[2] != "refund" {
 		return RefundInput{}, "", false

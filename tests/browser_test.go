@@ -15,6 +15,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // An operator works a waiting order in the Temporal Web UI (2.42.1, the dev
@@ -103,7 +104,7 @@ func (b *bundle) refundWaitsInWebUI(t *testing.T, br *browser, id string) {
 	require.NoError(t, err)
 	b.mail.SetLookupOutage(true)
 	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
-	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	run, err := refundflow.Start(b.ctx, b.temporal, in, b.taskQueue)
 	require.NoError(t, err)
 	b.awaitAttention(t, in.WorkflowID())
 

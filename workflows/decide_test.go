@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
@@ -34,7 +35,7 @@ func declaredSteps() []struct {
 		def step.Definition
 	}
 	var acts *activities.Activities
-	var racts *refunds.Activities
+	var racts *refundsteps.Activities
 	for _, def := range acts.Definitions() {
 		out = append(out, struct {
 			in  pipeline.Keyer
@@ -59,7 +60,7 @@ func declaredSteps() []struct {
 func TestDoneWithoutTheOutcomeIsRefusedOnEveryDeclaredStep(t *testing.T) {
 	t.Parallel()
 	steps := declaredSteps()
-	require.Len(t, steps, len(activities.Declarations())+len(refunds.Declarations()))
+	require.Len(t, steps, len(activities.Declarations())+len(refundsteps.Declarations()))
 	for _, s := range steps {
 		t.Run(s.def.Step, func(t *testing.T) {
 			t.Parallel()

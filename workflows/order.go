@@ -33,9 +33,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -60,10 +60,10 @@ func RegisterActivities(r worker.ActivityRegistry, acts *activities.Activities, 
 // LongestRun returns the longest a run of either pipeline can take while it
 // is retrying its steps: the larger of the sums of the RetryWindow of each
 // declared order activity (activities.Declarations) and of each refund
-// activity on a refund run's longest path (refunds.LongestPath). Effect
+// activity on a refund run's longest path (refundsteps.LongestPath). Effect
 // records must be kept at least this long beyond the namespace's retention.
 func LongestRun() time.Duration {
-	return max(retryWindows(activities.Declarations()), retryWindows(refunds.LongestPath()))
+	return max(retryWindows(activities.Declarations()), retryWindows(refundsteps.LongestPath()))
 }
 
 // retryWindows returns the sum of the RetryWindow of each of decls.

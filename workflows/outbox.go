@@ -9,6 +9,7 @@ import (
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
 	"github.com/keyedhq/keyed/refunds"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // ConfigureOutboxStart returns the temporalstart.ConfigureFunc that gives an
@@ -51,7 +52,7 @@ func ConfigureOutboxStart(store *orders.Store) temporalstart.ConfigureFunc {
 }
 
 // ConfigureRefundStart gives a refund run started from the outbox what
-// refunds.StartOptions gives every refund run, the TenantID and OrderID
+// refundflow.StartOptions gives every refund run, the TenantID and OrderID
 // search attributes of its order and a static summary, with the amount
 // added to the summary when the row's Meta carries the currency, as
 // refunds.StartRequest writes it: "refund r1 of order 9f3a · 5.00 USD". It
@@ -62,7 +63,7 @@ func ConfigureRefundStart(_ context.Context, req outbox.Request, o *client.Start
 	if err != nil {
 		return err
 	}
-	so := refunds.StartOptions(in, o.TaskQueue)
+	so := refundflow.StartOptions(in, o.TaskQueue)
 	o.TypedSearchAttributes, o.StaticSummary = so.TypedSearchAttributes, so.StaticSummary
 	if currency != "" {
 		o.StaticSummary += " · " + orders.FormatAmount(in.AmountMinor, currency)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/refunds"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -90,7 +90,7 @@ func outcomesTable() string {
 	var b strings.Builder
 	b.WriteString("  | step | `result` with `done` |\n")
 	b.WriteString("  | --- | --- |\n")
-	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
+	for _, d := range append(activities.Declarations(), refundsteps.Declarations()...) {
 		fmt.Fprintf(&b, "  | `%s` | `%s` |\n", d.Step, d.Outcome.Shape())
 	}
 	return b.String()

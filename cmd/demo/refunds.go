@@ -17,6 +17,7 @@ import (
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // demoRefund is one refund scenario and what happened to it.
@@ -83,7 +84,7 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	switch {
 	case errors.As(err, &exceeds) || errors.Is(err, refunds.ErrNotRefundable):
 		r.refused = err
-		run, err := refunds.Start(ctx, s.tc, in, s.taskQueue)
+		run, err := refundflow.Start(ctx, s.tc, in, s.taskQueue)
 		if err != nil {
 			return fmt.Errorf("start refused refund %s: %w", in.WorkflowID(), err)
 		}

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
@@ -152,7 +153,7 @@ func stepOfKey(k effects.Key) string {
 // declaredOutcome returns the declared Outcome of the order or refund
 // step named step, or nil for a step neither pipeline declares.
 func declaredOutcome(step string) step.Outcome {
-	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
+	for _, d := range append(activities.Declarations(), refundsteps.Declarations()...) {
 		if d.Step == step {
 			return d.Outcome
 		}
@@ -264,7 +265,7 @@ func newDecider(e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.S
 	if err != nil {
 		return nil, err
 	}
-	refundChecks, err := refunds.Checks(deps)
+	refundChecks, err := refundsteps.Checks(deps)
 	if err != nil {
 		return nil, err
 	}

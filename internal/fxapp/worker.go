@@ -12,14 +12,15 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // WorkerModule provides the order activities, the refund activities and a
@@ -53,8 +54,8 @@ func newActivities(in activitiesIn) (*activities.Activities, error) {
 	})
 }
 
-func newRefundActivities(in activitiesIn) (*refunds.Activities, error) {
-	return refunds.New(refunds.Deps{
+func newRefundActivities(in activitiesIn) (*refundsteps.Activities, error) {
+	return refundsteps.New(refundsteps.Deps{
 		DB: in.Pool, Effects: in.Effects, Orders: in.Orders, Stripe: in.Stripe, Sender: in.Sender,
 		Logger: in.Logger.With("component", "refunds"),
 	})
@@ -68,7 +69,7 @@ type workerIn struct {
 	Temporal   config.Temporal
 	Tuning     config.WorkerTuning
 	Activities *activities.Activities
-	Refunds    *refunds.Activities
+	Refunds    *refundsteps.Activities
 	Effects    *effects.Client
 	Logger     *slog.Logger
 }
@@ -101,7 +102,7 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision activity: %w", err)
 	}
-	refunds.RegisterWithOpts(w, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout})
+	refundflow.RegisterWithOpts(w, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout})
 	// One Register call for both pipelines, so that it refuses a name or an
 	// effect key step that an order and a refund activity both claim.
 	if err := step.Register(w, append(steps, decider.Definition())...); err != nil {

@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
@@ -73,7 +74,7 @@ func TestDeciderVerifiesARefundAtStripe(t *testing.T) {
 	d := b.decider(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 500, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	require.NoError(t, err)
 	key, err := in.EffectKey(refunds.StepStripe)
 	require.NoError(t, err)
@@ -113,7 +114,7 @@ func TestDeciderVerifiesARefundAtStripe(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, made.ID, out.RefundID)
-	mark, err := exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, in)
+	mark, err := exec[refunds.MarkResult](t, b.env, refundsteps.NameMarkRefunded, in)
 	require.NoError(t, err, "the decided refund counts")
 	require.Equal(t, string(orders.StatusPartiallyRefunded), mark.Status)
 }
@@ -126,7 +127,7 @@ func TestDeciderRefusesDoneOnARefusedReserve(t *testing.T) {
 	d := b.decider(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", amount+1, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	key, err := in.EffectKey(refunds.StepReserve)
 	require.NoError(t, err)
@@ -144,10 +145,10 @@ func TestDeciderRefusesDoneOnARefusedReserve(t *testing.T) {
 func TestEveryRefundStepIsVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	checks, err := refunds.Checks(activities.CheckDeps{DB: b.pool, Orders: b.store})
+	checks, err := refundsteps.Checks(activities.CheckDeps{DB: b.pool, Orders: b.store})
 	require.NoError(t, err)
-	_, err = refunds.Checks(activities.CheckDeps{})
+	_, err = refundsteps.Checks(activities.CheckDeps{})
 	require.Error(t, err)
 	pipelinetest.RequireVerified(t, b.racts.Definitions(), checks)
-	require.Len(t, checks, len(refunds.Declarations()))
+	require.Len(t, checks, len(refundsteps.Declarations()))
 }

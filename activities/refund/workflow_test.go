@@ -1,17 +1,17 @@
-package refunds_test
+package refund_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // runWorkflow runs RefundWorkflow on in in the SDK's test environment, with
@@ -29,8 +29,8 @@ func (b *bundle) runWorkflowStatus(t *testing.T, in refunds.RefundInput) (refund
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
 	env := suite.NewTestWorkflowEnvironment()
-	refunds.Register(env)
-	require.NoError(t, refunds.RegisterActivities(env, b.racts))
+	refundflow.Register(env)
+	require.NoError(t, refundflow.RegisterActivities(env, b.racts))
 	env.ExecuteWorkflow(refunds.WorkflowName, in)
 	require.True(t, env.IsWorkflowCompleted())
 	var status []pipeline.StepStatus // none when the run refused its input before registering the query
@@ -90,20 +90,4 @@ func TestRefundWorkflowRefusesABadInput(t *testing.T) {
 	requireTerminal(t, err, step.ErrTypeInvalidInput)
 	_, err = b.runWorkflow(t, refunds.NewInput(tenant, "o1", "r1", 0, ""))
 	requireTerminal(t, err, step.ErrTypeInvalidInput)
-}
-
-// Every start of a refund finds its order's runs' search attributes and a
-// summary naming the refund, so that the Web UI's search for an order
-// lists its refunds too.
-func TestStartOptionsCarryTheOrdersSearchAttributes(t *testing.T) {
-	t.Parallel()
-	o := refunds.StartOptions(refunds.NewInput("acme", "9f3a", "r1", 500, ""), "q")
-	require.Equal(t, "refund:acme:9f3a:r1", o.ID)
-	require.Equal(t, "q", o.TaskQueue)
-	require.Equal(t, "refund r1 of order 9f3a", o.StaticSummary)
-	for name, want := range map[string]string{orders.SearchAttrTenantID: "acme", orders.SearchAttrOrderID: "9f3a"} {
-		got, ok := o.TypedSearchAttributes.GetKeyword(temporal.NewSearchAttributeKeyKeyword(name))
-		require.True(t, ok, name)
-		require.Equal(t, want, got, name)
-	}
 }

@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"encoding/json"
@@ -11,12 +11,19 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
+)
+
+const (
+	tenant = "acme"
+	amount = 1250
 )
 
 var (
@@ -40,8 +47,8 @@ type mockedRun struct {
 func newMockedRun(t *testing.T, opts *pipeline.Opts) *mockedRun {
 	t.Helper()
 	m := &mockedRun{env: pipelinetest.NewEnv(t)}
-	refunds.RegisterWithOpts(m.env, opts)
-	var racts *refunds.Activities
+	refundflow.RegisterWithOpts(m.env, opts)
+	var racts *refundsteps.Activities
 	var d *pipeline.Decider
 	require.NoError(t, step.Register(m.env, append(racts.Definitions(), d.Definition())...))
 	m.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: refundIn.WorkflowID()})
@@ -57,11 +64,11 @@ func TestAmbiguousRefundEmailWaitsForADecision(t *testing.T) {
 	t.Parallel()
 	m := newMockedRun(t, nil)
 	ambiguous := temporal.NewNonRetryableApplicationError("maybe sent", step.ErrTypeAmbiguous, nil)
-	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
-	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunded, nil).Once()
-	m.env.OnActivity(refunds.NameMarkRefunded, mock.Anything, refundIn).Return(marked, nil).Once()
-	m.env.OnActivity(refunds.NameSendRefundEmail, mock.Anything, refundIn).Return(refunds.EmailResult{}, ambiguous).Once()
-	m.env.OnActivity(refunds.NameSendRefundEmail, mock.Anything, refundIn).Return(emailed, nil).Once()
+	m.env.OnActivity(refundsteps.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
+	m.env.OnActivity(refundsteps.NameRefundAtStripe, mock.Anything, refundIn).Return(refunded, nil).Once()
+	m.env.OnActivity(refundsteps.NameMarkRefunded, mock.Anything, refundIn).Return(marked, nil).Once()
+	m.env.OnActivity(refundsteps.NameSendRefundEmail, mock.Anything, refundIn).Return(refunds.EmailResult{}, ambiguous).Once()
+	m.env.OnActivity(refundsteps.NameSendRefundEmail, mock.Anything, refundIn).Return(emailed, nil).Once()
 	applied := pipelinetest.MockApplyDecision(m.env, 0)
 
 	var during []string
@@ -79,8 +86,8 @@ func TestAmbiguousRefundEmailWaitsForADecision(t *testing.T) {
 	require.Contains(t, details, "`re_1`", "the Stripe refund is shown")
 	require.Equal(t, "acme:order:o1:refund:r1:refund_email", applied.EffectKey)
 	require.Equal(t, refundIn.WorkflowID(), applied.WorkflowID)
-	require.Equal(t, []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail,
-		pipeline.NameApplyDecision, refunds.NameSendRefundEmail}, m.started.Names())
+	require.Equal(t, []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail,
+		pipeline.NameApplyDecision, refundsteps.NameSendRefundEmail}, m.started.Names())
 	var res refunds.Result
 	require.NoError(t, m.env.GetWorkflowResult(&res))
 	require.Equal(t, emailed, res.Email)
@@ -93,8 +100,8 @@ func TestAmbiguousRefundEmailWaitsForADecision(t *testing.T) {
 func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 	t.Parallel()
 	m := newMockedRun(t, &pipeline.Opts{DecisionTimeout: time.Hour})
-	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
-	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).
+	m.env.OnActivity(refundsteps.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
+	m.env.OnActivity(refundsteps.NameRefundAtStripe, mock.Anything, refundIn).
 		Return(refunds.StripeResult{}, temporal.NewApplicationError("stripe 500", step.ErrTypeTransient))
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
@@ -106,7 +113,7 @@ func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 	require.Contains(t, app.Error(), "acme:order:o1:refund:r1:refund_stripe")
 	require.Equal(t, []string{"refund_stripe:retries_exhausted", "<unset>"}, m.attention.Values())
 	require.NotContains(t, m.started.Names(), pipeline.NameApplyDecision)
-	require.NotContains(t, m.started.Names(), refunds.NameMarkRefunded)
+	require.NotContains(t, m.started.Names(), refundsteps.NameMarkRefunded)
 	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped"}, pipelinetest.States(t, m.env))
 }
 
@@ -115,10 +122,10 @@ func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	m := newMockedRun(t, nil)
-	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
-	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
+	m.env.OnActivity(refundsteps.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
+	m.env.OnActivity(refundsteps.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
 		temporal.NewNonRetryableApplicationError("refund_stripe: charge already refunded", step.ErrTypeProviderRejected, nil)).Once()
-	m.env.OnActivity(refunds.NameReleaseRefund, mock.Anything, refundIn).
+	m.env.OnActivity(refundsteps.NameReleaseRefund, mock.Anything, refundIn).
 		Return(refunds.ReleaseResult{AmountMinor: 500, Code: "charge_already_refunded"}, nil).Once()
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
@@ -129,7 +136,7 @@ func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	require.Empty(t, m.attention.Values(), "no KeyedAttention")
 	require.Equal(t, []string{"refund_reserve=done", "refund_stripe=failed", "refund_mark=skipped", "refund_email=skipped",
 		"refund_release=done"}, pipelinetest.States(t, m.env))
-	require.Equal(t, []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameReleaseRefund}, m.started.Names())
+	require.Equal(t, []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameReleaseRefund}, m.started.Names())
 }
 
 // A refund at Stripe whose outcome is unknown, undecided, is not released:
@@ -137,13 +144,13 @@ func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 func TestUndecidedRefundIsNotReleased(t *testing.T) {
 	t.Parallel()
 	m := newMockedRun(t, &pipeline.Opts{DecisionTimeout: time.Hour})
-	m.env.OnActivity(refunds.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
-	m.env.OnActivity(refunds.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
+	m.env.OnActivity(refundsteps.NameReserve, mock.Anything, refundIn).Return(reserved, nil).Once()
+	m.env.OnActivity(refundsteps.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
 		temporal.NewNonRetryableApplicationError("refund_stripe: idempotency_error", step.ErrTypeKeyReused, nil))
 
 	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
-	require.NotContains(t, m.started.Names(), refunds.NameReleaseRefund)
+	require.NotContains(t, m.started.Names(), refundsteps.NameReleaseRefund)
 }

@@ -1,4 +1,8 @@
-package refunds
+// Package refund holds the refund pipeline's keyed steps: Reserve,
+// RefundAtStripe, MarkRefunded, SendRefundEmail and, after Stripe refused
+// a refund for good, ReleaseRefund. Each is declared once and runs through
+// step.Keyed.Run.
+package refund
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -34,16 +39,16 @@ const EmailTemplate = "refund"
 // type) and, for the email, its delivery policy. The workflow takes
 // each step's Temporal options from its declaration.
 var (
-	DeclReserve = step.Declare[RefundInput, ReserveResult](step.Declaration{Name: NameReserve,
-		Class: effects.ClassAbsoluteWrite, Step: StepReserve})
-	DeclStripe = step.Declare[RefundInput, StripeResult](step.Declaration{Name: NameRefundAtStripe,
-		Class: effects.ClassExternalCreate, Step: StepStripe})
-	DeclMark = step.Declare[RefundInput, MarkResult](step.Declaration{Name: NameMarkRefunded,
-		Class: effects.ClassAbsoluteWrite, Step: StepMark})
-	DeclEmail = step.Declare[RefundInput, EmailResult](step.Declaration{Name: NameSendRefundEmail,
-		Class: effects.ClassIrreversibleSend, Step: StepEmail, Policy: notify.AtMostOnce})
-	DeclRelease = step.Declare[RefundInput, ReleaseResult](step.Declaration{Name: NameReleaseRefund,
-		Class: effects.ClassAbsoluteWrite, Step: StepRelease})
+	DeclReserve = step.Declare[refunds.RefundInput, refunds.ReserveResult](step.Declaration{Name: NameReserve,
+		Class: effects.ClassAbsoluteWrite, Step: refunds.StepReserve})
+	DeclStripe = step.Declare[refunds.RefundInput, refunds.StripeResult](step.Declaration{Name: NameRefundAtStripe,
+		Class: effects.ClassExternalCreate, Step: refunds.StepStripe})
+	DeclMark = step.Declare[refunds.RefundInput, refunds.MarkResult](step.Declaration{Name: NameMarkRefunded,
+		Class: effects.ClassAbsoluteWrite, Step: refunds.StepMark})
+	DeclEmail = step.Declare[refunds.RefundInput, refunds.EmailResult](step.Declaration{Name: NameSendRefundEmail,
+		Class: effects.ClassIrreversibleSend, Step: refunds.StepEmail, Policy: notify.AtMostOnce})
+	DeclRelease = step.Declare[refunds.RefundInput, refunds.ReleaseResult](step.Declaration{Name: NameReleaseRefund,
+		Class: effects.ClassAbsoluteWrite, Step: refunds.StepRelease})
 )
 
 // Declarations returns the declarations of the refund activities, in the
@@ -71,8 +76,8 @@ func steps() []step.Declaration {
 // call and effect are activities' keyed-activity helpers for a
 // RefundInput.
 type (
-	call          = step.Call[RefundInput]
-	effect[T any] = step.Effect[RefundInput, T]
+	call          = step.Call[refunds.RefundInput]
+	effect[T any] = step.Effect[refunds.RefundInput, T]
 )
 
 // Deps is what the refund activities need. Every field is required except
@@ -94,7 +99,7 @@ type Activities struct {
 	run    step.Runner
 	claims *effects.Client
 	orders *orders.Store
-	ledger *Ledger
+	ledger *refunds.Ledger
 	stripe *stripeclient.API
 	sender *notify.Sender
 	check  *checker
@@ -143,9 +148,9 @@ func (a *Activities) Definitions() []step.Definition {
 
 // entry returns the refund's ledger row, or an InvalidState error when it
 // was not reserved.
-func (a *Activities) entry(ctx context.Context, c *call) (*Entry, error) {
+func (a *Activities) entry(ctx context.Context, c *call) (*refunds.Entry, error) {
 	e, err := a.ledger.Get(ctx, c.In.TenantID, c.In.OrderID, c.In.RefundID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, refunds.ErrNotFound) {
 		return nil, c.Fail(step.ErrTypeInvalidState, "refund %s is not in the ledger; Reserve must run first", c.In.RefundID)
 	}
 	return e, err

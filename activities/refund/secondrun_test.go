@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
@@ -33,7 +34,7 @@ func TestEachStepsSecondRunChangesNothing(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 400, "damaged")
-	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+	for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail} {
 		t.Run(name, func(t *testing.T) { b.secondRun(t, name, in) })
 	}
 	require.Equal(t, 1, b.ledgerRows(t, "o1"))
@@ -45,7 +46,7 @@ func TestRefusedReserveSecondRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	b.secondRun(t, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", 5000, ""))
+	b.secondRun(t, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r1", 5000, ""))
 	require.Zero(t, b.ledgerRows(t, "o1"))
 }
 
@@ -56,16 +57,16 @@ func TestRefundAtStripeAfterALostAnswerRefundsOnce(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 400, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	require.NoError(t, err)
 	// Twice: net/http replays a request with an Idempotency-Key once when
 	// a reused connection drops, and the replay must be lost too.
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Match: "POST /v1/refunds", Times: 2})
-	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	requireRetryable(t, err, step.ErrTypeTransient)
 	require.Equal(t, 1, b.stripe.Refunds(), "the dropped answer's refund happened")
 
-	res, err := exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	res, err := exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.stripe.Refunds(), "the retry found it instead of refunding again")
 	require.Equal(t, int64(400), res.AmountMinor)
@@ -89,7 +90,7 @@ func TestRefundAtStripeTakesOverAnExpiredClaim(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 400, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	require.NoError(t, err)
 	key, err := in.EffectKey(refunds.StepStripe)
 	require.NoError(t, err)
@@ -104,7 +105,7 @@ func TestRefundAtStripeTakesOverAnExpiredClaim(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(1100 * time.Millisecond)
 
-	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.stripe.Refunds())
 	rec, err = b.claims.Get(context.Background(), key)

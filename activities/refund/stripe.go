@@ -1,4 +1,4 @@
-package refunds
+package refund
 
 import (
 	"context"
@@ -13,38 +13,26 @@ import (
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 )
 
-// RefundAtStripe refunds the reserved amount at Stripe, once.
+// RefundAtStripe refunds the reserved amount at Stripe, once, against the
+// PaymentIntent of the order's charge (its record, or Stripe's search when
+// the record was pruned).
 //
-// Effect class: external create. It reads the refund's ledger row and the
-// order's PaymentIntent from the charge's stored outcome (the effect record
-// of the order's "…:charge" key; when the prune took it, Stripe's search by
-// metadata effect_key), claims the effect key
-// ("…:refund_stripe") and creates a Stripe refund of the ledger's amount
-// against that PaymentIntent with the effect key as Idempotency-Key and as
-// metadata effect_key (with refund_id, tenant_id and order_id). An attempt
-// that finds the claim from an earlier attempt (re-entry, takeover, retry
-// after a transient failure), or a refund reserved longer ago than
-// step.RecordHorizon, first lists the PaymentIntent's refunds and
-// uses the one carrying the effect key, because Stripe forgets idempotency
-// keys after 24 hours. The outcome (IDs, status, amount) is stored with the
-// record and in refund_stripe_outcomes. While Stripe is slow the lease is
-// renewed and a Temporal heartbeat recorded.
+// Effect class: external create, the effect key as Idempotency-Key and
+// metadata; an attempt after an earlier one (or on an old refund) lists the
+// PaymentIntent's refunds first. The outcome is also recorded in
+// refund_stripe_outcomes.
 //
-// Errors (through step.ToTemporal): InvalidInput, InvalidState (the
-// refund is not reserved or was released after an earlier refusal, the
-// order's charge did not succeed, or neither its record nor Stripe knows
-// it), ProviderRejected (Stripe refused the refund, such as
-// charge_already_refunded or amount_too_large, or it ended failed or
-// canceled), KeyReused and Terminal are non-retryable; Transient
-// (timeouts, resets, 429, 5xx, 409), InProgress and LeaseLost are
-// retryable with the same key.
-func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (StripeResult, error) {
-	var e *Entry
+// Errors: InvalidInput, InvalidState (not reserved, released, or no
+// succeeded charge), ProviderRejected, KeyReused and Terminal are terminal;
+// Transient, InProgress and LeaseLost retry.
+func (a *Activities) RefundAtStripe(ctx context.Context, in refunds.RefundInput) (refunds.StripeResult, error) {
+	var e *refunds.Entry
 	var charge orders.ChargeResult
-	return DeclStripe.Run(ctx, a.run, in, effect[StripeResult]{
+	return DeclStripe.Run(ctx, a.run, in, effect[refunds.StripeResult]{
 		Check: func(ctx context.Context, c *call) (err error) {
 			if e, err = a.entry(ctx, c); err != nil {
 				return err
@@ -56,7 +44,7 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in RefundInput) (Stripe
 			return err
 		},
 		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(e.AmountMinor, 10), charge.PaymentIntentID} },
-		Do: func(ctx context.Context, c *call) (StripeResult, error) {
+		Do: func(ctx context.Context, c *call) (refunds.StripeResult, error) {
 			return a.refund(ctx, c, e, charge)
 		},
 	})
@@ -115,11 +103,11 @@ func (a *Activities) searchCharge(ctx context.Context, c *call, key effects.Key)
 }
 
 // refund makes the refund once under c.Claim.
-func (a *Activities) refund(ctx context.Context, c *call, e *Entry, charge orders.ChargeResult) (StripeResult, error) {
+func (a *Activities) refund(ctx context.Context, c *call, e *refunds.Entry, charge orders.ChargeResult) (refunds.StripeResult, error) {
 	if c.Claim.Mode != effects.ModeNew || time.Since(e.CreatedAt) > step.RecordHorizon {
 		r, err := a.findRefund(ctx, c, charge.PaymentIntentID)
 		if err != nil {
-			return StripeResult{}, err
+			return refunds.StripeResult{}, err
 		}
 		if r != nil {
 			c.Log.InfoContext(ctx, "found the refund of an earlier attempt; not refunding again", "mode", string(c.Claim.Mode), "stripe_refund", r.ID)
@@ -135,26 +123,26 @@ func (a *Activities) refund(ctx context.Context, c *call, e *Entry, charge order
 	params.AddMetadata("order_id", e.OrderID)
 	r, err := a.stripe.Refunds.New(params)
 	if err != nil {
-		return StripeResult{}, stripestep.Error(c.String()+": create refund", err)
+		return refunds.StripeResult{}, stripestep.Error(c.String()+": create refund", err)
 	}
 	c.Log.InfoContext(ctx, "refunded", "stripe_refund", r.ID, "status", string(r.Status), "mode", string(c.Claim.Mode))
 	return a.record(ctx, c, e, r, charge)
 }
 
 // record checks Stripe's answer and stores it in refund_stripe_outcomes.
-func (a *Activities) record(ctx context.Context, c *call, e *Entry, r *stripe.Refund, charge orders.ChargeResult) (StripeResult, error) {
+func (a *Activities) record(ctx context.Context, c *call, e *refunds.Entry, r *stripe.Refund, charge orders.ChargeResult) (refunds.StripeResult, error) {
 	if r.Status == stripe.RefundStatusFailed || r.Status == stripe.RefundStatusCanceled {
-		return StripeResult{}, c.Fail(step.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
+		return refunds.StripeResult{}, c.Fail(step.ErrTypeProviderRejected, "Stripe refund %s is %s (%s)", r.ID, r.Status, r.FailureReason)
 	}
 	if r.Amount != e.AmountMinor {
-		return StripeResult{}, c.Fail(step.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
+		return refunds.StripeResult{}, c.Fail(step.ErrTypeKeyReused, "Stripe refund %s under this key is for %d, the ledger for %d", r.ID, r.Amount, e.AmountMinor)
 	}
-	res := StripeResult{RefundID: r.ID, PaymentIntentID: charge.PaymentIntentID, Status: string(r.Status), AmountMinor: r.Amount, Currency: string(r.Currency)}
+	res := refunds.StripeResult{RefundID: r.ID, PaymentIntentID: charge.PaymentIntentID, Status: string(r.Status), AmountMinor: r.Amount, Currency: string(r.Currency)}
 	if res.Currency == "" {
 		res.Currency = charge.Currency
 	}
 	if err := a.ledger.RecordStripe(ctx, e, res, c.Key.String()); err != nil {
-		return StripeResult{}, effects.Transient(err) // Stripe refunded; the retry finds it by metadata.
+		return refunds.StripeResult{}, effects.Transient(err) // Stripe refunded; the retry finds it by metadata.
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"log/slog"
@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/refunds"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // TestReplay replays refund histories recorded on a Temporal dev server
@@ -25,7 +25,7 @@ func TestReplay(t *testing.T) {
 	for _, file := range []string{"testdata/refund_happy.json", "testdata/refund_email_ambiguous_failed.json",
 		"testdata/refund_email_decided_v1.json"} {
 		r := worker.NewWorkflowReplayer()
-		refunds.Register(r)
+		refundflow.Register(r)
 		require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file), file)
 	}
 }

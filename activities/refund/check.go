@@ -1,4 +1,4 @@
-package refunds
+package refund
 
 import (
 	"context"
@@ -10,20 +10,21 @@ import (
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 )
 
 // checker holds the refund steps' Verify functions.
 type checker struct {
 	activities.CheckDeps
-	ledger *Ledger
+	ledger *refunds.Ledger
 }
 
 func newChecker(d activities.CheckDeps) (*checker, error) {
 	if d.DB == nil || d.Orders == nil {
 		return nil, errors.New("refunds: Checks: DB and Orders are required")
 	}
-	ledger, err := NewLedger(d.DB)
+	ledger, err := refunds.NewLedger(d.DB)
 	if err != nil {
 		return nil, err
 	}
@@ -66,19 +67,19 @@ func Checks(d activities.CheckDeps) ([]step.Definition, error) {
 //     amount and code.
 func (c *checker) bind(defs []step.Definition) {
 	verify := map[string]step.Verify{
-		StepReserve: DeclReserve.Verifier(c.reserve),
-		StepStripe:  DeclStripe.Verifier(c.stripe),
-		StepMark: DeclMark.Verifier(func(ctx context.Context, key effects.Key, r MarkResult) error {
+		refunds.StepReserve: DeclReserve.Verifier(c.reserve),
+		refunds.StepStripe:  DeclStripe.Verifier(c.stripe),
+		refunds.StepMark: DeclMark.Verifier(func(ctx context.Context, key effects.Key, r refunds.MarkResult) error {
 			in, err := inputOfKey(key)
 			if err != nil {
 				return err
 			}
 			return c.Orders.VerifyTransition(ctx, in.TenantID, in.OrderID, key, orders.Status(r.Status))
 		}),
-		StepEmail: DeclEmail.Verifier(func(ctx context.Context, key effects.Key, r EmailResult) error {
+		refunds.StepEmail: DeclEmail.Verifier(func(ctx context.Context, key effects.Key, r refunds.EmailResult) error {
 			return step.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
 		}),
-		StepRelease: DeclRelease.Verifier(c.release),
+		refunds.StepRelease: DeclRelease.Verifier(c.release),
 	}
 	for i := range defs {
 		defs[i].Verify = verify[defs[i].Step]
@@ -86,14 +87,14 @@ func (c *checker) bind(defs []step.Definition) {
 }
 
 // entry returns the ledger row of key's refund.
-func (c *checker) entry(ctx context.Context, key effects.Key) (RefundInput, *Entry, error) {
+func (c *checker) entry(ctx context.Context, key effects.Key) (refunds.RefundInput, *refunds.Entry, error) {
 	in, err := inputOfKey(key)
 	if err != nil {
 		return in, nil, err
 	}
 	e, err := c.ledger.Get(ctx, in.TenantID, in.OrderID, in.RefundID)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, refunds.ErrNotFound):
 		return in, nil, step.Contradicted("refund %s of order %s/%s is not in the ledger", in.RefundID, in.TenantID, in.OrderID)
 	case err != nil:
 		return in, nil, step.Unverifiable("read the refund ledger: %v", err)
@@ -102,7 +103,7 @@ func (c *checker) entry(ctx context.Context, key effects.Key) (RefundInput, *Ent
 }
 
 // reserve checks a reserve's outcome against the ledger and the order.
-func (c *checker) reserve(ctx context.Context, key effects.Key, r ReserveResult) error {
+func (c *checker) reserve(ctx context.Context, key effects.Key, r refunds.ReserveResult) error {
 	in, e, err := c.entry(ctx, key)
 	if err != nil {
 		return err
@@ -122,7 +123,7 @@ func (c *checker) reserve(ctx context.Context, key effects.Key, r ReserveResult)
 
 // stripe checks a refund's outcome against the ledger and Stripe, and
 // records it as RefundAtStripe does once Stripe confirms it.
-func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) error {
+func (c *checker) stripe(ctx context.Context, key effects.Key, r refunds.StripeResult) error {
 	in, e, err := c.entry(ctx, key)
 	if err != nil {
 		return err
@@ -160,7 +161,7 @@ func (c *checker) stripe(ctx context.Context, key effects.Key, r StripeResult) e
 
 // refundMismatch returns a contradiction when Stripe's refund re is not the
 // refund r of the ledger row e under key.
-func refundMismatch(re *stripe.Refund, key effects.Key, e *Entry, r StripeResult) error {
+func refundMismatch(re *stripe.Refund, key effects.Key, e *refunds.Entry, r refunds.StripeResult) error {
 	pi := ""
 	if re.PaymentIntent != nil {
 		pi = re.PaymentIntent.ID
@@ -181,7 +182,7 @@ func refundMismatch(re *stripe.Refund, key effects.Key, e *Entry, r StripeResult
 
 // chargedUnder checks that the PaymentIntent paymentIntentID is the
 // charge of in's order: its metadata carries the order's charge key.
-func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentIntentID string) error {
+func (c *checker) chargedUnder(ctx context.Context, in refunds.RefundInput, paymentIntentID string) error {
 	chargeKey, err := orders.NewOrderInput(in.TenantID, in.OrderID).EffectKey(orders.StepCharge)
 	if err != nil {
 		return step.Contradicted("%v", err)
@@ -201,7 +202,7 @@ func (c *checker) chargedUnder(ctx context.Context, in RefundInput, paymentInten
 
 // released returns in's release, nil when there is none, or an
 // unverifiable error when the ledger cannot be read.
-func (c *checker) released(ctx context.Context, in RefundInput) (*Release, error) {
+func (c *checker) released(ctx context.Context, in refunds.RefundInput) (*refunds.Release, error) {
 	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
 	if err != nil {
 		return nil, step.Unverifiable("read the refund's releases: %v", err)
@@ -210,7 +211,7 @@ func (c *checker) released(ctx context.Context, in RefundInput) (*Release, error
 }
 
 // release checks a release's outcome against the ledger's releases.
-func (c *checker) release(ctx context.Context, key effects.Key, r ReleaseResult) error {
+func (c *checker) release(ctx context.Context, key effects.Key, r refunds.ReleaseResult) error {
 	in, err := inputOfKey(key)
 	if err != nil {
 		return err
@@ -232,8 +233,8 @@ func (c *checker) release(ctx context.Context, key effects.Key, r ReleaseResult)
 
 // inputOfKey returns the refund (its IDs, without amount or reason) whose
 // step's effect key is key.
-func inputOfKey(key effects.Key) (RefundInput, error) {
-	in, _, ok := refundOfKey(key)
+func inputOfKey(key effects.Key) (refunds.RefundInput, error) {
+	in, _, ok := refunds.RefundOfKey(key)
 	if !ok {
 		return in, step.Contradicted("%s is not a refund step's effect key", key)
 	}

@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
@@ -28,15 +29,15 @@ func TestReleaseGivesARefusedReservationBackOnce(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 400, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	require.NoError(t, err)
 	b.refuse()
-	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	requireTerminal(t, err, step.ErrTypeProviderRejected)
 	require.Contains(t, err.Error(), "charge_disputed")
 
-	b.secondRun(t, refunds.NameReleaseRefund, in)
-	res, err := exec[refunds.ReleaseResult](t, b.env, refunds.NameReleaseRefund, in)
+	b.secondRun(t, refundsteps.NameReleaseRefund, in)
+	res, err := exec[refunds.ReleaseResult](t, b.env, refundsteps.NameReleaseRefund, in)
 	require.NoError(t, err)
 	require.Equal(t, refunds.ReleaseResult{AmountMinor: 400, Code: "charge_disputed", RefundedMinor: 0}, res)
 	rel, err := b.ledger.Released(context.Background(), tenant, "o1", "r1")
@@ -45,7 +46,7 @@ func TestReleaseGivesARefusedReservationBackOnce(t *testing.T) {
 	require.Equal(t, "acme:order:o1:refund:r1:refund_release", rel.EffectKey)
 	require.Equal(t, 1, b.ledgerRows(t, "o1"), "the ledger row stays: nothing is subtracted from it")
 
-	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "was released")
 
@@ -64,17 +65,17 @@ func TestReleaseRefusesWhatStripeDidNotRefuse(t *testing.T) {
 	b.order(t, "o1", "pm_card_visa")
 	made := refunds.NewInput(tenant, "o1", "r1", 400, "")
 	require.NoError(t, b.refund(t, made))
-	b.secondRun(t, refunds.NameReleaseRefund, made)
-	_, err := exec[refunds.ReleaseResult](t, b.env, refunds.NameReleaseRefund, made)
+	b.secondRun(t, refundsteps.NameReleaseRefund, made)
+	_, err := exec[refunds.ReleaseResult](t, b.env, refundsteps.NameReleaseRefund, made)
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 
 	reserved := refunds.NewInput(tenant, "o1", "r2", 400, "")
-	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, reserved)
+	_, err = exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, reserved)
 	require.NoError(t, err)
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Match: "POST /v1/refunds", Times: 2})
-	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, reserved)
+	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, reserved)
 	require.Error(t, err, "a lost answer: the step's record is not a refusal")
-	_, err = exec[refunds.ReleaseResult](t, b.env, refunds.NameReleaseRefund, reserved)
+	_, err = exec[refunds.ReleaseResult](t, b.env, refundsteps.NameReleaseRefund, reserved)
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	for _, id := range []string{"r1", "r2"} {
 		rel, err := b.ledger.Released(context.Background(), tenant, "o1", id)
@@ -125,7 +126,7 @@ func TestRefusalCode(t *testing.T) {
 		"refund stripe k: status 401 invalid_request_error: no code":                                                   "provider_rejected",
 		"": "provider_rejected",
 	} {
-		require.Equal(t, want, refunds.RefusalCode(msg), msg)
+		require.Equal(t, want, refundsteps.RefusalCode(msg), msg)
 	}
 }
 
@@ -159,6 +160,6 @@ func TestRefundWorkflowReleasesARefusedRefund(t *testing.T) {
 func TestReleaseRetriesNoLongerThanTheStepsItReplaces(t *testing.T) {
 	t.Parallel()
 	window := func(d step.Declaration) time.Duration { return step.RetryWindow(d.ActivityOptions("")) }
-	require.LessOrEqual(t, window(refunds.DeclRelease.Declaration), window(refunds.DeclMark.Declaration)+window(refunds.DeclEmail.Declaration))
-	require.NotContains(t, refunds.LongestPath(), refunds.DeclRelease.Declaration)
+	require.LessOrEqual(t, window(refundsteps.DeclRelease.Declaration), window(refundsteps.DeclMark.Declaration)+window(refundsteps.DeclEmail.Declaration))
+	require.NotContains(t, refundsteps.LongestPath(), refundsteps.DeclRelease.Declaration)
 }

@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
@@ -27,9 +28,9 @@ func (b *bundle) stepsOK(t *testing.T, in refunds.RefundInput, names ...string) 
 func (b *bundle) refuseAndRelease(t *testing.T, in refunds.RefundInput) {
 	t.Helper()
 	b.refuse()
-	_, err := exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	_, err := exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	requireTerminal(t, err, step.ErrTypeProviderRejected)
-	b.secondRun(t, refunds.NameReleaseRefund, in)
+	b.secondRun(t, refundsteps.NameReleaseRefund, in)
 }
 
 // amounts returns what the order has refunded (confirmed by Stripe) and
@@ -59,17 +60,17 @@ func TestMarkRefundedCountsOnlyWhatStripeConfirmed(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	r1, r2 := refunds.NewInput(tenant, "o1", "r1", 500, ""), refunds.NewInput(tenant, "o1", "r2", amount-500, "")
-	b.stepsOK(t, r1, refunds.NameReserve)
-	b.stepsOK(t, r2, refunds.NameReserve, refunds.NameRefundAtStripe)
-	res, err := exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, r2)
+	b.stepsOK(t, r1, refundsteps.NameReserve)
+	b.stepsOK(t, r2, refundsteps.NameReserve, refundsteps.NameRefundAtStripe)
+	res, err := exec[refunds.MarkResult](t, b.env, refundsteps.NameMarkRefunded, r2)
 	require.NoError(t, err)
 	require.Equal(t, string(orders.StatusPartiallyRefunded), res.Status, "r1 is reserved, not refunded")
 	require.Equal(t, orders.StatusPartiallyRefunded, b.status(t, "o1"))
-	b.secondRun(t, refunds.NameMarkRefunded, r2)
+	b.secondRun(t, refundsteps.NameMarkRefunded, r2)
 	confirmed, reserved := b.amounts(t, "o1")
 	require.Equal(t, [2]int64{amount - 500, amount}, [2]int64{confirmed, reserved})
 
-	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r9", 1, ""))
+	_, err = exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r9", 1, ""))
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "0.00 EUR left", "Reserve still counts r1, in flight")
 
@@ -81,8 +82,8 @@ func TestMarkRefundedCountsOnlyWhatStripeConfirmed(t *testing.T) {
 	r3 := refunds.NewInput(tenant, "o1", "r3", 500, "")
 	require.NoError(t, b.refund(t, r3))
 	require.Equal(t, orders.StatusRefunded, b.status(t, "o1"))
-	b.secondRun(t, refunds.NameMarkRefunded, r3)
-	b.secondRun(t, refunds.NameMarkRefunded, r2)
+	b.secondRun(t, refundsteps.NameMarkRefunded, r3)
+	b.secondRun(t, refundsteps.NameMarkRefunded, r2)
 	require.Equal(t, orders.StatusRefunded, b.status(t, "o1"))
 	require.Equal(t, 2, b.stripe.Refunds())
 	require.Equal(t, []string{
@@ -99,11 +100,11 @@ func TestLastMarkSetsTheFinalStatus(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	r1, r2 := refunds.NewInput(tenant, "o1", "r1", 500, ""), refunds.NewInput(tenant, "o1", "r2", amount-500, "")
-	b.stepsOK(t, r1, refunds.NameReserve)
-	b.stepsOK(t, r2, refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded)
+	b.stepsOK(t, r1, refundsteps.NameReserve)
+	b.stepsOK(t, r2, refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded)
 	require.Equal(t, orders.StatusPartiallyRefunded, b.status(t, "o1"))
-	b.stepsOK(t, r1, refunds.NameRefundAtStripe)
-	res, err := exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, r1)
+	b.stepsOK(t, r1, refundsteps.NameRefundAtStripe)
+	res, err := exec[refunds.MarkResult](t, b.env, refundsteps.NameMarkRefunded, r1)
 	require.NoError(t, err)
 	require.Equal(t, string(orders.StatusRefunded), res.Status)
 	require.Equal(t, orders.StatusRefunded, b.status(t, "o1"))
@@ -118,8 +119,8 @@ func TestReleaseCorrectsAStatusThatCountedTheRefusedRefund(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	r1, r2 := refunds.NewInput(tenant, "o1", "r1", 500, ""), refunds.NewInput(tenant, "o1", "r2", amount-500, "")
-	b.stepsOK(t, r1, refunds.NameReserve)
-	b.stepsOK(t, r2, refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded)
+	b.stepsOK(t, r1, refundsteps.NameReserve)
+	b.stepsOK(t, r2, refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded)
 	_, err := b.pool.Exec(context.Background(), `UPDATE orders SET status = 'refunded' WHERE tenant_id = $1 AND id = 'o1'`, tenant)
 	require.NoError(t, err, "as the old MarkRefunded, counting r1's reservation, left it")
 

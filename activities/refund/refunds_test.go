@@ -1,4 +1,4 @@
-package refunds_test
+package refund_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/activities"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -45,7 +46,7 @@ type bundle struct {
 	stripe   *fakestripe.Server
 	sendgrid *fakesendgrid.Server
 	api      *stripeclient.API
-	racts    *refunds.Activities
+	racts    *refundsteps.Activities
 	env      *testsuite.TestActivityEnvironment
 }
 
@@ -73,13 +74,13 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
-	b.racts, err = refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
+	b.racts, err = refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	b.env = newEnv(t, acts, b.racts)
 	return b
 }
 
-func newEnv(t *testing.T, acts *activities.Activities, racts *refunds.Activities) *testsuite.TestActivityEnvironment {
+func newEnv(t *testing.T, acts *activities.Activities, racts *refundsteps.Activities) *testsuite.TestActivityEnvironment {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
@@ -125,7 +126,7 @@ func exec[T any](t *testing.T, env *testsuite.TestActivityEnvironment, name stri
 // refund runs the four steps of in in order and returns the first error.
 func (b *bundle) refund(t *testing.T, in refunds.RefundInput) error {
 	t.Helper()
-	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+	for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail} {
 		if _, err := b.env.ExecuteActivity(name, in); err != nil {
 			return err
 		}
@@ -183,7 +184,7 @@ func TestPartialRefundsMarkTheOrderPartiallyThenFullyRefunded(t *testing.T) {
 	require.Equal(t, 3, b.stripe.Refunds())
 	require.Equal(t, 3, b.sendgrid.Count(), "one email per refund, none collapsed")
 
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r4", 1, ""))
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r4", 1, ""))
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "0.00 EUR left")
 }
@@ -192,7 +193,7 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "refund of 12.51 EUR exceeds what is left of the charge: 12.50 EUR charged, 0.00 EUR refunded or in flight, 12.50 EUR left")
 	require.Zero(t, b.ledgerRows(t, "o1"))
@@ -203,7 +204,7 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, effects.StateFailedTerminal, rec.State)
 	require.Equal(t, "invalid_state", rec.ErrorCode)
-	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
+	_, err = exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r1", amount+1, ""))
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Zero(t, b.ledgerRows(t, "o1"))
 }
@@ -235,7 +236,7 @@ func TestConcurrentPartialRefundsReserveOnlyWhatTheChargeCovers(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
-			_, errs[i] = exec[refunds.ReserveResult](t, envs[i], refunds.NameReserve, refunds.NewInput(tenant, "o1", "r"+string(rune('1'+i)), 700, ""))
+			_, errs[i] = exec[refunds.ReserveResult](t, envs[i], refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r"+string(rune('1'+i)), 700, ""))
 		})
 	}
 	wg.Wait()
@@ -287,7 +288,7 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", 100, ""))
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r1", 100, ""))
 	require.NoError(t, err)
 	_, err = b.pool.Exec(context.Background(), `UPDATE refund_ledger SET amount_minor = 1`)
 	require.ErrorContains(t, err, "append-only")
@@ -299,9 +300,9 @@ func TestReserveRefusesTheSameRefundWithAnotherAmount(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", 100, ""))
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r1", 100, ""))
 	require.NoError(t, err)
-	_, err = exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, refunds.NewInput(tenant, "o1", "r1", 200, ""))
+	_, err = exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "r1", 200, ""))
 	requireTerminal(t, err, step.ErrTypeKeyReused)
 	require.Equal(t, 1, b.ledgerRows(t, "o1"))
 }
@@ -314,7 +315,7 @@ func (b *bundle) secondEnv(t *testing.T) *testsuite.TestActivityEnvironment {
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
-	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
+	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	return newEnv(t, acts, racts)
 }
@@ -340,19 +341,19 @@ func TestMarkRefundedOutOfOrder(t *testing.T) {
 	b.order(t, "o1", "pm_card_visa")
 	r1, r2 := refunds.NewInput(tenant, "o1", "r1", 500, ""), refunds.NewInput(tenant, "o1", "r2", amount-500, "")
 	for _, in := range []refunds.RefundInput{r1, r2} {
-		for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe} {
+		for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe} {
 			_, err := b.env.ExecuteActivity(name, in)
 			require.NoError(t, err)
 		}
 	}
-	res, err := exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, r2)
+	res, err := exec[refunds.MarkResult](t, b.env, refundsteps.NameMarkRefunded, r2)
 	require.NoError(t, err)
 	require.Equal(t, string(orders.StatusRefunded), res.Status)
-	res, err = exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, r1)
+	res, err = exec[refunds.MarkResult](t, b.env, refundsteps.NameMarkRefunded, r1)
 	require.NoError(t, err)
 	require.Equal(t, string(orders.StatusRefunded), res.Status)
 	require.Equal(t, orders.StatusRefunded, b.status(t, "o1"))
-	b.secondRun(t, refunds.NameMarkRefunded, r1)
+	b.secondRun(t, refundsteps.NameMarkRefunded, r1)
 }
 
 // MarkRefunded refuses a refund that has not reached Stripe.
@@ -361,9 +362,9 @@ func TestMarkRefundedNeedsTheStripeRefund(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 500, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	require.NoError(t, err)
-	_, err = exec[refunds.MarkResult](t, b.env, refunds.NameMarkRefunded, in)
+	_, err = exec[refunds.MarkResult](t, b.env, refundsteps.NameMarkRefunded, in)
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "no Stripe refund recorded")
 	require.Equal(t, orders.StatusPaid, b.status(t, "o1"))
@@ -396,7 +397,7 @@ func TestRefundAtStripeWithoutACharge(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 300, "")
-	_, err := exec[refunds.ReserveResult](t, b.env, refunds.NameReserve, in)
+	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
 	require.NoError(t, err)
 	chargeKey, err := orders.NewOrderInput(tenant, "o1").EffectKey(orders.StepCharge)
 	require.NoError(t, err)
@@ -404,7 +405,7 @@ func TestRefundAtStripeWithoutACharge(t *testing.T) {
 	require.NoError(t, err)
 	b.stripe.Reset() // Stripe forgets the payment intent too.
 
-	_, err = exec[refunds.StripeResult](t, b.env, refunds.NameRefundAtStripe, in)
+	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	requireTerminal(t, err, step.ErrTypeInvalidState)
 	require.Contains(t, err.Error(), "and none at Stripe")
 	require.Zero(t, b.stripe.Refunds())
