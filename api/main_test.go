@@ -31,7 +31,7 @@ import (
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // devServer is the dev server the package's tests share; they keep apart
@@ -199,7 +199,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// The worker relay's own starter, on a task queue no worker polls: the
 	// run exists in Temporal, which is what these tests count, and nothing
 	// executes it.
-	b.starter = &countingStarter{next: fxapp.TemporalStarter(c, nil, &workflows.StartOpts{TaskQueue: b.taskQueue}), calls: map[string]int{}}
+	b.starter = &countingStarter{next: fxapp.TemporalStarter(c, nil, &orderflow.StartOpts{TaskQueue: b.taskQueue}), calls: map[string]int{}}
 	return b
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // Activity is a declared activity as the checks see it: its name, effect
@@ -37,7 +37,7 @@ type keyer interface {
 }
 
 // Declared returns every activity a worker registers, with its resolved
-// options: the order pipeline's (workflows.Declarations), whose keys are
+// options: the order pipeline's (orderflow.Declarations), whose keys are
 // "{tenant}:order:{order}:<step>", then the refund pipeline's
 // (refundsteps.Declarations), whose keys are
 // "{tenant}:order:{order}:refund:{refund_id}:<step>". It is the one adapter
@@ -46,7 +46,7 @@ type keyer interface {
 func Declared() []Activity {
 	order := orders.NewOrderInput("{tenant}", "{order}")
 	refund := refunds.NewInput("{tenant}", "{order}", "{refund_id}", 0, "")
-	out := declared(workflows.Declarations(), orders.WorkflowName, order)
+	out := declared(orderflow.Declarations(), orders.WorkflowName, order)
 	return append(out, declared(refundsteps.Declarations(), refunds.WorkflowName, refund)...)
 }
 

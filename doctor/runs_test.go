@@ -22,7 +22,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // Modes of the stand-in order workflow.
@@ -92,7 +92,7 @@ func (d *deployment) work(t *testing.T, claims *effects.Client) {
 func (d *deployment) start(t *testing.T, order, mode string) {
 	t.Helper()
 	run, err := d.client.ExecuteWorkflow(d.ctx, client.StartWorkflowOptions{ID: orders.WorkflowID("acme", order), TaskQueue: "doctor",
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchAttrTenantID.ValueSet("acme"), workflows.SearchAttrOrderID.ValueSet(order))},
+		TypedSearchAttributes: temporal.NewSearchAttributes(orderflow.SearchAttrTenantID.ValueSet("acme"), orderflow.SearchAttrOrderID.ValueSet(order))},
 		orders.WorkflowName, mode, "acme:order:"+order+":charge")
 	require.NoError(t, err)
 	if mode != modeWait {

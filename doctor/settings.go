@@ -12,7 +12,7 @@ import (
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // retention checks EFFECTS_RETENTION (through Opts.CheckRetention), the
@@ -46,7 +46,7 @@ func (r *run) effectsRetention(ctx context.Context) Check {
 	}
 	return Check{Name: CheckRetention, Subject: subject, Status: StatusPass, Evidence: fmt.Sprintf(
 		"%s covers namespace %q's retention %s + the longest run %s (retry windows: %s) + DECISION_TIMEOUT %s, and the Idempotency-Key retention %s",
-		days(r.o.EffectsRetention), r.o.Namespace, days(ns), days(workflows.LongestRun()), window, days(r.o.DecisionTimeout),
+		days(r.o.EffectsRetention), r.o.Namespace, days(ns), days(orderflow.LongestRun()), window, days(r.o.DecisionTimeout),
 		days(r.o.IdempotencyRetention))}
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // The outbox starts any workflow: its type, ID, task queue and JSON payload
@@ -44,7 +44,7 @@ func TestRelayStartsAnyWorkflowType(t *testing.T) {
 		return nil
 	}))
 
-	orderHook := workflows.ConfigureOutboxStart(nil)
+	orderHook := orderflow.ConfigureOutboxStart(nil)
 	starter := temporalstart.New(b.temporal, &temporalstart.Opts{TaskQueue: b.taskQueue,
 		Configure: func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
 			if err := orderHook(ctx, req, o); err != nil {
@@ -102,7 +102,7 @@ func TestRowOfTheOldShapeIsStillStarted(t *testing.T) {
 	}))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE meta IS NULL AND task_queue IS NULL AND amount_minor = 1999`))
 
-	starter := fxapp.TemporalStarter(b.temporal, b.store, &workflows.StartOpts{TaskQueue: b.taskQueue})
+	starter := fxapp.TemporalStarter(b.temporal, b.store, &orderflow.StartOpts{TaskQueue: b.taskQueue})
 	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Logger: b.logger})
 	require.NoError(t, err)
 	n, err := r.Poll(b.ctx)

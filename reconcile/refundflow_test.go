@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
@@ -33,8 +33,8 @@ func (b *bundle) activityEnv(t *testing.T) (*testsuite.TestActivityEnvironment, 
 	t.Cleanup(gts.Close)
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet})
 	require.NoError(t, err)
-	deps := activities.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
-	acts, err := activities.New(deps)
+	deps := ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
+	acts, err := ordersteps.New(deps)
 	require.NoError(t, err)
 	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
 	require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 	_, _, err := store.Create(b.ctx, orders.NewOrder{TenantID: "acme", ID: "o1", AmountMinor: 1250, Currency: "eur",
 		CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"})
 	require.NoError(t, err)
-	for _, name := range []string{activities.NameCharge, activities.NameMarkPaid} {
+	for _, name := range []string{ordersteps.NameCharge, ordersteps.NameMarkPaid} {
 		_, err := env.ExecuteActivity(name, orders.NewOrderInput("acme", "o1"))
 		require.NoError(t, err, name)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // A receipt keyed cannot know about waits for a person instead of failing:
@@ -104,8 +104,8 @@ func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 	d, err := pipeline.NewDecider(b.effects, b.acts.Definitions()...)
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
-	workflows.Register(w)
-	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
+	orderflow.Register(w)
+	require.NoError(t, orderflow.RegisterActivities(w, b.acts, d))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w
@@ -115,7 +115,7 @@ func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 type waitingOrder struct {
 	id  string
 	key effects.Key
-	st  *workflows.Started
+	st  *orderflow.Started
 }
 
 // waitingReceipt creates order id, queues fault for its receipt and starts
@@ -128,7 +128,7 @@ func (b *bundle) waitingReceipt(t *testing.T, id string, fault fakesendgrid.Faul
 	require.NoError(t, err)
 	fault.Match = key.String()
 	b.mail.Inject(fault)
-	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue, Order: o})
+	st, err := orderflow.Start(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue, Order: o})
 	require.NoError(t, err)
 	return &waitingOrder{id: id, key: key, st: st}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // stormAPI is keyed's HTTP API on the world's database with a relay
@@ -41,7 +41,7 @@ func newStormAPI(b *testing.B, world *bundle) *stormAPI {
 	b.Cleanup(s.srv.Close)
 	s.srv.Client().Transport.(*http.Transport).MaxIdleConnsPerHost = stormStarts
 	relay, err := outbox.NewRelay(world.pool, fxapp.TemporalStarter(world.temporal, world.orders,
-		&workflows.StartOpts{TaskQueue: world.taskQueue}), &outbox.RelayOpts{Logger: quiet(), PollInterval: 20 * time.Millisecond})
+		&orderflow.StartOpts{TaskQueue: world.taskQueue}), &outbox.RelayOpts{Logger: quiet(), PollInterval: 20 * time.Millisecond})
 	require.NoError(b, err)
 	require.NoError(b, relay.Start(world.ctx))
 	b.Cleanup(func() { _ = relay.Stop(world.ctx) })

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -25,7 +25,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // terminator ends every Postgres backend of one application name, as an
@@ -130,16 +130,16 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 	require.NoError(t, err)
 	sender, err := notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: mailSrv.URL, From: receiptFrom, Logger: quiet()})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Deps{DB: pool, Effects: fxc, Orders: store, Stripe: sc, Sender: sender, Logger: quiet()})
+	acts, err := ordersteps.New(ordersteps.Deps{DB: pool, Effects: fxc, Orders: store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&boundaryInterceptor{t: t, k: k}}})
-	workflows.Register(w)
+	orderflow.Register(w)
 	require.NoError(t, step.Register(w, acts.Definitions()...))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
 	const n = 4
-	var started []*workflows.Started
+	var started []*orderflow.Started
 	for i := range n {
 		pm := "pm_card_visa"
 		if i == n-1 {

@@ -17,7 +17,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -27,7 +27,7 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 const (
@@ -50,7 +50,7 @@ type bundle struct {
 	temporal  client.Client
 	taskQueue string
 	tenant    string
-	acts      *activities.Activities
+	acts      *ordersteps.Activities
 }
 
 func setup(t testing.TB) *bundle {
@@ -85,7 +85,7 @@ func setup(t testing.TB) *bundle {
 	return b
 }
 
-func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *activities.Activities {
+func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *ordersteps.Activities {
 	t.Helper()
 	sc, err := stripestep.NewClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
@@ -95,7 +95,7 @@ func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *
 	}
 	sender, err := notify.NewSender(b.effects, b.pool, so)
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
+	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	return acts
 }
@@ -105,10 +105,10 @@ func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *
 func (b *bundle) startWorker(t *testing.T) worker.Worker {
 	t.Helper()
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
-	workflows.Register(w)
+	orderflow.Register(w)
 	d, err := pipeline.NewDecider(b.effects, b.acts.Definitions()...)
 	require.NoError(t, err)
-	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
+	require.NoError(t, orderflow.RegisterActivities(w, b.acts, d))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w
@@ -126,15 +126,15 @@ func (b *bundle) order(t testing.TB, id string, amount int64, pm string) *orders
 	return o
 }
 
-func (b *bundle) start(t *testing.T, in orders.OrderInput) *workflows.Started {
+func (b *bundle) start(t *testing.T, in orders.OrderInput) *orderflow.Started {
 	t.Helper()
-	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue})
+	st, err := orderflow.Start(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue})
 	require.NoError(t, err)
 	return st
 }
 
 // wait waits for the run to finish and returns its result and error.
-func (b *bundle) wait(t *testing.T, st *workflows.Started) (orders.OrderResult, error) {
+func (b *bundle) wait(t *testing.T, st *orderflow.Started) (orders.OrderResult, error) {
 	t.Helper()
 	var res orders.OrderResult
 	err := b.temporal.GetWorkflow(b.ctx, st.WorkflowID, st.RunID).Get(b.ctx, &res)

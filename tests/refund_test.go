@@ -14,7 +14,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
@@ -35,10 +35,10 @@ func (b *bundle) startRefundWorker(t *testing.T, edit ...func(*notify.SenderOpts
 	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
-	workflows.Register(w)
+	orderflow.Register(w)
 	d, err := pipeline.NewDecider(b.effects, append(b.acts.Definitions(), racts.Definitions()...)...)
 	require.NoError(t, err)
-	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
+	require.NoError(t, orderflow.RegisterActivities(w, b.acts, d))
 	refundflow.Register(w)
 	require.NoError(t, refundflow.RegisterActivities(w, racts))
 	require.NoError(t, w.Start())

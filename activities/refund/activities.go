@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -59,7 +59,7 @@ func Declarations() []step.Declaration {
 }
 
 // LongestPath returns the declarations of the steps on a refund run's
-// longest path, for workflows.LongestRun: Reserve, RefundAtStripe,
+// longest path, for orderflow.LongestRun: Reserve, RefundAtStripe,
 // MarkRefunded and SendRefundEmail, the steps a run shows from its start.
 // ReleaseRefund runs instead of the last two, and retries for no longer
 // than they do together.
@@ -120,7 +120,7 @@ func New(d Deps) (*Activities, error) {
 	case d.Sender == nil:
 		return nil, errors.New("refunds: New: Sender is nil")
 	}
-	check, err := newChecker(activities.CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
+	check, err := newChecker(ordersteps.CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -16,11 +16,11 @@ import (
 
 // checker holds the refund steps' Verify functions.
 type checker struct {
-	activities.CheckDeps
+	ordersteps.CheckDeps
 	ledger *refunds.Ledger
 }
 
-func newChecker(d activities.CheckDeps) (*checker, error) {
+func newChecker(d ordersteps.CheckDeps) (*checker, error) {
 	if d.DB == nil || d.Orders == nil {
 		return nil, errors.New("refunds: Checks: DB and Orders are required")
 	}
@@ -35,9 +35,9 @@ func newChecker(d activities.CheckDeps) (*checker, error) {
 // Definitions whose Verify checks an operator's "done" outcome, as
 // Activities.Definitions' do, and whose Fn is nil: for a pipeline.Decider
 // that applies decisions without running steps (starter resolve);
-// step.Register refuses them. d is as for activities.Checks: DB and
+// step.Register refuses them. d is as for ordersteps.Checks: DB and
 // Orders are required (an error otherwise), Stripe and Sender optional.
-func Checks(d activities.CheckDeps) ([]step.Definition, error) {
+func Checks(d ordersteps.CheckDeps) ([]step.Definition, error) {
 	c, err := newChecker(d)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -145,9 +145,9 @@ func TestDeciderRefusesDoneOnARefusedReserve(t *testing.T) {
 func TestEveryRefundStepIsVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	checks, err := refundsteps.Checks(activities.CheckDeps{DB: b.pool, Orders: b.store})
+	checks, err := refundsteps.Checks(ordersteps.CheckDeps{DB: b.pool, Orders: b.store})
 	require.NoError(t, err)
-	_, err = refundsteps.Checks(activities.CheckDeps{})
+	_, err = refundsteps.Checks(ordersteps.CheckDeps{})
 	require.Error(t, err)
 	pipelinetest.RequireVerified(t, b.racts.Definitions(), checks)
 	require.Len(t, checks, len(refundsteps.Declarations()))

@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
@@ -72,7 +72,7 @@ func setup(t *testing.T) *bundle {
 	b.api = sc
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet()})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
+	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	b.racts, err = refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
@@ -80,7 +80,7 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func newEnv(t *testing.T, acts *activities.Activities, racts *refundsteps.Activities) *testsuite.TestActivityEnvironment {
+func newEnv(t *testing.T, acts *ordersteps.Activities, racts *refundsteps.Activities) *testsuite.TestActivityEnvironment {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
@@ -104,12 +104,12 @@ func (b *bundle) order(t *testing.T, id, pm string) {
 		return
 	}
 	in := orders.NewOrderInput(tenant, id)
-	if _, err := b.env.ExecuteActivity(activities.NameCharge, in); err != nil {
-		_, merr := b.env.ExecuteActivity(activities.NameMarkFailed, in)
+	if _, err := b.env.ExecuteActivity(ordersteps.NameCharge, in); err != nil {
+		_, merr := b.env.ExecuteActivity(ordersteps.NameMarkFailed, in)
 		require.NoError(t, merr)
 		return
 	}
-	_, err = b.env.ExecuteActivity(activities.NameMarkPaid, in)
+	_, err = b.env.ExecuteActivity(ordersteps.NameMarkPaid, in)
 	require.NoError(t, err)
 }
 
@@ -313,7 +313,7 @@ func (b *bundle) secondEnv(t *testing.T) *testsuite.TestActivityEnvironment {
 	require.NoError(t, err)
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: "http://127.0.0.1:1", Logger: quiet()})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
+	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
 	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
 	require.NoError(t, err)
@@ -327,7 +327,7 @@ func TestReceiptAfterARefundIsStillSent(t *testing.T) {
 	b := setup(t)
 	b.order(t, "o1", "pm_card_visa")
 	require.NoError(t, b.refund(t, refunds.NewInput(tenant, "o1", "r1", amount, "")))
-	_, err := b.env.ExecuteActivity(activities.NameSendReceipt, orders.NewOrderInput(tenant, "o1"))
+	_, err := b.env.ExecuteActivity(ordersteps.NameSendReceipt, orders.NewOrderInput(tenant, "o1"))
 	require.NoError(t, err)
 	require.Equal(t, 2, b.sendgrid.Count(), "the refund email and the receipt")
 }

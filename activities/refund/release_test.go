@@ -155,7 +155,7 @@ func TestRefundWorkflowReleasesARefusedRefund(t *testing.T) {
 }
 
 // ReleaseRefund runs instead of MarkRefunded and SendRefundEmail, so the
-// longest path (workflows.LongestRun) leaves it out: it must retry for no
+// longest path (orderflow.LongestRun) leaves it out: it must retry for no
 // longer than they do together.
 func TestReleaseRetriesNoLongerThanTheStepsItReplaces(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
@@ -97,7 +97,7 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	if err != nil {
 		return err
 	}
-	starter := fxapp.TemporalStarter(s.tc, s.store, &workflows.StartOpts{TaskQueue: s.taskQueue})
+	starter := fxapp.TemporalStarter(s.tc, s.store, &orderflow.StartOpts{TaskQueue: s.taskQueue})
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup

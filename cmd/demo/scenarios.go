@@ -12,7 +12,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // demoOrder is one scenario and what happened to it.
@@ -20,13 +20,13 @@ type demoOrder struct {
 	id, pm, note string
 	amount       int64
 	fault        *fakestripe.Fault
-	started      []*workflows.Started
+	started      []*orderflow.Started
 	result       orders.OrderResult
 	// err is the run's failure, such as the declined card.
 	err error
 	// later is the start fired after the run finished; rerunErr is how the
 	// run it started, if any, ended.
-	later    *workflows.Started
+	later    *orderflow.Started
 	rerunErr error
 }
 
@@ -94,7 +94,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 	)
 	for range dups {
 		wg.Go(func() {
-			st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: s.taskQueue, Order: ord})
+			st, err := orderflow.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &orderflow.StartOpts{TaskQueue: s.taskQueue, Order: ord})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -112,7 +112,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 // a failed one may start a new run (a deliberate re-run), whose charge step
 // refuses a failed order without calling Stripe.
 func (s *stack) startLater(ctx context.Context, o *demoOrder) error {
-	st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: s.taskQueue})
+	st, err := orderflow.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &orderflow.StartOpts{TaskQueue: s.taskQueue})
 	if err != nil {
 		return fmt.Errorf("later start %s: %w", o.id, err)
 	}

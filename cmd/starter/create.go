@@ -15,7 +15,7 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // fieldFlags maps an orders.ValidationError field to the flag that sets it.
@@ -162,7 +162,7 @@ type startResult struct {
 }
 
 func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc client.Client, o *orders.Order, created *bool, asJSON bool) error {
-	st, err := workflows.Start(ctx, tc, orders.NewOrderInput(o.TenantID, o.ID), &workflows.StartOpts{
+	st, err := orderflow.Start(ctx, tc, orders.NewOrderInput(o.TenantID, o.ID), &orderflow.StartOpts{
 		TaskQueue: cfg.Temporal.TaskQueue, Order: o,
 	})
 	if err != nil {

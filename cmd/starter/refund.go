@@ -16,7 +16,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // refundStartTimeout bounds refund's direct start: the refund is queued by
@@ -124,7 +124,7 @@ func startRefund(ctx context.Context, cfg *config.Config, tc client.Client, stor
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, refundStartTimeout)
 		defer cancel()
-		starter := fxapp.TemporalStarter(tc, store, &workflows.StartOpts{TaskQueue: cfg.Temporal.TaskQueue})
+		starter := fxapp.TemporalStarter(tc, store, &orderflow.StartOpts{TaskQueue: cfg.Temporal.TaskQueue})
 		st, serr := starter.Start(ctx, req)
 		if serr == nil {
 			res.RunID, res.Start = st.RunID, "new"

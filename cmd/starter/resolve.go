@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
@@ -153,7 +153,7 @@ func stepOfKey(k effects.Key) string {
 // declaredOutcome returns the declared Outcome of the order or refund
 // step named step, or nil for a step neither pipeline declares.
 func declaredOutcome(step string) step.Outcome {
-	for _, d := range append(activities.Declarations(), refundsteps.Declarations()...) {
+	for _, d := range append(ordersteps.Declarations(), refundsteps.Declarations()...) {
 		if d.Step == step {
 			return d.Outcome
 		}
@@ -260,8 +260,8 @@ func newDecider(e *env, pool *pgxpool.Pool, fxc *effects.Client, store *orders.S
 			return nil, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
 		}
 	}
-	deps := activities.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender}
-	orderChecks, err := activities.Checks(deps)
+	deps := ordersteps.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender}
+	orderChecks, err := ordersteps.Checks(deps)
 	if err != nil {
 		return nil, err
 	}

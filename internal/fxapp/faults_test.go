@@ -15,7 +15,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // runOrders creates n orders, starts each run twice from 32 concurrent
@@ -37,7 +37,7 @@ func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				_, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
+				_, err := orderflow.Start(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
 				errs <- err
 			})
 		}

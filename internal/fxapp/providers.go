@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
@@ -60,7 +60,7 @@ func newSender(in senderIn) (*notify.Sender, error) {
 		BaseURL:        sg.APIBase,
 		From:           rc.From,
 		CollapseWindow: rc.CollapseWindow,
-		Policies:       map[string]notify.Policy{activities.ReceiptTemplate: notify.Policy(rc.Policy)},
+		Policies:       map[string]notify.Policy{ordersteps.ReceiptTemplate: notify.Policy(rc.Policy)},
 		HTTPClient:     tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer),
 		LookupLag:      sg.LookupLag,
 		LookupGiveUp:   sg.LookupGiveUp,

@@ -13,7 +13,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // RelayModule runs the outbox relay: it moves committed outbox rows to
@@ -60,7 +60,7 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := outbox.NewRelay(in.Pool, TemporalStarter(in.Client, store, &workflows.StartOpts{TaskQueue: in.Temporal.TaskQueue}), &opts)
+	r, err := outbox.NewRelay(in.Pool, TemporalStarter(in.Client, store, &orderflow.StartOpts{TaskQueue: in.Temporal.TaskQueue}), &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -91,13 +91,13 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 
 // TemporalStarter returns the relay's outbox.Starter: a temporalstart.Starter
 // on opts.TaskQueue (orders.TaskQueue when empty) configured with
-// workflows.ConfigureOutboxStart(store), so that an order run started from
-// the outbox gets the search attributes and summary workflows.Start gives
+// orderflow.ConfigureOutboxStart(store), so that an order run started from
+// the outbox gets the search attributes and summary orderflow.Start gives
 // it. store may be nil; it is only read for a row that carries no amount.
-func TemporalStarter(c client.Client, store *orders.Store, opts *workflows.StartOpts) outbox.Starter {
+func TemporalStarter(c client.Client, store *orders.Store, opts *orderflow.StartOpts) outbox.Starter {
 	queue := orders.TaskQueue
 	if opts != nil && opts.TaskQueue != "" {
 		queue = opts.TaskQueue
 	}
-	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: workflows.ConfigureOutboxStart(store)})
+	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: orderflow.ConfigureOutboxStart(store)})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/retention"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // RetentionModule prunes finished effect records (older than
@@ -67,7 +67,7 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 // CheckRetention refuses an effects retention under which a retry could
 // outlive its record: EFFECTS_RETENTION must cover the namespace's workflow
 // retention (a closed run can be reset and re-run until then) plus the
-// longest an order run can keep retrying (workflows.LongestRun) and wait
+// longest an order run can keep retrying (orderflow.LongestRun) and wait
 // for an operator's decision (decisionTimeout), and the
 // API's Idempotency-Key retention (api.Retention: a request retried while
 // its key is kept replays a response about effects that must still be on
@@ -81,7 +81,7 @@ func CheckRetention(ctx context.Context, c client.Client, namespace string, rete
 		return fmt.Errorf("describe namespace %q to check EFFECTS_RETENTION: %w", namespace, err)
 	}
 	nsRetention := resp.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
-	run := workflows.LongestRun() + decisionTimeout
+	run := orderflow.LongestRun() + decisionTimeout
 	need := max(nsRetention+run, api.Retention)
 	if retention < need {
 		return configErrorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest run %s "+

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
@@ -19,7 +19,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
@@ -47,8 +47,8 @@ type activitiesIn struct {
 	Logger  *slog.Logger
 }
 
-func newActivities(in activitiesIn) (*activities.Activities, error) {
-	return activities.New(activities.Deps{
+func newActivities(in activitiesIn) (*ordersteps.Activities, error) {
+	return ordersteps.New(ordersteps.Deps{
 		DB: in.Pool, Effects: in.Effects, Orders: in.Orders, Stripe: in.Stripe, Sender: in.Sender,
 		Logger: in.Logger.With("component", "activities"),
 	})
@@ -68,7 +68,7 @@ type workerIn struct {
 	Client     client.Client
 	Temporal   config.Temporal
 	Tuning     config.WorkerTuning
-	Activities *activities.Activities
+	Activities *ordersteps.Activities
 	Refunds    *refundsteps.Activities
 	Effects    *effects.Client
 	Logger     *slog.Logger
@@ -94,7 +94,7 @@ func newWorker(in workerIn) (worker.Worker, error) {
 		_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
 	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
-	workflows.RegisterWithOpts(w, &workflows.WorkflowOpts{DecisionTimeout: in.Tuning.DecisionTimeout})
+	orderflow.RegisterWithOpts(w, &orderflow.WorkflowOpts{DecisionTimeout: in.Tuning.DecisionTimeout})
 	steps := append(in.Activities.Definitions(), in.Refunds.Definitions()...)
 	// The decider checks an operator's "done" with every step's declared
 	// outcome and its Verify against the provider.

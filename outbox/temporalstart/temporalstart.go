@@ -20,7 +20,7 @@
 //	})
 //	relay, err := outbox.NewRelay(pool, starter, nil)
 //
-// workflows.ConfigureOutboxStart is the ConfigureFunc of keyed's order
+// orderflow.ConfigureOutboxStart is the ConfigureFunc of keyed's order
 // pipeline.
 package temporalstart
 

@@ -1,4 +1,4 @@
-package activities_test
+package order_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
@@ -32,7 +32,7 @@ const stripeMockVersion = "v0.203.0"
 // the binary, when there is none.
 func startStripeMock(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	bin := os.Getenv("KEYED_STRIPE_MOCK_BIN")
 	if bin == "" {
@@ -92,21 +92,21 @@ func TestStripeMockContract(t *testing.T) {
 	api, err := stripestep.NewClient("sk_test_123", base, nil) // The shape stripe-mock accepts.
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
 	require.NoError(t, step.Register(env, acts.Definitions()...))
 	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.OrderInput) (string, error) {
-		pi, err := activities.CreateChargeForTest(ctx, acts, in)
+		pi, err := ordersteps.CreateChargeForTest(ctx, acts, in)
 		if err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%s %d %s", pi.PaymentMethod.ID, pi.Amount, pi.Currency), nil
 	}, activity.RegisterOptions{Name: "ContractCreate"})
 	env.RegisterActivityWithOptions(func(ctx context.Context, in orders.OrderInput) (string, error) {
-		pi, err := activities.FindChargeForTest(ctx, acts, in)
+		pi, err := ordersteps.FindChargeForTest(ctx, acts, in)
 		if err != nil || pi == nil {
 			return "", err
 		}
@@ -130,7 +130,7 @@ func TestStripeMockContract(t *testing.T) {
 	require.Empty(t, found)
 
 	// The whole activity.
-	_, err = env.ExecuteActivity(activities.NameCharge, in)
+	_, err = env.ExecuteActivity(ordersteps.NameCharge, in)
 	app := requireTerminal(t, err, step.ErrTypePaymentIncomplete)
 	require.Contains(t, app.Error(), "requires_payment_method")
 }

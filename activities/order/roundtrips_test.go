@@ -1,4 +1,4 @@
-package activities_test
+package order_test
 
 import (
 	"context"

@@ -1,26 +1,7 @@
-// Package workflows holds the order pipeline's Temporal workflow and the one
-// way to start it.
-//
-// OrderWorkflow runs three steps, each its own activity with its own effect
-// key: charge, mark paid, send receipt. The workflow carries only the
-// versioned orders.OrderInput; the activities load the order when they
-// run and make their effects exactly once (see package activities). A step
-// that fails terminally fails the workflow; later steps do not run. A charge
-// that fails terminally (a decline) first marks the order failed, through
-// the fourth step, mark failed. A step whose outcome keyed cannot know
-// (ambiguous, a reused key, retries that ran out) does not fail the run: it
-// waits, with the KeyedAttention search attribute set, for an operator's
-// pipeline.Decision sent as the "decide" update, applied by the
-// ApplyDecision activity (pipeline.Decider), and the step runs again in the
-// same run. That machinery, shared with the refund workflow, is package
-// pipeline's Run.
-//
-// Start starts it under a workflow ID derived from the order, so that a
-// duplicate start collapses into the run already going, a start after a
-// success is refused, and a start after a failure is a deliberate re-run.
-// pipeline.ListAttention, AttentionOf and SendDecision are the operator's
-// side of the waiting; an order's run is addressed by orders.WorkflowID.
-package workflows
+// Package order holds the order pipeline's workflow, OrderWorkflow (charge,
+// mark paid, send receipt; mark failed after a decline), and how its runs
+// start.
+package order
 
 import (
 	"errors"
@@ -32,7 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
+	steps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
@@ -41,29 +22,29 @@ import (
 
 // Declarations returns the declaration of every activity a worker of the
 // order workflow registers, in the order RegisterActivities registers
-// them: the order pipeline's (activities.Declarations), then ApplyDecision
+// them: the order pipeline's (steps.Declarations), then ApplyDecision
 // (pipeline.DeclDecision). Each one's resolved options are its
 // ActivityOptions.
 func Declarations() []step.Declaration {
-	return append(activities.Declarations(), pipeline.DeclDecision)
+	return append(steps.Declarations(), pipeline.DeclDecision)
 }
 
 // RegisterActivities registers with r every activity the order workflow
-// runs: acts's (activities.Activities.Definitions) and d's ApplyDecision,
+// runs: acts's (steps.Activities.Definitions) and d's ApplyDecision,
 // which the refund workflow runs too (register it once per worker; make d
 // with every pipeline's Definitions, so that it checks each step's "done"
 // at its provider). It returns activities.Register's error.
-func RegisterActivities(r worker.ActivityRegistry, acts *activities.Activities, d *pipeline.Decider) error {
+func RegisterActivities(r worker.ActivityRegistry, acts *steps.Activities, d *pipeline.Decider) error {
 	return step.Register(r, append(acts.Definitions(), d.Definition())...)
 }
 
 // LongestRun returns the longest a run of either pipeline can take while it
 // is retrying its steps: the larger of the sums of the RetryWindow of each
-// declared order activity (activities.Declarations) and of each refund
+// declared order activity (steps.Declarations) and of each refund
 // activity on a refund run's longest path (refundsteps.LongestPath). Effect
 // records must be kept at least this long beyond the namespace's retention.
 func LongestRun() time.Duration {
-	return max(retryWindows(activities.Declarations()), retryWindows(refundsteps.LongestPath()))
+	return max(retryWindows(steps.Declarations()), retryWindows(refundsteps.LongestPath()))
 }
 
 // retryWindows returns the sum of the RetryWindow of each of decls.
@@ -160,16 +141,16 @@ func orderWorkflow(ctx workflow.Context, in orders.OrderInput, opts *pipeline.Op
 	intentID := func(r orders.ChargeResult) string { return r.PaymentIntentID }
 	paid := func(r orders.MarkPaidResult) string { return r.Status }
 	messageID := func(r orders.ReceiptResult) string { return r.MessageID }
-	if err := runStep(ctx, o, activities.DeclCharge, &out.Charge, intentID); err != nil {
+	if err := runStep(ctx, o, steps.DeclCharge, &out.Charge, intentID); err != nil {
 		if chargeFailedForGood(err) && workflow.GetVersion(ctx, markFailedChange, workflow.DefaultVersion, 1) >= 1 {
 			markFailed(ctx, o)
 		}
 		return out, err
 	}
-	if err := runStep(ctx, o, activities.DeclMarkPaid, &out.Paid, paid); err != nil {
+	if err := runStep(ctx, o, steps.DeclMarkPaid, &out.Paid, paid); err != nil {
 		return out, err
 	}
-	if err := runStep(ctx, o, activities.DeclSendReceipt, &out.Receipt, messageID); err != nil {
+	if err := runStep(ctx, o, steps.DeclSendReceipt, &out.Receipt, messageID); err != nil {
 		return out, err
 	}
 	if then != nil {
@@ -184,7 +165,7 @@ func orderWorkflow(ctx workflow.Context, in orders.OrderInput, opts *pipeline.Op
 // orderSteps lists the steps the status query shows from the start, in the
 // order they run. MarkFailed joins them only when it runs.
 var orderSteps = []step.Declaration{
-	activities.DeclCharge.Declaration, activities.DeclMarkPaid.Declaration, activities.DeclSendReceipt.Declaration,
+	steps.DeclCharge.Declaration, steps.DeclMarkPaid.Declaration, steps.DeclSendReceipt.Declaration,
 }
 
 // runStep runs the order activity declared by k into out with
@@ -213,13 +194,13 @@ func runAddedStep[T any](ctx workflow.Context, o *pipeline.Run, changeID string,
 // the status query; the charge's error remains the run's outcome either
 // way.
 func markFailed(ctx workflow.Context, o *pipeline.Run) {
-	if _, err := o.Index(activities.DeclMarkFailed.Declaration); err != nil { // Only a tenant and order ID near the key limit.
+	if _, err := o.Index(steps.DeclMarkFailed.Declaration); err != nil { // Only a tenant and order ID near the key limit.
 		workflow.GetLogger(ctx).Error("cannot mark the order failed", "error", err.Error())
 		return
 	}
 	var failed orders.MarkFailedResult
-	if err := runStep(ctx, o, activities.DeclMarkFailed, &failed, func(r orders.MarkFailedResult) string { return r.Status }); err != nil {
-		workflow.GetLogger(ctx).Warn("the order stays pending", "step", activities.DeclMarkFailed.Step, "error", err.Error())
+	if err := runStep(ctx, o, steps.DeclMarkFailed, &failed, func(r orders.MarkFailedResult) string { return r.Status }); err != nil {
+		workflow.GetLogger(ctx).Warn("the order stays pending", "step", steps.DeclMarkFailed.Step, "error", err.Error())
 	}
 	o.ShowDetails(ctx)
 }

@@ -1,4 +1,4 @@
-package workflows_test
+package order_test
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 var (
@@ -39,8 +39,8 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{env: pipelinetest.NewEnv(t)}
-	workflows.Register(b.env)
-	require.NoError(t, workflows.RegisterActivities(b.env, nil, nil)) // Named only: tests mock each activity.
+	orderflow.Register(b.env)
+	require.NoError(t, orderflow.RegisterActivities(b.env, nil, nil)) // Named only: tests mock each activity.
 	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	b.started = pipelinetest.RecordStarted(b.env)
 	return b
@@ -49,9 +49,9 @@ func setup(t *testing.T) *bundle {
 func TestHappyPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.True(t, b.env.IsWorkflowCompleted())
@@ -76,9 +76,9 @@ func TestHappyPath(t *testing.T) {
 func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", step.ErrTypeCardDeclined, nil)).Once()
-	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.True(t, b.env.IsWorkflowCompleted())
@@ -98,9 +98,9 @@ func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", step.ErrTypeCardDeclined, nil)).Once()
-	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameMarkFailed, mock.Anything, in).
 		Return(orders.MarkFailedResult{}, temporal.NewNonRetryableApplicationError("order is paid", step.ErrTypeInvalidState, nil)).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -115,7 +115,7 @@ func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
 func TestChargeNotFoundFailsWithoutMarkFailed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("no order", step.ErrTypeNotFound, nil))
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -127,11 +127,11 @@ func TestChargeNotFoundFailsWithoutMarkFailed(t *testing.T) {
 func TestTransientChargeIsRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewApplicationError("stripe 500", step.ErrTypeTransient)).Twice()
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.NoError(t, b.env.GetWorkflowError())
@@ -141,10 +141,10 @@ func TestTransientChargeIsRetried(t *testing.T) {
 func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
 	// The retry policy lists the terminal types, so even a retryable error
 	// of such a type stops.
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).
 		Return(orders.MarkPaidResult{}, temporal.NewApplicationError("order is failed", step.ErrTypeInvalidState)).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
@@ -173,9 +173,9 @@ func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {
 func TestStatusQueryWhileRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).After(time.Minute).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).After(time.Minute).Return(paid, nil).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 
 	var during []string
 	b.env.RegisterDelayedCallback(func() { during = pipelinetest.States(t, b.env) }, 30*time.Second)
@@ -190,15 +190,15 @@ func TestStatusQueryWhileRunning(t *testing.T) {
 func TestAddedStepRunsInNewRuns(t *testing.T) {
 	t.Parallel()
 	env := pipelinetest.NewEnv(t)
-	workflows.RegisterWithStepAfterReceipt(env, survey, "send-survey")
-	require.NoError(t, workflows.RegisterActivities(env, nil, nil))
+	orderflow.RegisterWithStepAfterReceipt(env, survey, "send-survey")
+	require.NoError(t, orderflow.RegisterActivities(env, nil, nil))
 	require.NoError(t, step.Register(env, survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
 		return notify.Result{}, nil
 	})))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
-	env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 	env.OnActivity(survey.Name, mock.Anything, in).Return(notify.Result{MessageID: "msg_2"}, nil).Once()
 
 	env.ExecuteWorkflow(orders.WorkflowName, in)

@@ -1,4 +1,4 @@
-package workflows_test
+package order_test
 
 import (
 	"log/slog"
@@ -11,7 +11,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // survey declares a step added after the receipt, for the tests of adding
@@ -30,11 +30,11 @@ func replay(r worker.WorkflowReplayer, file string) error {
 func TestReplayCatchesAStepAddedWithoutGetVersion(t *testing.T) {
 	t.Parallel()
 	bare := worker.NewWorkflowReplayer()
-	workflows.RegisterWithStepAfterReceipt(bare, survey, "")
+	orderflow.RegisterWithStepAfterReceipt(bare, survey, "")
 	require.ErrorContains(t, replay(bare, "testdata/order_happy.json"), "nondeterministic")
 
 	versioned := worker.NewWorkflowReplayer()
-	workflows.RegisterWithStepAfterReceipt(versioned, survey, "send-survey")
+	orderflow.RegisterWithStepAfterReceipt(versioned, survey, "send-survey")
 	require.NoError(t, replay(versioned, "testdata/order_happy.json"))
 }
 
@@ -55,7 +55,7 @@ func TestReplay(t *testing.T) {
 	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
 		"testdata/order_receipt_decided_v1.json"} {
 		r := worker.NewWorkflowReplayer()
-		workflows.Register(r)
+		orderflow.Register(r)
 		require.NoError(t, replay(r, file), file)
 	}
 }

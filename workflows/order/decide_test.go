@@ -1,4 +1,4 @@
-package workflows_test
+package order_test
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -34,7 +34,7 @@ func declaredSteps() []struct {
 		in  pipeline.Keyer
 		def step.Definition
 	}
-	var acts *activities.Activities
+	var acts *ordersteps.Activities
 	var racts *refundsteps.Activities
 	for _, def := range acts.Definitions() {
 		out = append(out, struct {
@@ -60,7 +60,7 @@ func declaredSteps() []struct {
 func TestDoneWithoutTheOutcomeIsRefusedOnEveryDeclaredStep(t *testing.T) {
 	t.Parallel()
 	steps := declaredSteps()
-	require.Len(t, steps, len(activities.Declarations())+len(refundsteps.Declarations()))
+	require.Len(t, steps, len(ordersteps.Declarations())+len(refundsteps.Declarations()))
 	for _, s := range steps {
 		t.Run(s.def.Step, func(t *testing.T) {
 			t.Parallel()
@@ -119,10 +119,10 @@ func TestDoneWithoutTheOutcomeIsRefusedOnEveryDeclaredStep(t *testing.T) {
 func TestChargeDoneNeedsAPaymentIntent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(orders.ChargeResult{}, keyReused).Once()
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(orders.ChargeResult{}, keyReused).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 	applied := pipelinetest.MockApplyDecision(b.env, 2)
 	b.expectAttention(t, "charge:key_reused")
 
@@ -155,14 +155,14 @@ func TestChargeDoneNeedsAPaymentIntent(t *testing.T) {
 func TestRefusedDoneFailsTheUpdateWithWhy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(orders.ChargeResult{}, keyReused).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(orders.ChargeResult{}, keyReused).Once()
 	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{},
 		temporal.NewNonRetryableApplicationError("DecisionRefused: done on charge acme:order:9f3a:charge refused: Stripe has no PaymentIntent pi_9",
 			pipeline.ErrTypeDecisionRefused, nil)).Once()
 	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{State: "failed_transient"}, nil).Once()
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 	b.expectAttention(t, "charge:key_reused")
 
 	fake := pipelinetest.Decide(b.env, pipeline.Decision{Step: "charge", Resolution: effects.ResolveDone, By: "ops", Reason: "test",

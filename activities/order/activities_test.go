@@ -1,4 +1,4 @@
-package activities_test
+package order_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -50,7 +50,7 @@ type bundle struct {
 	stripe    *fakestripe.Server
 	stripeAPI *stripeclient.API
 	sendgrid  *fakesendgrid.Server
-	acts      *activities.Activities
+	acts      *ordersteps.Activities
 	env       *testsuite.TestActivityEnvironment
 	clock     *clock
 }
@@ -105,12 +105,12 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 	sender, err := notify.NewSender(b.claims, b.pool, sendOpts)
 	require.NoError(t, err)
 
-	b.acts, err = activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: sender, Logger: quiet})
+	b.acts, err = ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: sender, Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	b.env = suite.NewTestActivityEnvironment()
-	require.NoError(t, step.Register(b.env, append(b.acts.Definitions(), activities.DemoDefinitions(b.acts)...)...))
+	require.NoError(t, step.Register(b.env, append(b.acts.Definitions(), ordersteps.DemoDefinitions(b.acts)...)...))
 	return b
 }
 
@@ -136,7 +136,7 @@ func (b *bundle) order(t *testing.T, id, paymentMethod string) orders.OrderInput
 func (b *bundle) charge(t *testing.T, in orders.OrderInput) (orders.ChargeResult, error) {
 	t.Helper()
 	var res orders.ChargeResult
-	val, err := b.env.ExecuteActivity(activities.NameCharge, in)
+	val, err := b.env.ExecuteActivity(ordersteps.NameCharge, in)
 	if err == nil {
 		require.NoError(t, val.Get(&res))
 	}
@@ -146,7 +146,7 @@ func (b *bundle) charge(t *testing.T, in orders.OrderInput) (orders.ChargeResult
 func (b *bundle) markPaid(t *testing.T, in orders.OrderInput) (orders.MarkPaidResult, error) {
 	t.Helper()
 	var res orders.MarkPaidResult
-	val, err := b.env.ExecuteActivity(activities.NameMarkPaid, in)
+	val, err := b.env.ExecuteActivity(ordersteps.NameMarkPaid, in)
 	if err == nil {
 		require.NoError(t, val.Get(&res))
 	}
@@ -156,7 +156,7 @@ func (b *bundle) markPaid(t *testing.T, in orders.OrderInput) (orders.MarkPaidRe
 func (b *bundle) markFailed(t *testing.T, in orders.OrderInput) (orders.MarkFailedResult, error) {
 	t.Helper()
 	var res orders.MarkFailedResult
-	val, err := b.env.ExecuteActivity(activities.NameMarkFailed, in)
+	val, err := b.env.ExecuteActivity(ordersteps.NameMarkFailed, in)
 	if err == nil {
 		require.NoError(t, val.Get(&res))
 	}
@@ -166,7 +166,7 @@ func (b *bundle) markFailed(t *testing.T, in orders.OrderInput) (orders.MarkFail
 func (b *bundle) receipt(t *testing.T, in orders.OrderInput) (orders.ReceiptResult, error) {
 	t.Helper()
 	var res orders.ReceiptResult
-	val, err := b.env.ExecuteActivity(activities.NameSendReceipt, in)
+	val, err := b.env.ExecuteActivity(ordersteps.NameSendReceipt, in)
 	if err == nil {
 		require.NoError(t, val.Get(&res))
 	}
@@ -625,7 +625,7 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 	api, err := stripestep.NewClient(stripeKey, stub.URL, nil)
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -633,7 +633,7 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 	require.NoError(t, step.Register(env, acts.Definitions()...))
 	in := b.order(t, "9f3a", "pm_card_visa")
 
-	_, err = env.ExecuteActivity(activities.NameCharge, in)
+	_, err = env.ExecuteActivity(ordersteps.NameCharge, in)
 	app := requireTerminal(t, err, step.ErrTypePaymentIncomplete)
 	require.Contains(t, app.Error(), "requires_action")
 }
@@ -654,7 +654,7 @@ func TestBadInputIsTerminal(t *testing.T) {
 	future.V = 2
 	badTenant := orders.NewOrderInput("ac me", "9f3a")
 
-	for _, d := range activities.Declarations() {
+	for _, d := range ordersteps.Declarations() {
 		_, err := b.env.ExecuteActivity(d.Name, unknown)
 		app := requireTerminal(t, err, step.ErrTypeNotFound)
 		require.Contains(t, app.Error(), "acme/nope", d.Name)
@@ -702,17 +702,17 @@ func TestChargeKeyReused(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	full := activities.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: senderFor(t, b)}
-	for name, mutate := range map[string]func(*activities.Deps){
-		"DB":      func(d *activities.Deps) { d.DB = nil },
-		"Effects": func(d *activities.Deps) { d.Effects = nil },
-		"Orders":  func(d *activities.Deps) { d.Orders = nil },
-		"Stripe":  func(d *activities.Deps) { d.Stripe = nil },
-		"Sender":  func(d *activities.Deps) { d.Sender = nil },
+	full := ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: senderFor(t, b)}
+	for name, mutate := range map[string]func(*ordersteps.Deps){
+		"DB":      func(d *ordersteps.Deps) { d.DB = nil },
+		"Effects": func(d *ordersteps.Deps) { d.Effects = nil },
+		"Orders":  func(d *ordersteps.Deps) { d.Orders = nil },
+		"Stripe":  func(d *ordersteps.Deps) { d.Stripe = nil },
+		"Sender":  func(d *ordersteps.Deps) { d.Sender = nil },
 	} {
 		d := full
 		mutate(&d)
-		_, err := activities.New(d)
+		_, err := ordersteps.New(d)
 		require.ErrorContains(t, err, name+" is nil")
 	}
 }
@@ -835,10 +835,10 @@ func TestStepsStaySafeAfterTheirRecordsArePruned(t *testing.T) {
 // one step.Register call, exactly the declared steps.
 func TestDefinitionsAreTheDeclarations(t *testing.T) {
 	t.Parallel()
-	var acts *activities.Activities
+	var acts *ordersteps.Activities
 	defs := acts.Definitions()
-	require.Len(t, defs, len(activities.Declarations()))
-	for i, d := range activities.Declarations() {
+	require.Len(t, defs, len(ordersteps.Declarations()))
+	for i, d := range ordersteps.Declarations() {
 		require.Equal(t, defs[i].Declaration, d)
 		require.NoError(t, d.Validate())
 	}

@@ -1,4 +1,4 @@
-package workflows_test
+package order_test
 
 import (
 	"encoding/json"
@@ -15,13 +15,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 var ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", step.ErrTypeAmbiguous, nil)
@@ -36,10 +36,10 @@ func (b *bundle) expectAttention(t *testing.T, value string) {
 func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).Return(charged, nil).Once()
-	b.env.OnActivity(activities.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
-	b.env.OnActivity(activities.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(orders.ReceiptResult{}, ambiguous).Once()
+	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 	applied := pipelinetest.MockApplyDecision(b.env, 3)
 	b.expectAttention(t, "receipt:ambiguous")
 
@@ -77,9 +77,9 @@ func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 	b := setup(t)
 	declined := &step.Error{Type: step.ErrTypeCardDeclined,
 		Message: "charge acme:order:9f3a:charge: create payment intent: status 402 card_error/card_declined: Your card was declined."}
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, step.ToTemporal(fmt.Errorf("charge: %w", &effects.TerminalError{Code: "card_declined", Message: declined.Error()}))).Once()
-	b.env.OnActivity(activities.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
+	b.env.OnActivity(ordersteps.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
 	b.env.ExecuteWorkflow(orders.WorkflowName, in)
 	err := b.env.GetWorkflowError()
@@ -104,7 +104,7 @@ func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.env.OnActivity(activities.NameCharge, mock.Anything, in).
+	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", step.ErrTypeAmbiguous, nil)).Once()
 	b.expectAttention(t, "charge:ambiguous")
 
@@ -112,7 +112,7 @@ func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
-	require.NotContains(t, b.started.Names(), activities.NameMarkFailed, "the card may have been charged")
+	require.NotContains(t, b.started.Names(), ordersteps.NameMarkFailed, "the card may have been charged")
 	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, pipelinetest.States(t, b.env))
 }
 
@@ -123,12 +123,12 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
-	workflows.RegisterWithOpts(env, &workflows.WorkflowOpts{DecisionTimeout: time.Hour})
-	var a *activities.Activities
+	orderflow.RegisterWithOpts(env, &orderflow.WorkflowOpts{DecisionTimeout: time.Hour})
+	var a *ordersteps.Activities
 	var d *pipeline.Decider
 	require.NoError(t, step.Register(env, append(a.Definitions(), d.Definition())...))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
-	env.OnActivity(activities.NameCharge, mock.Anything, in).
+	env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", step.ErrTypeAmbiguous, nil)).Once()
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil)
 

@@ -1,4 +1,4 @@
-package activities_test
+package order_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -208,12 +208,12 @@ func TestDeciderVerifiesAReceiptAtSendGridAndTheWritesInTheDatabase(t *testing.T
 func TestEveryOrderStepIsVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	checks, err := activities.Checks(activities.CheckDeps{DB: b.pool, Orders: b.store})
+	checks, err := ordersteps.Checks(ordersteps.CheckDeps{DB: b.pool, Orders: b.store})
 	require.NoError(t, err)
-	_, err = activities.Checks(activities.CheckDeps{})
+	_, err = ordersteps.Checks(ordersteps.CheckDeps{})
 	require.Error(t, err)
 	pipelinetest.RequireVerified(t, b.acts.Definitions(), checks)
-	require.Len(t, checks, len(activities.Declarations()))
+	require.Len(t, checks, len(ordersteps.Declarations()))
 	var suite testsuite.WorkflowTestSuite
 	require.Error(t, step.Register(suite.NewTestActivityEnvironment(), checks...), "a definition without a function is refused")
 

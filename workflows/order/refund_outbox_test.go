@@ -1,4 +1,4 @@
-package workflows_test
+package order_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // A refund run started from the outbox gets its order's search attributes
@@ -17,16 +17,16 @@ import (
 // refused for good.
 func TestConfigureOutboxStartGivesRefundsASummary(t *testing.T) {
 	t.Parallel()
-	configure := workflows.ConfigureOutboxStart(nil)
+	configure := orderflow.ConfigureOutboxStart(nil)
 	req, err := refunds.StartRequest(refunds.NewInput("acme", "9f3a", "r1", 500, "damaged"), "usd")
 	require.NoError(t, err)
 	var o client.StartWorkflowOptions
 	require.NoError(t, configure(context.Background(), req, &o))
 	require.Equal(t, "refund r1 of order 9f3a · 5.00 USD", o.StaticSummary)
-	tenant, ok := o.TypedSearchAttributes.GetKeyword(workflows.SearchAttrTenantID)
+	tenant, ok := o.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrTenantID)
 	require.True(t, ok)
 	require.Equal(t, "acme", tenant)
-	order, ok := o.TypedSearchAttributes.GetKeyword(workflows.SearchAttrOrderID)
+	order, ok := o.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrOrderID)
 	require.True(t, ok)
 	require.Equal(t, "9f3a", order)
 

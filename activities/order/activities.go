@@ -1,8 +1,8 @@
-// Package activities holds the order pipeline's keyed steps: Charge,
+// Package order holds the order pipeline's keyed steps: Charge,
 // MarkPaid, SendReceipt and, after a terminal charge failure, MarkFailed.
 // Each is declared once (DeclCharge, ...) and runs through step.Keyed.Run,
 // which claims its effect key before the effect.
-package activities
+package order
 
 import (
 	"context"

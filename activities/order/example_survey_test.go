@@ -1,4 +1,4 @@
-package activities
+package order
 
 // This file is README's "Adding a keyed activity", compiled: a keyed
 // activity written exactly as the README says. It is a test file only so

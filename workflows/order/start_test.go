@@ -1,4 +1,4 @@
-package workflows_test
+package order_test
 
 import (
 	"context"
@@ -21,42 +21,42 @@ import (
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/step"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 func TestStartOptions(t *testing.T) {
 	t.Parallel()
-	o := workflows.StartOptions(in, nil)
+	o := orderflow.StartOptions(in, nil)
 	require.Equal(t, "order:acme:9f3a:fulfil", o.ID)
 	require.Equal(t, orders.TaskQueue, o.TaskQueue)
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, o.WorkflowIDConflictPolicy)
 	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY, o.WorkflowIDReusePolicy)
 	require.Equal(t, "tenant acme · order 9f3a", o.StaticSummary)
-	tenant, ok := o.TypedSearchAttributes.GetKeyword(workflows.SearchAttrTenantID)
+	tenant, ok := o.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrTenantID)
 	require.True(t, ok)
 	require.Equal(t, "acme", tenant)
-	order, ok := o.TypedSearchAttributes.GetKeyword(workflows.SearchAttrOrderID)
+	order, ok := o.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrOrderID)
 	require.True(t, ok)
 	require.Equal(t, "9f3a", order)
 
 	ord := &orders.Order{TenantID: "acme", ID: "9f3a", AmountMinor: 1250, Currency: "eur"}
-	o = workflows.StartOptions(in, &workflows.StartOpts{TaskQueue: "q", Order: ord})
+	o = orderflow.StartOptions(in, &orderflow.StartOpts{TaskQueue: "q", Order: ord})
 	require.Equal(t, "q", o.TaskQueue)
 	require.Equal(t, "tenant acme · order 9f3a · 12.50 EUR", o.StaticSummary)
 
 	other := &orders.Order{TenantID: "acme", ID: "other", AmountMinor: 1, Currency: "eur"}
-	require.Equal(t, "tenant acme · order 9f3a", workflows.StartOptions(in, &workflows.StartOpts{Order: other}).StaticSummary)
+	require.Equal(t, "tenant acme · order 9f3a", orderflow.StartOptions(in, &orderflow.StartOpts{Order: other}).StaticSummary)
 }
 
 func TestStartRefusesBadInputBeforeTemporal(t *testing.T) {
 	t.Parallel()
 	future := in
 	future.V = 2
-	_, err := workflows.Start(context.Background(), nil, future, nil)
+	_, err := orderflow.Start(context.Background(), nil, future, nil)
 	require.ErrorIs(t, err, step.ErrUnsupportedVersion)
-	_, err = workflows.Start(context.Background(), nil, orders.NewOrderInput("ac me", "1"), nil)
+	_, err = orderflow.Start(context.Background(), nil, orders.NewOrderInput("ac me", "1"), nil)
 	require.ErrorIs(t, err, effects.ErrInvalidKey)
-	_, err = workflows.Start(context.Background(), nil, in, nil)
+	_, err = orderflow.Start(context.Background(), nil, in, nil)
 	require.ErrorContains(t, err, "client is nil")
 }
 
@@ -113,29 +113,29 @@ func TestStartAgainstDevServer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	const tq = "start-test"
-	opts := &workflows.StartOpts{TaskQueue: tq, Order: &orders.Order{TenantID: "acme", ID: "9f3a", AmountMinor: 1250, Currency: "eur"}}
+	opts := &orderflow.StartOpts{TaskQueue: tq, Order: &orders.Order{TenantID: "acme", ID: "9f3a", AmountMinor: 1250, Currency: "eur"}}
 
 	// No worker yet, so the run stays open.
-	first, err := workflows.Start(ctx, c, in, opts)
+	first, err := orderflow.Start(ctx, c, in, opts)
 	require.NoError(t, err)
 	require.True(t, first.Created)
 	require.Equal(t, in.WorkflowID(), first.WorkflowID)
 	require.NotEmpty(t, first.RunID)
 
-	dup, err := workflows.Start(ctx, c, in, opts)
+	dup, err := orderflow.Start(ctx, c, in, opts)
 	require.NoError(t, err)
-	require.Equal(t, workflows.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *dup)
+	require.Equal(t, orderflow.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *dup)
 
 	desc, err := c.DescribeWorkflow(ctx, first.WorkflowID, first.RunID)
 	require.NoError(t, err)
 	summary, err := desc.GetStaticSummary()
 	require.NoError(t, err)
 	require.Equal(t, "tenant acme · order 9f3a · 12.50 EUR", summary)
-	tenant, _ := desc.TypedSearchAttributes.GetKeyword(workflows.SearchAttrTenantID)
+	tenant, _ := desc.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrTenantID)
 	require.Equal(t, "acme", tenant)
 
 	w := worker.New(c, tq, worker.Options{})
-	workflows.Register(w)
+	orderflow.Register(w)
 	w.RegisterActivity(&stubs{})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
@@ -145,27 +145,27 @@ func TestStartAgainstDevServer(t *testing.T) {
 	require.Equal(t, charged, res.Charge)
 
 	// The order completed: a new start is refused and names that run.
-	after, err := workflows.Start(ctx, c, in, opts)
+	after, err := orderflow.Start(ctx, c, in, opts)
 	require.NoError(t, err)
-	require.Equal(t, workflows.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *after)
+	require.Equal(t, orderflow.Started{WorkflowID: first.WorkflowID, RunID: first.RunID, Created: false}, *after)
 
 	// A failed order may be re-run deliberately.
 	declined := orders.NewOrderInput("acme", "declined")
-	failed, err := workflows.Start(ctx, c, declined, opts)
+	failed, err := orderflow.Start(ctx, c, declined, opts)
 	require.NoError(t, err)
 	require.True(t, failed.Created)
 	err = c.GetWorkflow(ctx, failed.WorkflowID, failed.RunID).Get(ctx, nil)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
 	require.Equal(t, step.ErrTypeCardDeclined, app.Type())
-	rerun, err := workflows.Start(ctx, c, declined, opts)
+	rerun, err := orderflow.Start(ctx, c, declined, opts)
 	require.NoError(t, err)
 	require.True(t, rerun.Created)
 	require.NotEqual(t, failed.RunID, rerun.RunID)
 
 	// A failed order is final: with the order at hand, Start refuses it
 	// before calling Temporal.
-	_, err = workflows.Start(ctx, c, declined, &workflows.StartOpts{TaskQueue: tq,
+	_, err = orderflow.Start(ctx, c, declined, &orderflow.StartOpts{TaskQueue: tq,
 		Order: &orders.Order{TenantID: "acme", ID: "declined", Status: orders.StatusFailed}})
 	require.ErrorIs(t, err, orders.ErrFinal)
 
@@ -174,10 +174,10 @@ func TestStartAgainstDevServer(t *testing.T) {
 	storm := orders.NewOrderInput("acme", "storm")
 	counting := &countingClient{Client: c}
 	var wg sync.WaitGroup
-	results := make(chan *workflows.Started, 100)
+	results := make(chan *orderflow.Started, 100)
 	for range 100 {
 		wg.Go(func() {
-			st, err := workflows.Start(ctx, counting, storm, &workflows.StartOpts{TaskQueue: tq})
+			st, err := orderflow.Start(ctx, counting, storm, &orderflow.StartOpts{TaskQueue: tq})
 			if assert.NoError(t, err) {
 				results <- st
 			}
@@ -198,7 +198,7 @@ func TestStartAgainstDevServer(t *testing.T) {
 
 	// StartOptions with ExecuteWorkflow, as a starter might use it, returns
 	// the existing run too (USE_EXISTING).
-	run, err := c.ExecuteWorkflow(ctx, workflows.StartOptions(in, opts), orders.WorkflowName, in)
+	run, err := c.ExecuteWorkflow(ctx, orderflow.StartOptions(in, opts), orders.WorkflowName, in)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, run.GetRunID())
 }
