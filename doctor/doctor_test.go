@@ -19,6 +19,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // healthy fills d's schema with what a healthy deployment has: recent
@@ -74,7 +75,7 @@ func TestDeclaredListsBothPipelinesWithDistinctNamesAndSteps(t *testing.T) {
 	t.Parallel()
 	names, steps := map[string]bool{}, map[string]bool{}
 	byName := map[string]doctor.Activity{}
-	for _, a := range doctor.Declared() {
+	for _, a := range doctor.Declared(workflows.Pipelines()) {
 		require.False(t, names[a.Name], "activity %s is declared twice", a.Name)
 		require.False(t, steps[a.Step], "step %s is claimed twice", a.Step)
 		names[a.Name], steps[a.Step], byName[a.Name] = true, true, a
@@ -107,7 +108,7 @@ func TestClassifiedFailsForAnUndeclaredClassOrStepAndForAMisshapedKey(t *testing
 	d := deploy(t, 24*time.Hour, nil)
 	d.healthy(t)
 	extra := func(o *doctor.Opts) {
-		o.Activities = append(doctor.Declared(),
+		o.Activities = append(doctor.Declared(workflows.Pipelines()),
 			doctor.Activity{Name: "Refund", Step: "refund", KeyShape: "{tenant}:order:{order}:refund"},
 			doctor.Activity{Name: "Ship", Class: effects.ClassExternalCreate, KeyShape: "{tenant}:order:{order}:ship"})
 	}

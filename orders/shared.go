@@ -2,6 +2,7 @@ package orders
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/step"
@@ -74,6 +75,16 @@ func (in OrderInput) WorkflowID() string {
 // WorkflowID returns the order workflow ID for tenant and order.
 func WorkflowID(tenantID, orderID string) string {
 	return "order:" + tenantID + ":" + orderID + ":fulfil"
+}
+
+// ParseWorkflowID returns the tenant and order of an order run's ID, the
+// inverse of WorkflowID.
+func ParseWorkflowID(id string) (tenantID, orderID string, ok bool) {
+	parts := strings.Split(id, ":")
+	if len(parts) != 4 || parts[0] != "order" || parts[3] != "fulfil" || WorkflowID(parts[1], parts[2]) != id {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
 }
 
 // WorkflowIDOfKey returns the workflow ID of the order run whose step makes

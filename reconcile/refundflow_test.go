@@ -17,9 +17,11 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // activityEnv returns an activity environment with the order activities
@@ -33,15 +35,12 @@ func (b *bundle) activityEnv(t *testing.T) (*testsuite.TestActivityEnvironment, 
 	t.Cleanup(gts.Close)
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet})
 	require.NoError(t, err)
-	deps := ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
-	acts, err := ordersteps.New(deps)
-	require.NoError(t, err)
-	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
+	defs, err := pipeline.Definitions(workflows.Pipelines(), pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet, Providers: []any{b.stripe, sender}})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, step.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
+	require.NoError(t, step.Register(env, defs...))
 	return env, store
 }
 

@@ -2,6 +2,7 @@ package refunds
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 
 	"github.com/keyedhq/keyed/effects"
@@ -94,6 +95,17 @@ func (in RefundInput) Validate() error {
 // event so that duplicate starts collapse: "refund:acme:9f3a:r1".
 func (in RefundInput) WorkflowID() string {
 	return "refund:" + in.TenantID + ":" + in.OrderID + ":" + in.RefundID
+}
+
+// ParseWorkflowID returns the refund (its IDs only) of a refund run's ID,
+// the inverse of RefundInput.WorkflowID.
+func ParseWorkflowID(id string) (RefundInput, bool) {
+	parts := strings.Split(id, ":")
+	if len(parts) != 4 || parts[0] != "refund" {
+		return RefundInput{}, false
+	}
+	in := RefundInput{TenantID: parts[1], OrderID: parts[2], RefundID: parts[3]}
+	return in, in.WorkflowID() == id
 }
 
 // WorkflowIDOfKey returns the workflow ID of the refund run whose step

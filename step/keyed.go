@@ -58,6 +58,16 @@ func (k Keyed[In, T]) Bind(fn func(context.Context, In) (T, error)) Definition {
 	return k.Declaration.Bind(fn)
 }
 
+// Define returns k bound to fn, as Bind does, with verify (nil: none)
+// checking an operator's "done" outcome of the step.
+func (k Keyed[In, T]) Define(fn func(context.Context, In) (T, error), verify func(ctx context.Context, key effects.Key, outcome T) error) Definition {
+	def := k.Bind(fn)
+	if verify != nil {
+		def.Verify = k.Verifier(verify)
+	}
+	return def
+}
+
 // Verifier adapts fn, which checks the step's outcome as a T, to a Verify.
 func (k Keyed[In, T]) Verifier(fn func(ctx context.Context, key effects.Key, outcome T) error) Verify {
 	return func(ctx context.Context, key effects.Key, outcome any) error {

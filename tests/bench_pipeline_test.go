@@ -21,7 +21,9 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
+	"github.com/keyedhq/keyed/workflows"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
@@ -168,7 +170,7 @@ func reportHistories(b *testing.B, world *bundle, id string) {
 
 // runKeyedOrder starts the order's keyed run and waits for it.
 func runKeyedOrder(world *bundle, id string) error {
-	st, err := orderflow.Start(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id),
+	st, err := startOrder(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id),
 		&orderflow.StartOpts{TaskQueue: world.taskQueue})
 	if err != nil {
 		return err
@@ -192,8 +194,7 @@ func runBareOrder(world *bundle, queue, id string) error {
 // it returns; both stop when the benchmark ends.
 func startBenchWorkers(b *testing.B, world *bundle) (bareQueue string) {
 	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
-	orderflow.Register(w)
-	require.NoError(b, step.Register(w, world.acts.Definitions()...))
+	require.NoError(b, pipeline.Register(w, workflows.Pipelines(), world.deps, nil))
 	bareQueue = world.taskQueue + "-bare"
 	bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
 	bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})

@@ -195,9 +195,9 @@ func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
 // start starts in's run like a client that retries a failed call: a
 // loaded dev server times some calls out. Start is idempotent, so a retry
 // collapses into the run a lost call may have started.
-func (w *faultWorld) start(ctx context.Context, in orders.OrderInput) (*orderflow.Started, error) {
+func (w *faultWorld) start(ctx context.Context, in orders.OrderInput) (*outbox.Started, error) {
 	for try := 1; ; try++ {
-		st, err := orderflow.Start(ctx, w.temporal, in, &orderflow.StartOpts{TaskQueue: w.taskQueue})
+		st, err := startOrder(ctx, w.temporal, in, &orderflow.StartOpts{TaskQueue: w.taskQueue})
 		if err == nil || try == 10 || ctx.Err() != nil {
 			return st, err
 		}

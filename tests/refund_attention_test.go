@@ -13,7 +13,6 @@ import (
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
-	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // A refund email keyed cannot know about waits for a person instead of
@@ -111,7 +110,7 @@ func (b *bundle) startRefundWithLostEmail(t *testing.T, in refunds.RefundInput) 
 	require.NoError(t, err)
 	b.mail.SetLookupOutage(true)
 	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
-	run, err := refundflow.Start(b.ctx, b.temporal, in, b.taskQueue)
+	run, err := startRefund(b.ctx, b.temporal, in, b.taskQueue)
 	require.NoError(t, err)
 	return run, emailKey
 }

@@ -23,7 +23,7 @@ import (
 func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.acts = b.newActivities(t, lookupOutageOpts)
+	b.deps = b.newDeps(t, lookupOutageOpts)
 	b.startDecidingWorker(t)
 	b.mail.SetLookupOutage(true)
 	w := b.waitingReceipt(t, "cli1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})

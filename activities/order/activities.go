@@ -1,21 +1,18 @@
-// Package order holds the order pipeline's keyed steps: Charge,
-// MarkPaid, SendReceipt and, after a terminal charge failure, MarkFailed.
-// Each is declared once (DeclCharge, ...) and runs through step.Keyed.Run,
-// which claims its effect key before the effect.
+// Package order holds the order pipeline's keyed steps: Charge, MarkPaid,
+// SendReceipt and, after a terminal charge failure, MarkFailed. Each is
+// declared once (DeclCharge, ...) and runs through step.Keyed.Run.
 package order
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -29,48 +26,6 @@ const (
 
 // ReceiptTemplate is the notify template of the receipt email.
 const ReceiptTemplate = "receipt"
-
-// Deps is what the activities need. Every field is required except Logger.
-type Deps struct {
-	DB      *pgxpool.Pool
-	Effects *effects.Client
-	Orders  *orders.Store
-	Stripe  *stripeclient.API
-	Sender  *notify.Sender
-	// Logger receives one record per step outcome. Nil means slog.Default().
-	Logger *slog.Logger
-}
-
-// Activities implements the order pipeline's activities. A nil
-// *Activities is only good for naming them in workflow.ExecuteActivity.
-type Activities struct {
-	run    step.Runner
-	claims *effects.Client
-	orders *orders.Store
-	stripe *stripeclient.API
-	sender *notify.Sender
-	check  *checker
-}
-
-// New returns Activities over d. It returns an error naming the first
-// missing dependency.
-func New(d Deps) (*Activities, error) {
-	switch {
-	case d.DB == nil:
-		return nil, errors.New("activities: New: DB is nil")
-	case d.Effects == nil:
-		return nil, errors.New("activities: New: Effects is nil")
-	case d.Orders == nil:
-		return nil, errors.New("activities: New: Orders is nil")
-	case d.Stripe == nil || d.Stripe.PaymentIntents == nil:
-		return nil, errors.New("activities: New: Stripe is nil")
-	case d.Sender == nil:
-		return nil, errors.New("activities: New: Sender is nil")
-	}
-	return &Activities{run: step.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects,
-		orders: d.Orders, stripe: d.Stripe, sender: d.Sender,
-		check: &checker{CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender}}}, nil
-}
 
 // call is one run of an order step.
 type call = step.Call[orders.OrderInput]
@@ -89,35 +44,59 @@ var (
 	DeclMarkFailed = declare[orders.MarkFailedResult](step.Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed})
 )
 
-// Definitions returns the order steps bound to a, each with the Verify of
-// an operator's "done" outcome (see Checks). A nil a only names them.
-func (a *Activities) Definitions() []step.Definition {
-	defs := []step.Definition{
-		DeclCharge.Bind(a.Charge),
-		DeclMarkPaid.Bind(a.MarkPaid),
-		DeclSendReceipt.Bind(a.SendReceipt),
-		DeclMarkFailed.Bind(a.MarkFailed),
-	}
-	if a != nil {
-		a.check.bind(defs)
-	}
-	return defs
-}
-
 // Declarations returns the order steps' declarations, in the order of
 // Definitions.
 func Declarations() []step.Declaration {
-	var a *Activities
-	defs := a.Definitions()
-	out := make([]step.Declaration, len(defs))
-	for i, d := range defs {
-		out[i] = d.Declaration
+	return []step.Declaration{DeclCharge.Declaration, DeclMarkPaid.Declaration, DeclSendReceipt.Declaration, DeclMarkFailed.Declaration}
+}
+
+// Activities implements the order steps over a pipeline.Deps.
+type Activities struct {
+	run    step.Runner
+	claims *effects.Client
+	orders *orders.Store
+	stripe *stripeclient.API
+	sender *notify.Sender
+}
+
+// New returns the order steps over d: the Stripe client and the receipt's
+// notify.Sender are d's providers. A step whose provider d lacks fails
+// terminally when it runs, and its check finds the record unverifiable.
+func New(d pipeline.Deps) (*Activities, error) {
+	a := &Activities{run: d.Runner(), claims: d.Effects}
+	a.stripe, _ = pipeline.Provider[*stripeclient.API](d)
+	a.sender, _ = pipeline.Provider[*notify.Sender](d)
+	if d.DB != nil {
+		var err error
+		if a.orders, err = orders.NewStore(d.DB); err != nil {
+			return nil, err
+		}
 	}
-	return out
+	return a, nil
+}
+
+// Definitions returns the order steps bound to a, each with the Verify of
+// an operator's "done" outcome, in the order of Declarations.
+func (a *Activities) Definitions() []step.Definition {
+	return []step.Definition{
+		DeclCharge.Define(a.Charge, a.verifyCharge),
+		DeclMarkPaid.Define(a.MarkPaid, func(ctx context.Context, key effects.Key, _ orders.MarkPaidResult) error {
+			return a.verifyTransition(ctx, key, orders.StatusPaid)
+		}),
+		DeclSendReceipt.Define(a.SendReceipt, func(ctx context.Context, key effects.Key, r orders.ReceiptResult) error {
+			return step.ConfirmMessage(ctx, a.sender, key, r.MessageID)
+		}),
+		DeclMarkFailed.Define(a.MarkFailed, func(ctx context.Context, key effects.Key, _ orders.MarkFailedResult) error {
+			return a.verifyTransition(ctx, key, orders.StatusFailed)
+		}),
+	}
 }
 
 // loadOrder returns the order of c's input, or c's error for a missing one.
 func (a *Activities) loadOrder(ctx context.Context, c *call) (*orders.Order, error) {
+	if a.orders == nil {
+		return nil, c.Fail(step.ErrTypeTerminal, "the worker has no database")
+	}
 	o, err := a.orders.Get(ctx, c.In.TenantID, c.In.OrderID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: load order: %w", c, err)

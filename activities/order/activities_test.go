@@ -30,6 +30,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -105,7 +106,7 @@ func setupWith(t *testing.T, o setupOpts) *bundle {
 	sender, err := notify.NewSender(b.claims, b.pool, sendOpts)
 	require.NoError(t, err)
 
-	b.acts, err = ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: sender, Logger: quiet})
+	b.acts, err = ordersteps.New(pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet, Providers: []any{b.stripeAPI, sender}})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -625,7 +626,7 @@ func TestChargeRequiresActionIsTerminal(t *testing.T) {
 	api, err := stripestep.NewClient(stripeKey, stub.URL, nil)
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
-	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	acts, err := ordersteps.New(pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet, Providers: []any{api, senderFor(t, b)}})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
@@ -699,22 +700,27 @@ func TestChargeKeyReused(t *testing.T) {
 	require.Equal(t, 1, b.stripe.Charges())
 }
 
-func TestNewValidates(t *testing.T) {
+// A step whose provider the worker lacks fails for good, naming it, and
+// touches nothing; the steps that need no provider still run.
+func TestAStepWithoutItsProviderFailsForGood(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	full := ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: b.stripeAPI, Sender: senderFor(t, b)}
-	for name, mutate := range map[string]func(*ordersteps.Deps){
-		"DB":      func(d *ordersteps.Deps) { d.DB = nil },
-		"Effects": func(d *ordersteps.Deps) { d.Effects = nil },
-		"Orders":  func(d *ordersteps.Deps) { d.Orders = nil },
-		"Stripe":  func(d *ordersteps.Deps) { d.Stripe = nil },
-		"Sender":  func(d *ordersteps.Deps) { d.Sender = nil },
-	} {
-		d := full
-		mutate(&d)
-		_, err := ordersteps.New(d)
-		require.ErrorContains(t, err, name+" is nil")
-	}
+	acts, err := ordersteps.New(pipeline.Deps{DB: b.pool, Effects: b.claims})
+	require.NoError(t, err)
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := suite.NewTestActivityEnvironment()
+	require.NoError(t, step.Register(env, acts.Definitions()...))
+	in := b.order(t, "np1", "pm_card_visa")
+	_, err = env.ExecuteActivity(ordersteps.NameCharge, in)
+	app := requireTerminal(t, err, step.ErrTypeTerminal)
+	require.Contains(t, app.Error(), "no Stripe client")
+	_, err = env.ExecuteActivity(ordersteps.NameSendReceipt, in)
+	require.Contains(t, requireTerminal(t, err, step.ErrTypeTerminal).Error(), "no SendGrid sender")
+	_, err = env.ExecuteActivity(ordersteps.NameMarkPaid, in)
+	requireTerminal(t, err, step.ErrTypeInvalidState) // no charge: it ran, and refused
+	require.Zero(t, b.stripe.Requests())
+	require.Zero(t, b.sendgrid.Requests())
 }
 
 func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {

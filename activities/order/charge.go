@@ -28,6 +28,9 @@ func (a *Activities) Charge(ctx context.Context, in orders.OrderInput) (orders.C
 	return DeclCharge.Run(ctx, a.run, in, step.Effect[orders.OrderInput, orders.ChargeResult]{
 		// Refuse before claiming, so that a stored outcome is never overwritten.
 		Check: func(ctx context.Context, c *call) (err error) {
+			if a.stripe == nil {
+				return c.Fail(step.ErrTypeTerminal, "the worker has no Stripe client")
+			}
 			if o, err = a.loadOrder(ctx, c); err != nil {
 				return err
 			}

@@ -11,15 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
-	"go.temporal.io/sdk/testsuite"
 
-	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
-	"github.com/keyedhq/keyed/step"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // undecided leaves key's effect record failed with code, as a step that
@@ -203,22 +201,13 @@ func TestDeciderVerifiesAReceiptAtSendGridAndTheWritesInTheDatabase(t *testing.T
 	require.Equal(t, "confirmed", res.Verification)
 }
 
-// Every declared order step has a Verify, on the worker's definitions and
-// on Checks', and its declaration an Outcome.
+// Every declared order step has a Verify and its declaration an Outcome;
+// without Stripe or SendGrid, the steps that ask them are unverifiable.
 func TestEveryOrderStepIsVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	checks, err := ordersteps.Checks(ordersteps.CheckDeps{DB: b.pool, Orders: b.store})
-	require.NoError(t, err)
-	_, err = ordersteps.Checks(ordersteps.CheckDeps{})
-	require.Error(t, err)
-	pipelinetest.RequireVerified(t, b.acts.Definitions(), checks)
-	require.Len(t, checks, len(ordersteps.Declarations()))
-	var suite testsuite.WorkflowTestSuite
-	require.Error(t, step.Register(suite.NewTestActivityEnvironment(), checks...), "a definition without a function is refused")
-
-	// Without Stripe or SendGrid, Checks' steps that ask them are unverifiable.
-	d, err := pipeline.NewDecider(b.claims, checks...)
+	pipelinetest.RequireVerified(t, orderflow.Pipeline())
+	d, err := pipeline.NewDeciderOf([]pipeline.Spec{orderflow.Pipeline()}, pipeline.Deps{DB: b.pool, Effects: b.claims})
 	require.NoError(t, err)
 	key, err := b.order(t, "dn1", "pm_card_visa").EffectKey(orders.StepCharge)
 	require.NoError(t, err)

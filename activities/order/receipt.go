@@ -23,6 +23,9 @@ func (a *Activities) SendReceipt(ctx context.Context, in orders.OrderInput) (ord
 	var o *orders.Order
 	return DeclSendReceipt.Run(ctx, a.run, in, step.Effect[orders.OrderInput, orders.ReceiptResult]{
 		Check: func(ctx context.Context, c *call) (err error) {
+			if a.sender == nil {
+				return c.Fail(step.ErrTypeTerminal, "the worker has no SendGrid sender")
+			}
 			if o, err = a.loadOrder(ctx, c); err != nil {
 				return err
 			}

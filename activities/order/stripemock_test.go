@@ -21,6 +21,7 @@ import (
 	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -92,7 +93,7 @@ func TestStripeMockContract(t *testing.T) {
 	api, err := stripestep.NewClient("sk_test_123", base, nil) // The shape stripe-mock accepts.
 	require.NoError(t, err)
 	quiet := slog.New(slog.DiscardHandler)
-	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: api, Sender: senderFor(t, b), Logger: quiet})
+	acts, err := ordersteps.New(pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet, Providers: []any{api, senderFor(t, b)}})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))

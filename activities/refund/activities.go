@@ -7,15 +7,13 @@ package refund
 import (
 	"context"
 	"errors"
-	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
-	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 )
@@ -29,15 +27,10 @@ const (
 	NameReleaseRefund   = "ReleaseRefund"
 )
 
-// EmailTemplate is the notify template of the refund email. Its delivery
-// policy is the Sender's for this template (notify.SenderOpts.Policies), at
-// most once unless configured otherwise.
+// EmailTemplate is the notify template of the refund email.
 const EmailTemplate = "refund"
 
-// The refund workflow's activities, declared once: names, effect classes,
-// key steps, the rule for an operator's "done" outcome (from the outcome
-// type) and, for the email, its delivery policy. The workflow takes
-// each step's Temporal options from its declaration.
+// The refund pipeline's steps, declared once.
 var (
 	DeclReserve = step.Declare[refunds.RefundInput, refunds.ReserveResult](step.Declaration{Name: NameReserve,
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepReserve})
@@ -51,50 +44,26 @@ var (
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepRelease})
 )
 
-// Declarations returns the declarations of the refund activities, in the
-// order of Definitions: the four steps every run shows, then the release,
-// which runs only after Stripe refused the refund.
+// Declarations returns the refund steps' declarations, in the order of
+// Definitions: the four every run shows, then the release.
 func Declarations() []step.Declaration {
-	return append(steps(), DeclRelease.Declaration)
+	return append(LongestPath(), DeclRelease.Declaration)
 }
 
-// LongestPath returns the declarations of the steps on a refund run's
-// longest path, for orderflow.LongestRun: Reserve, RefundAtStripe,
-// MarkRefunded and SendRefundEmail, the steps a run shows from its start.
-// ReleaseRefund runs instead of the last two, and retries for no longer
-// than they do together.
+// LongestPath returns the steps a refund run shows from its start, its
+// longest path: ReleaseRefund runs instead of the last two, and retries for
+// no longer than they do together.
 func LongestPath() []step.Declaration {
-	return steps()
-}
-
-// steps returns the declarations of the steps a refund run shows from its
-// start.
-func steps() []step.Declaration {
 	return []step.Declaration{DeclReserve.Declaration, DeclStripe.Declaration, DeclMark.Declaration, DeclEmail.Declaration}
 }
 
-// call and effect are activities' keyed-activity helpers for a
-// RefundInput.
+// call and effect are a refund step's run and effect.
 type (
 	call          = step.Call[refunds.RefundInput]
 	effect[T any] = step.Effect[refunds.RefundInput, T]
 )
 
-// Deps is what the refund activities need. Every field is required except
-// Logger. Stripe must have its PaymentIntents and Refunds clients (as
-// stripestep.NewClient's has).
-type Deps struct {
-	DB      *pgxpool.Pool
-	Effects *effects.Client
-	Orders  *orders.Store
-	Stripe  *stripeclient.API
-	Sender  *notify.Sender
-	// Logger receives one record per step outcome. Nil means slog.Default().
-	Logger *slog.Logger
-}
-
-// Activities implements the refund workflow's activities. A nil
-// *Activities is only good for naming them.
+// Activities implements the refund steps over a pipeline.Deps.
 type Activities struct {
 	run    step.Runner
 	claims *effects.Client
@@ -102,48 +71,45 @@ type Activities struct {
 	ledger *refunds.Ledger
 	stripe *stripeclient.API
 	sender *notify.Sender
-	check  *checker
 }
 
-// New returns Activities over d. It returns an error naming the first
-// missing dependency.
-func New(d Deps) (*Activities, error) {
-	switch {
-	case d.DB == nil:
-		return nil, errors.New("refunds: New: DB is nil")
-	case d.Effects == nil:
-		return nil, errors.New("refunds: New: Effects is nil")
-	case d.Orders == nil:
-		return nil, errors.New("refunds: New: Orders is nil")
-	case d.Stripe == nil || d.Stripe.Refunds == nil:
-		return nil, errors.New("refunds: New: Stripe is nil or has no Refunds client")
-	case d.Sender == nil:
-		return nil, errors.New("refunds: New: Sender is nil")
+// New returns the refund steps over d: the Stripe client and the email's
+// notify.Sender are d's providers. A step whose provider d lacks fails
+// terminally when it runs, and its check finds the record unverifiable.
+func New(d pipeline.Deps) (*Activities, error) {
+	a := &Activities{run: d.Runner(), claims: d.Effects}
+	a.stripe, _ = pipeline.Provider[*stripeclient.API](d)
+	a.sender, _ = pipeline.Provider[*notify.Sender](d)
+	if d.DB != nil {
+		var err error
+		if a.orders, err = orders.NewStore(d.DB); err != nil {
+			return nil, err
+		}
+		if a.ledger, err = refunds.NewLedger(d.DB); err != nil {
+			return nil, err
+		}
 	}
-	check, err := newChecker(ordersteps.CheckDeps{DB: d.DB, Orders: d.Orders, Stripe: d.Stripe, Sender: d.Sender})
-	if err != nil {
-		return nil, err
-	}
-	return &Activities{run: step.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}, claims: d.Effects, orders: d.Orders,
-		ledger: check.ledger, stripe: d.Stripe, sender: d.Sender, check: check}, nil
+	return a, nil
 }
 
-// Definitions returns the refund activities bound to a, for
-// step.Register, each with the Verify of an operator's "done"
-// outcome (see Checks) for pipeline.NewDecider. A nil a is good for naming
-// them, and verifies nothing.
+// Definitions returns the refund steps bound to a, each with the Verify of
+// an operator's "done" outcome, in the order of Declarations.
 func (a *Activities) Definitions() []step.Definition {
-	defs := []step.Definition{
-		DeclReserve.Bind(a.Reserve),
-		DeclStripe.Bind(a.RefundAtStripe),
-		DeclMark.Bind(a.MarkRefunded),
-		DeclEmail.Bind(a.SendRefundEmail),
-		DeclRelease.Bind(a.ReleaseRefund),
+	return []step.Definition{
+		DeclReserve.Define(a.Reserve, a.verifyReserve),
+		DeclStripe.Define(a.RefundAtStripe, a.verifyStripe),
+		DeclMark.Define(a.MarkRefunded, func(ctx context.Context, key effects.Key, r refunds.MarkResult) error {
+			in, err := inputOfKey(key)
+			if err != nil {
+				return err
+			}
+			return a.orders.VerifyTransition(ctx, in.TenantID, in.OrderID, key, orders.Status(r.Status))
+		}),
+		DeclEmail.Define(a.SendRefundEmail, func(ctx context.Context, key effects.Key, r refunds.EmailResult) error {
+			return step.ConfirmMessage(ctx, a.sender, key, r.MessageID)
+		}),
+		DeclRelease.Define(a.ReleaseRefund, a.verifyRelease),
 	}
-	if a != nil {
-		a.check.bind(defs)
-	}
-	return defs
 }
 
 // entry returns the refund's ledger row, or an InvalidState error when it

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -14,85 +13,13 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// checker holds the refund steps' Verify functions.
-type checker struct {
-	ordersteps.CheckDeps
-	ledger *refunds.Ledger
-}
-
-func newChecker(d ordersteps.CheckDeps) (*checker, error) {
-	if d.DB == nil || d.Orders == nil {
-		return nil, errors.New("refunds: Checks: DB and Orders are required")
-	}
-	ledger, err := refunds.NewLedger(d.DB)
-	if err != nil {
-		return nil, err
-	}
-	return &checker{CheckDeps: d, ledger: ledger}, nil
-}
-
-// Checks returns the refund pipeline's declared steps (Declarations) as
-// Definitions whose Verify checks an operator's "done" outcome, as
-// Activities.Definitions' do, and whose Fn is nil: for a pipeline.Decider
-// that applies decisions without running steps (starter resolve);
-// step.Register refuses them. d is as for ordersteps.Checks: DB and
-// Orders are required (an error otherwise), Stripe and Sender optional.
-func Checks(d ordersteps.CheckDeps) ([]step.Definition, error) {
-	c, err := newChecker(d)
-	if err != nil {
-		return nil, err
-	}
-	var defs []step.Definition
-	for _, decl := range Declarations() {
-		defs = append(defs, step.Definition{Declaration: decl})
-	}
-	c.bind(defs)
-	return defs, nil
-}
-
-// bind sets each refund step's Verify in defs:
-//
-//   - refund_reserve: the refund's ledger row, under the effect key, for
-//     the amount, in the order's currency;
-//   - refund_stripe: Stripe's refund of that ID exists, is not failed or
-//     canceled, for the ledger's amount, with the effect key in its
-//     metadata, against the PaymentIntent whose metadata names the order's
-//     charge; the confirmed refund is then recorded as RefundAtStripe
-//     records it, so that MarkRefunded and the email count it;
-//   - refund_mark: the order's transition under the effect key, to the
-//     status given;
-//   - refund_email: SendGrid's Email Activity shows the message ID under
-//     the effect key;
-//   - refund_release: the refund's release under the effect key, for that
-//     amount and code.
-func (c *checker) bind(defs []step.Definition) {
-	verify := map[string]step.Verify{
-		refunds.StepReserve: DeclReserve.Verifier(c.reserve),
-		refunds.StepStripe:  DeclStripe.Verifier(c.stripe),
-		refunds.StepMark: DeclMark.Verifier(func(ctx context.Context, key effects.Key, r refunds.MarkResult) error {
-			in, err := inputOfKey(key)
-			if err != nil {
-				return err
-			}
-			return c.Orders.VerifyTransition(ctx, in.TenantID, in.OrderID, key, orders.Status(r.Status))
-		}),
-		refunds.StepEmail: DeclEmail.Verifier(func(ctx context.Context, key effects.Key, r refunds.EmailResult) error {
-			return step.ConfirmMessage(ctx, c.Sender, key, r.MessageID)
-		}),
-		refunds.StepRelease: DeclRelease.Verifier(c.release),
-	}
-	for i := range defs {
-		defs[i].Verify = verify[defs[i].Step]
-	}
-}
-
-// entry returns the ledger row of key's refund.
-func (c *checker) entry(ctx context.Context, key effects.Key) (refunds.RefundInput, *refunds.Entry, error) {
+// keyEntry returns the ledger row of key's refund.
+func (a *Activities) keyEntry(ctx context.Context, key effects.Key) (refunds.RefundInput, *refunds.Entry, error) {
 	in, err := inputOfKey(key)
 	if err != nil {
 		return in, nil, err
 	}
-	e, err := c.ledger.Get(ctx, in.TenantID, in.OrderID, in.RefundID)
+	e, err := a.ledger.Get(ctx, in.TenantID, in.OrderID, in.RefundID)
 	switch {
 	case errors.Is(err, refunds.ErrNotFound):
 		return in, nil, step.Contradicted("refund %s of order %s/%s is not in the ledger", in.RefundID, in.TenantID, in.OrderID)
@@ -102,13 +29,13 @@ func (c *checker) entry(ctx context.Context, key effects.Key) (refunds.RefundInp
 	return in, e, nil
 }
 
-// reserve checks a reserve's outcome against the ledger and the order.
-func (c *checker) reserve(ctx context.Context, key effects.Key, r refunds.ReserveResult) error {
-	in, e, err := c.entry(ctx, key)
+// verifyReserve checks a reserve's outcome against the ledger and the order.
+func (a *Activities) verifyReserve(ctx context.Context, key effects.Key, r refunds.ReserveResult) error {
+	in, e, err := a.keyEntry(ctx, key)
 	if err != nil {
 		return err
 	}
-	o, err := c.Orders.Get(ctx, in.TenantID, in.OrderID)
+	o, err := a.orders.Get(ctx, in.TenantID, in.OrderID)
 	switch {
 	case err != nil:
 		return step.Unverifiable("load the order: %v", err)
@@ -121,14 +48,14 @@ func (c *checker) reserve(ctx context.Context, key effects.Key, r refunds.Reserv
 	return nil
 }
 
-// stripe checks a refund's outcome against the ledger and Stripe, and
+// verifyStripe checks a refund's outcome against the ledger and Stripe, and
 // records it as RefundAtStripe does once Stripe confirms it.
-func (c *checker) stripe(ctx context.Context, key effects.Key, r refunds.StripeResult) error {
-	in, e, err := c.entry(ctx, key)
+func (a *Activities) verifyStripe(ctx context.Context, key effects.Key, r refunds.StripeResult) error {
+	in, e, err := a.keyEntry(ctx, key)
 	if err != nil {
 		return err
 	}
-	rel, err := c.released(ctx, in)
+	rel, err := a.releasedOf(ctx, in)
 	switch {
 	case err != nil:
 		return err
@@ -136,24 +63,24 @@ func (c *checker) stripe(ctx context.Context, key effects.Key, r refunds.StripeR
 		return step.Contradicted("refund %s was released after Stripe refused it (%s)", in.RefundID, rel.Code)
 	case r.AmountMinor != e.AmountMinor:
 		return step.Contradicted("the ledger reserved %d, the result says %d", e.AmountMinor, r.AmountMinor)
-	case c.Stripe == nil:
+	case a.stripe == nil:
 		return step.Unverifiable("no Stripe client to ask (STRIPE_SECRET_KEY is not set)")
 	}
 	params := &stripe.RefundParams{}
 	params.Context = ctx
-	re, err := c.Stripe.Refunds.Get(r.RefundID, params)
+	re, err := a.stripe.Refunds.Get(r.RefundID, params)
 	if err != nil {
 		return stripestep.LookupError("refund "+r.RefundID, err)
 	}
 	if err := refundMismatch(re, key, e, r); err != nil {
 		return err
 	}
-	if err := c.chargedUnder(ctx, in, r.PaymentIntentID); err != nil {
+	if err := a.chargedUnder(ctx, in, r.PaymentIntentID); err != nil {
 		return err
 	}
 	confirmed := r
 	confirmed.Status = string(re.Status)
-	if err := c.ledger.RecordStripe(ctx, e, confirmed, key.String()); err != nil {
+	if err := a.ledger.RecordStripe(ctx, e, confirmed, key.String()); err != nil {
 		return step.Unverifiable("record the confirmed refund: %v", err)
 	}
 	return nil
@@ -182,14 +109,14 @@ func refundMismatch(re *stripe.Refund, key effects.Key, e *refunds.Entry, r refu
 
 // chargedUnder checks that the PaymentIntent paymentIntentID is the
 // charge of in's order: its metadata carries the order's charge key.
-func (c *checker) chargedUnder(ctx context.Context, in refunds.RefundInput, paymentIntentID string) error {
+func (a *Activities) chargedUnder(ctx context.Context, in refunds.RefundInput, paymentIntentID string) error {
 	chargeKey, err := orders.NewOrderInput(in.TenantID, in.OrderID).EffectKey(orders.StepCharge)
 	if err != nil {
 		return step.Contradicted("%v", err)
 	}
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
-	pi, err := c.Stripe.PaymentIntents.Get(paymentIntentID, params)
+	pi, err := a.stripe.PaymentIntents.Get(paymentIntentID, params)
 	if err != nil {
 		return stripestep.LookupError("PaymentIntent "+paymentIntentID, err)
 	}
@@ -200,23 +127,23 @@ func (c *checker) chargedUnder(ctx context.Context, in refunds.RefundInput, paym
 	return nil
 }
 
-// released returns in's release, nil when there is none, or an
+// releasedOf returns in's release, nil when there is none, or an
 // unverifiable error when the ledger cannot be read.
-func (c *checker) released(ctx context.Context, in refunds.RefundInput) (*refunds.Release, error) {
-	rel, err := c.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
+func (a *Activities) releasedOf(ctx context.Context, in refunds.RefundInput) (*refunds.Release, error) {
+	rel, err := a.ledger.Released(ctx, in.TenantID, in.OrderID, in.RefundID)
 	if err != nil {
 		return nil, step.Unverifiable("read the refund's releases: %v", err)
 	}
 	return rel, nil
 }
 
-// release checks a release's outcome against the ledger's releases.
-func (c *checker) release(ctx context.Context, key effects.Key, r refunds.ReleaseResult) error {
+// verifyRelease checks a release's outcome against the ledger's releases.
+func (a *Activities) verifyRelease(ctx context.Context, key effects.Key, r refunds.ReleaseResult) error {
 	in, err := inputOfKey(key)
 	if err != nil {
 		return err
 	}
-	rel, err := c.released(ctx, in)
+	rel, err := a.releasedOf(ctx, in)
 	switch {
 	case err != nil:
 		return err

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	ordersteps "github.com/keyedhq/keyed/activities/order"
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
@@ -16,13 +15,14 @@ import (
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // decider returns a Decider over the refund pipeline's definitions, as the
 // worker makes it.
 func (b *bundle) decider(t *testing.T) *pipeline.Decider {
 	t.Helper()
-	d, err := pipeline.NewDecider(b.claims, b.racts.Definitions()...)
+	d, err := pipeline.NewDeciderOf([]pipeline.Spec{refundflow.Pipeline()}, b.deps)
 	require.NoError(t, err)
 	return d
 }
@@ -140,15 +140,8 @@ func TestDeciderRefusesDoneOnARefusedReserve(t *testing.T) {
 	require.Zero(t, b.ledgerRows(t, "o1"))
 }
 
-// Every declared refund step has a Verify, on the worker's definitions and
-// on Checks', and its declaration an Outcome.
+// Every declared refund step has a Verify and its declaration an Outcome.
 func TestEveryRefundStepIsVerified(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	checks, err := refundsteps.Checks(ordersteps.CheckDeps{DB: b.pool, Orders: b.store})
-	require.NoError(t, err)
-	_, err = refundsteps.Checks(ordersteps.CheckDeps{})
-	require.Error(t, err)
-	pipelinetest.RequireVerified(t, b.racts.Definitions(), checks)
-	require.Len(t, checks, len(refundsteps.Declarations()))
+	pipelinetest.RequireVerified(t, refundflow.Pipeline())
 }

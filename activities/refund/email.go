@@ -20,7 +20,15 @@ import (
 // ProviderRejected, KeyReused and Terminal are terminal; Transient,
 // InProgress and LeaseLost retry.
 func (a *Activities) SendRefundEmail(ctx context.Context, in refunds.RefundInput) (refunds.EmailResult, error) {
-	return DeclEmail.Run(ctx, a.run, in, effect[refunds.EmailResult]{Do: a.sendEmail})
+	return DeclEmail.Run(ctx, a.run, in, effect[refunds.EmailResult]{
+		Check: func(_ context.Context, c *call) error {
+			if a.sender == nil {
+				return c.Fail(step.ErrTypeTerminal, "the worker has no SendGrid sender")
+			}
+			return nil
+		},
+		Do: a.sendEmail,
+	})
 }
 
 // sendEmail checks that the refund was made and sends its email.

@@ -26,8 +26,10 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 const (
@@ -46,7 +48,7 @@ type bundle struct {
 	stripe   *fakestripe.Server
 	sendgrid *fakesendgrid.Server
 	api      *stripeclient.API
-	racts    *refundsteps.Activities
+	deps     pipeline.Deps
 	env      *testsuite.TestActivityEnvironment
 }
 
@@ -72,20 +74,21 @@ func setup(t *testing.T) *bundle {
 	b.api = sc
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet()})
 	require.NoError(t, err)
-	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
-	require.NoError(t, err)
-	b.racts, err = refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
-	require.NoError(t, err)
-	b.env = newEnv(t, acts, b.racts)
+	b.deps = pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet(), Providers: []any{sc, sender}}
+	b.env = newEnv(t, b.deps)
 	return b
 }
 
-func newEnv(t *testing.T, acts *ordersteps.Activities, racts *refundsteps.Activities) *testsuite.TestActivityEnvironment {
+// newEnv returns an activity environment with every pipeline's steps
+// bound to d.
+func newEnv(t *testing.T, d pipeline.Deps) *testsuite.TestActivityEnvironment {
 	t.Helper()
+	defs, err := pipeline.Definitions(workflows.Pipelines(), d)
+	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, step.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
+	require.NoError(t, step.Register(env, defs...))
 	return env
 }
 
@@ -313,11 +316,7 @@ func (b *bundle) secondEnv(t *testing.T) *testsuite.TestActivityEnvironment {
 	require.NoError(t, err)
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: "http://127.0.0.1:1", Logger: quiet()})
 	require.NoError(t, err)
-	acts, err := ordersteps.New(ordersteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
-	require.NoError(t, err)
-	racts, err := refundsteps.New(refundsteps.Deps{DB: b.pool, Effects: b.claims, Orders: b.store, Stripe: sc, Sender: sender, Logger: quiet()})
-	require.NoError(t, err)
-	return newEnv(t, acts, racts)
+	return newEnv(t, pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet(), Providers: []any{sc, sender}})
 }
 
 // A refund may run while the order's run still has its receipt to send:

@@ -34,6 +34,9 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in refunds.RefundInput)
 	var charge orders.ChargeResult
 	return DeclStripe.Run(ctx, a.run, in, effect[refunds.StripeResult]{
 		Check: func(ctx context.Context, c *call) (err error) {
+			if a.stripe == nil {
+				return c.Fail(step.ErrTypeTerminal, "the worker has no Stripe client")
+			}
 			if e, err = a.entry(ctx, c); err != nil {
 				return err
 			}

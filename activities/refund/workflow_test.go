@@ -29,8 +29,7 @@ func (b *bundle) runWorkflowStatus(t *testing.T, in refunds.RefundInput) (refund
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet()))
 	env := suite.NewTestWorkflowEnvironment()
-	refundflow.Register(env)
-	require.NoError(t, refundflow.RegisterActivities(env, b.racts))
+	require.NoError(t, pipeline.Register(env, []pipeline.Spec{refundflow.Pipeline()}, b.deps, nil))
 	env.ExecuteWorkflow(refunds.WorkflowName, in)
 	require.True(t, env.IsWorkflowCompleted())
 	var status []pipeline.StepStatus // none when the run refused its input before registering the query

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
-	orderflow "github.com/keyedhq/keyed/workflows/order"
+	"github.com/keyedhq/keyed/workflows"
 	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
@@ -84,11 +84,11 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	switch {
 	case errors.As(err, &exceeds) || errors.Is(err, refunds.ErrNotRefundable):
 		r.refused = err
-		run, err := refundflow.Start(ctx, s.tc, in, s.taskQueue)
+		st, err := pipeline.Start(ctx, s.tc, refundflow.StartOptions(in, s.taskQueue), refunds.WorkflowName, in)
 		if err != nil {
 			return fmt.Errorf("start refused refund %s: %w", in.WorkflowID(), err)
 		}
-		r.forcedErr = run.Get(ctx, nil)
+		r.forcedErr = s.tc.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil)
 		return ctx.Err()
 	case err != nil:
 		return fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
@@ -97,7 +97,7 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	if err != nil {
 		return err
 	}
-	starter := fxapp.TemporalStarter(s.tc, s.store, &orderflow.StartOpts{TaskQueue: s.taskQueue})
+	starter := pipeline.Starter(s.tc, s.pool, s.taskQueue, workflows.Pipelines())
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup

@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/internal/config"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 func runAttention(ctx context.Context, e *env, args []string) error {
@@ -54,9 +54,19 @@ func runAttention(ctx context.Context, e *env, args []string) error {
 	}, &tc)
 }
 
-// keywords names the Keyword search attributes the pipelines' runs set,
-// besides the tenant, for the attention list.
-func keywords() []string { return []string{orders.SearchAttrOrderID} }
+// keywords names the Keyword search attributes the pipelines' runs set
+// besides the framework's, for the attention list.
+func keywords() []string {
+	var out []string
+	for _, s := range workflows.Pipelines() {
+		for _, sa := range s.SearchAttributes {
+			if sa.Type == "Keyword" && !slices.Contains(out, sa.Name) {
+				out = append(out, sa.Name)
+			}
+		}
+	}
+	return out
+}
 
 // pairs renders keywords as "Name=value" pairs, sorted by name, or "-".
 func pairs(keywords map[string]string) string {

@@ -26,9 +26,19 @@ const providerTimeout = config.ProviderTimeout
 // COLLAPSE_WINDOW). On start the sender probes SendGrid's Email Activity
 // API in the background and logs a warning when the key cannot use it: lost
 // answers could then not be settled from SendGrid's record.
+// Each provider client also joins the "providers" group, which the worker
+// hands its steps (pipeline.Provider). A new provider is its constructor
+// and one provider[T]() line.
 var ProvidersModule = fx.Module("providers",
 	fx.Provide(newStripe, newSender),
+	provider[*stripeclient.API](),
+	provider[*notify.Sender](),
 )
+
+// provider puts the graph's T into the "providers" group.
+func provider[T any]() fx.Option {
+	return fx.Provide(fx.Annotate(func(c T) any { return c }, fx.ResultTags(`group:"providers"`)))
+}
 
 type stripeIn struct {
 	fx.In

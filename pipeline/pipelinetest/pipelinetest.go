@@ -3,6 +3,7 @@ package pipelinetest
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -232,18 +233,63 @@ func RequireRefused(t testing.TB, d *pipeline.Decider, in pipeline.DecisionInput
 	require.Equal(t, unverifiable, refused.Unverifiable, "unverifiable: %v", err)
 }
 
-// RequireVerified fails the test unless every definition a pipeline's
-// worker registers (defs) and each of its Checks' (checks, the same steps
-// in the same order) declares an Outcome and has a Verify, and checks'
-// have no function, so that they cannot be registered.
-func RequireVerified(t testing.TB, defs, checks []step.Definition) {
+// RequireVerified fails the test unless every step of spec, bound to a
+// zero pipeline.Deps, declares an Outcome and has a Verify, in the order of
+// its declarations.
+func RequireVerified(t testing.TB, spec pipeline.Spec) {
 	t.Helper()
-	require.Len(t, checks, len(defs))
+	defs, err := spec.Activities(pipeline.Deps{})
+	require.NoError(t, err)
+	require.Len(t, defs, len(spec.Steps))
 	for i, def := range defs {
+		require.Equal(t, spec.Steps[i], def.Declaration)
 		require.NotNil(t, def.Outcome, "%s declares the rule for a done outcome", def.Name)
 		require.NotNil(t, def.Verify, "%s checks a done at its provider", def.Name)
-		require.Equal(t, def.Declaration, checks[i].Declaration)
-		require.NotNil(t, checks[i].Verify, def.Name)
-		require.Nil(t, checks[i].Fn, "%s: Checks' definitions cannot be registered", def.Name)
 	}
+}
+
+// Register registers with env every spec's workflow, configured by opts,
+// every declared step under its name (bound to a zero pipeline.Deps: tests
+// mock them) and ApplyDecision, for OnActivity and MockRest.
+func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment, opts *pipeline.Opts, specs ...pipeline.Spec) {
+	t.Helper()
+	defs, err := pipeline.Definitions(specs, pipeline.Deps{})
+	require.NoError(t, err)
+	for _, s := range specs {
+		s.Register(env, opts)
+	}
+	var d *pipeline.Decider
+	require.NoError(t, step.Register(env, append(defs, d.Definition())...))
+}
+
+// MockRest mocks every declared step of specs to succeed with its zero
+// outcome, any number of times, behind the test's own mocks: call it after
+// them, before ExecuteWorkflow, so that a step added to a workflow does not
+// break the tests that do not mock it.
+func MockRest(env *testsuite.TestWorkflowEnvironment, specs ...pipeline.Spec) {
+	for _, d := range Stubs(specs, nil) {
+		env.OnActivity(d.Name, mock.Anything, mock.Anything).Return(d.Fn).Maybe()
+	}
+}
+
+// Stubs returns every declared step of specs bound to a function that
+// succeeds with its zero outcome, or to fns[name], a function of the
+// step's type, when given: for a real worker in a test whose steps must
+// not touch a database or a provider.
+func Stubs(specs []pipeline.Spec, fns map[string]any) []step.Definition {
+	defs, err := pipeline.Definitions(specs, pipeline.Deps{})
+	if err != nil {
+		panic(err)
+	}
+	for i, d := range defs {
+		if fn, ok := fns[d.Name]; ok {
+			defs[i].Fn = fn
+			continue
+		}
+		fn := reflect.TypeOf(d.Fn)
+		defs[i].Fn = reflect.MakeFunc(fn, func([]reflect.Value) []reflect.Value {
+			return []reflect.Value{reflect.Zero(fn.Out(0)), reflect.Zero(fn.Out(1))}
+		}).Interface()
+	}
+	return defs
 }

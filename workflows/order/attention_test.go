@@ -51,7 +51,7 @@ func TestAmbiguousReceiptWaitsForDecisionAndUsesStoredOutcome(t *testing.T) {
 	}, time.Hour)
 	u := pipelinetest.Decide(b.env, pipeline.Decision{Step: "receipt", Resolution: effects.ResolveDone, By: "ada",
 		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_123"}`)}, 2*time.Hour)
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 
 	require.NoError(t, b.env.GetWorkflowError())
 	require.NoError(t, u.Rejected)
@@ -81,7 +81,7 @@ func TestDeclineFailsWithOneOperatorLine(t *testing.T) {
 		Return(orders.ChargeResult{}, step.ToTemporal(fmt.Errorf("charge: %w", &effects.TerminalError{Code: "card_declined", Message: declined.Error()}))).Once()
 	b.env.OnActivity(ordersteps.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	err := b.env.GetWorkflowError()
 	require.Error(t, err)
 	var app *temporal.ApplicationError
@@ -108,7 +108,7 @@ func TestUndecidedChargeFailsWithoutMarkFailed(t *testing.T) {
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", step.ErrTypeAmbiguous, nil)).Once()
 	b.expectAttention(t, "charge:ambiguous")
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
@@ -123,10 +123,7 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
-	orderflow.RegisterWithOpts(env, &orderflow.WorkflowOpts{DecisionTimeout: time.Hour})
-	var a *ordersteps.Activities
-	var d *pipeline.Decider
-	require.NoError(t, step.Register(env, append(a.Definitions(), d.Definition())...))
+	pipelinetest.Register(t, env, &pipeline.Opts{DecisionTimeout: time.Hour}, orderflow.Pipeline())
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("maybe charged", step.ErrTypeAmbiguous, nil)).Once()

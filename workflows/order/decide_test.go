@@ -136,7 +136,7 @@ func TestChargeDoneNeedsAPaymentIntent(t *testing.T) {
 	all := pipelinetest.Decide(b.env, pipeline.Decision{Step: "charge", Resolution: effects.ResolveDone,
 		Reason: strings.Repeat("x", pipeline.MaxDecisionReason+1)}, time.Hour)
 	good := decide(`{"payment_intent_id":"pi_123","status":"succeeded","amount_minor":1250,"currency":"eur"}`, 2*time.Hour)
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 
 	require.ErrorContains(t, none.Rejected, `result is required with done: the step's outcome, {"payment_intent_id":"…","status":"…","amount_minor":0,"currency":"…"}`)
 	require.ErrorContains(t, chargeID.Rejected, `payment_intent_id "ch_1" is not a Stripe PaymentIntent ID`)
@@ -168,7 +168,7 @@ func TestRefusedDoneFailsTheUpdateWithWhy(t *testing.T) {
 	fake := pipelinetest.Decide(b.env, pipeline.Decision{Step: "charge", Resolution: effects.ResolveDone, By: "ops", Reason: "test",
 		Result: json.RawMessage(`{"payment_intent_id":"pi_9","status":"succeeded","amount_minor":1250,"currency":"eur"}`)}, time.Hour)
 	retry := pipelinetest.Decide(b.env, pipeline.Decision{Step: "charge", Resolution: effects.ResolveRetry, By: "ops", Reason: "not charged"}, 2*time.Hour)
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 
 	require.True(t, fake.Accepted)
 	var app *temporal.ApplicationError

@@ -9,17 +9,27 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// RegisterWithStepAfterReceipt registers the order workflow with one more
-// step after the receipt, the activity declared by d: behind the change
-// changeID (runAddedStep) when changeID is not empty, bare otherwise, as a
+// RegisterWithStepAfterReceipt registers, for the tests of adding a step
+// to a workflow with runs in flight, the order workflow with one more step
+// after the receipt, declared by d: behind the change changeID
+// (pipeline.RunAddedStep) when changeID is not empty, bare otherwise, as a
 // careless change would add it.
 func RegisterWithStepAfterReceipt(r worker.WorkflowRegistry, d step.Declaration, changeID string) {
-	k := step.Keyed[orders.OrderInput, any]{Declaration: d}
-	RegisterWithOpts(r, &WorkflowOpts{then: func(ctx workflow.Context, o *pipeline.Run) error {
-		var out any
-		if changeID == "" {
-			return runStep(ctx, o, k, &out, nil)
+	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in orders.OrderInput) (orders.OrderResult, error) {
+		out, o, err := run(ctx, in, nil)
+		if err != nil {
+			return out, err
 		}
-		return runAddedStep(ctx, o, changeID, k, &out)
-	}})
+		var added any
+		if changeID == "" {
+			err = pipeline.RunStep(ctx, o, d, &added, nil)
+		} else {
+			err = pipeline.RunAddedStep(ctx, o, changeID, d, &added)
+		}
+		if err != nil {
+			return out, err
+		}
+		o.ShowDetails(ctx)
+		return out, nil
+	}, workflow.RegisterOptions{Name: orders.WorkflowName})
 }

@@ -34,16 +34,23 @@ type bundle struct {
 	started *pipelinetest.Started
 }
 
-// setup returns a workflow test environment with the workflow and the
-// activity names registered; tests mock each activity with OnActivity.
+// setup returns a workflow test environment with the workflow and every
+// declared step registered; tests mock the steps they drive with
+// OnActivity, and execute mocks the rest.
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{env: pipelinetest.NewEnv(t)}
-	orderflow.Register(b.env)
-	require.NoError(t, orderflow.RegisterActivities(b.env, nil, nil)) // Named only: tests mock each activity.
+	pipelinetest.Register(t, b.env, nil, orderflow.Pipeline())
 	b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	b.started = pipelinetest.RecordStarted(b.env)
 	return b
+}
+
+// execute runs the order workflow on input, every step the test did not
+// mock succeeding.
+func (b *bundle) execute(input orders.OrderInput) {
+	pipelinetest.MockRest(b.env, orderflow.Pipeline())
+	b.env.ExecuteWorkflow(orders.WorkflowName, input)
 }
 
 func TestHappyPath(t *testing.T) {
@@ -53,7 +60,7 @@ func TestHappyPath(t *testing.T) {
 	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	require.True(t, b.env.IsWorkflowCompleted())
 	require.NoError(t, b.env.GetWorkflowError())
 	var res orders.OrderResult
@@ -80,7 +87,7 @@ func TestDeclineMarksFailedWithoutReceipt(t *testing.T) {
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("card declined", step.ErrTypeCardDeclined, nil)).Once()
 	b.env.OnActivity(ordersteps.NameMarkFailed, mock.Anything, in).Return(markedFailed, nil).Once()
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	require.True(t, b.env.IsWorkflowCompleted())
 	err := b.env.GetWorkflowError()
 	var app *temporal.ApplicationError
@@ -103,7 +110,7 @@ func TestDeclineFailsWithChargeErrorWhenMarkFailedFails(t *testing.T) {
 	b.env.OnActivity(ordersteps.NameMarkFailed, mock.Anything, in).
 		Return(orders.MarkFailedResult{}, temporal.NewNonRetryableApplicationError("order is paid", step.ErrTypeInvalidState, nil)).Once()
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, step.ErrTypeCardDeclined, app.Type())
@@ -118,7 +125,7 @@ func TestChargeNotFoundFailsWithoutMarkFailed(t *testing.T) {
 	b.env.OnActivity(ordersteps.NameCharge, mock.Anything, in).
 		Return(orders.ChargeResult{}, temporal.NewNonRetryableApplicationError("no order", step.ErrTypeNotFound, nil))
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	require.Error(t, b.env.GetWorkflowError())
 	require.NotContains(t, b.started.Names(), "MarkFailed")
 	require.Equal(t, []string{"charge=failed", "mark_paid=skipped", "receipt=skipped"}, pipelinetest.States(t, b.env))
@@ -133,7 +140,7 @@ func TestTransientChargeIsRetried(t *testing.T) {
 	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()
 	b.env.OnActivity(ordersteps.NameSendReceipt, mock.Anything, in).Return(sent, nil).Once()
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	require.NoError(t, b.env.GetWorkflowError())
 	require.Equal(t, []string{"Charge", "Charge", "Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 }
@@ -147,7 +154,7 @@ func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
 	b.env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).
 		Return(orders.MarkPaidResult{}, temporal.NewApplicationError("order is failed", step.ErrTypeInvalidState)).Once()
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
 	require.Equal(t, step.ErrTypeInvalidState, app.Type())
@@ -160,7 +167,7 @@ func TestUnsupportedVersionFailsBeforeAnyActivity(t *testing.T) {
 	future := in
 	future.V = 2
 
-	b.env.ExecuteWorkflow(orders.WorkflowName, future)
+	b.execute(future)
 	require.True(t, b.env.IsWorkflowCompleted())
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
@@ -179,7 +186,7 @@ func TestStatusQueryWhileRunning(t *testing.T) {
 
 	var during []string
 	b.env.RegisterDelayedCallback(func() { during = pipelinetest.States(t, b.env) }, 30*time.Second)
-	b.env.ExecuteWorkflow(orders.WorkflowName, in)
+	b.execute(in)
 	require.NoError(t, b.env.GetWorkflowError())
 	require.Equal(t, []string{"charge=done", "mark_paid=running", "receipt=pending"}, during)
 	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, pipelinetest.States(t, b.env))
@@ -191,10 +198,9 @@ func TestAddedStepRunsInNewRuns(t *testing.T) {
 	t.Parallel()
 	env := pipelinetest.NewEnv(t)
 	orderflow.RegisterWithStepAfterReceipt(env, survey, "send-survey")
-	require.NoError(t, orderflow.RegisterActivities(env, nil, nil))
-	require.NoError(t, step.Register(env, survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
+	require.NoError(t, step.Register(env, append(pipelinetest.Stubs([]pipeline.Spec{orderflow.Pipeline()}, nil), survey.Bind(func(context.Context, orders.OrderInput) (notify.Result, error) {
 		return notify.Result{}, nil
-	})))
+	}))...))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
 	env.OnActivity(ordersteps.NameCharge, mock.Anything, in).Return(charged, nil).Once()
 	env.OnActivity(ordersteps.NameMarkPaid, mock.Anything, in).Return(paid, nil).Once()

@@ -55,7 +55,7 @@ func TestReplay(t *testing.T) {
 	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
 		"testdata/order_receipt_decided_v1.json"} {
 		r := worker.NewWorkflowReplayer()
-		orderflow.Register(r)
+		orderflow.Register(r, nil)
 		require.NoError(t, replay(r, file), file)
 	}
 }

@@ -47,14 +47,18 @@ type mockedRun struct {
 func newMockedRun(t *testing.T, opts *pipeline.Opts) *mockedRun {
 	t.Helper()
 	m := &mockedRun{env: pipelinetest.NewEnv(t)}
-	refundflow.RegisterWithOpts(m.env, opts)
-	var racts *refundsteps.Activities
-	var d *pipeline.Decider
-	require.NoError(t, step.Register(m.env, append(racts.Definitions(), d.Definition())...))
+	pipelinetest.Register(t, m.env, opts, refundflow.Pipeline())
 	m.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: refundIn.WorkflowID()})
 	m.started = pipelinetest.RecordStarted(m.env)
 	m.attention = pipelinetest.RecordAttention(m.env)
 	return m
+}
+
+// execute runs the refund workflow on refundIn, every step the test did
+// not mock succeeding.
+func (m *mockedRun) execute() {
+	pipelinetest.MockRest(m.env, refundflow.Pipeline())
+	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
 }
 
 // An ambiguous refund email waits for a decision instead of failing the
@@ -76,7 +80,7 @@ func TestAmbiguousRefundEmailWaitsForADecision(t *testing.T) {
 	m.env.RegisterDelayedCallback(func() { during, details = pipelinetest.States(t, m.env), pipelinetest.Details(t, m.env) }, time.Hour)
 	decided := pipelinetest.Decide(m.env, pipeline.Decision{Step: refunds.StepEmail, Resolution: effects.ResolveDone, By: "ada",
 		Reason: "found in SendGrid", Result: json.RawMessage(`{"message_id":"msg_1"}`)}, 2*time.Hour)
-	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
+	m.execute()
 
 	require.NoError(t, m.env.GetWorkflowError())
 	require.NoError(t, decided.Err())
@@ -104,7 +108,7 @@ func TestUndecidedRefundFailsAfterTheDecisionTimeout(t *testing.T) {
 	m.env.OnActivity(refundsteps.NameRefundAtStripe, mock.Anything, refundIn).
 		Return(refunds.StripeResult{}, temporal.NewApplicationError("stripe 500", step.ErrTypeTransient))
 
-	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
+	m.execute()
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())
@@ -128,7 +132,7 @@ func TestStripeRefusalFailsTheRefundWithoutWaiting(t *testing.T) {
 	m.env.OnActivity(refundsteps.NameReleaseRefund, mock.Anything, refundIn).
 		Return(refunds.ReleaseResult{AmountMinor: 500, Code: "charge_already_refunded"}, nil).Once()
 
-	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
+	m.execute()
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
 	require.Equal(t, step.ErrTypeProviderRejected, app.Type())
@@ -148,7 +152,7 @@ func TestUndecidedRefundIsNotReleased(t *testing.T) {
 	m.env.OnActivity(refundsteps.NameRefundAtStripe, mock.Anything, refundIn).Return(refunds.StripeResult{},
 		temporal.NewNonRetryableApplicationError("refund_stripe: idempotency_error", step.ErrTypeKeyReused, nil))
 
-	m.env.ExecuteWorkflow(refunds.WorkflowName, refundIn)
+	m.execute()
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, m.env.GetWorkflowError(), &app)
 	require.Equal(t, pipeline.ErrTypeDecisionTimeout, app.Type())

@@ -25,7 +25,7 @@ func TestReplay(t *testing.T) {
 	for _, file := range []string{"testdata/refund_happy.json", "testdata/refund_email_ambiguous_failed.json",
 		"testdata/refund_email_decided_v1.json"} {
 		r := worker.NewWorkflowReplayer()
-		refundflow.Register(r)
+		refundflow.Register(r, nil)
 		require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file), file)
 	}
 }

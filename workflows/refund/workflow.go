@@ -3,12 +3,10 @@
 package refund
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -21,16 +19,19 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// RefundWorkflow refunds part or all of a paid order: Reserve,
-// RefundAtStripe, MarkRefunded and SendRefundEmail, through a pipeline.Run
-// (status query, details, waiting for a decision on an unknown outcome).
+// Register registers the refund workflow with r under refunds.WorkflowName,
+// configured by opts (nil: defaults).
+func Register(r worker.WorkflowRegistry, opts *pipeline.Opts) {
+	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in refunds.RefundInput) (refunds.Result, error) {
+		return refundWorkflow(ctx, in, opts)
+	}, workflow.RegisterOptions{Name: refunds.WorkflowName})
+}
+
+// refundWorkflow refunds part or all of a paid order: Reserve,
+// RefundAtStripe, MarkRefunded and SendRefundEmail, through a pipeline.Run.
 // After Stripe's refusal for good it runs ReleaseRefund and fails with
 // Stripe's error. It returns a non-retryable InvalidInput error for an
 // input that does not Validate, and the first step's error that is final.
-func RefundWorkflow(ctx workflow.Context, in refunds.RefundInput) (refunds.Result, error) {
-	return refundWorkflow(ctx, in, nil)
-}
-
 func refundWorkflow(ctx workflow.Context, in refunds.RefundInput, opts *pipeline.Opts) (refunds.Result, error) {
 	var out refunds.Result
 	if err := in.Validate(); err != nil {
@@ -88,59 +89,18 @@ func runStep[T any](ctx workflow.Context, r *pipeline.Run, k step.Keyed[refunds.
 	return pipeline.RunStep(ctx, r, k.Declaration, out, outcome)
 }
 
-// Register registers RefundWorkflow with r under WorkflowName.
-func Register(r worker.WorkflowRegistry) {
-	r.RegisterWorkflowWithOptions(RefundWorkflow, workflow.RegisterOptions{Name: refunds.WorkflowName})
-}
-
-// RegisterWithOpts registers the refund workflow with r under
-// refunds.WorkflowName, configured by opts (nil: defaults).
-func RegisterWithOpts(r worker.WorkflowRegistry, opts *pipeline.Opts) {
-	var o pipeline.Opts
-	if opts != nil {
-		o = *opts
-	}
-	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in refunds.RefundInput) (refunds.Result, error) {
-		return refundWorkflow(ctx, in, &o)
-	}, workflow.RegisterOptions{Name: refunds.WorkflowName})
-}
-
-// RegisterActivities registers a's steps with r through step.Register;
-// ApplyDecision is registered once per worker, not here.
-func RegisterActivities(r worker.ActivityRegistry, a *steps.Activities) error {
-	return step.Register(r, a.Definitions()...)
-}
-
-// StartOptions returns the options of in's run: the workflow ID derived
-// from the refund, reuse policy ALLOW_DUPLICATE_FAILED_ONLY, the order's
-// TenantID and OrderID search attributes and a summary naming the refund.
+// StartOptions returns the options of in's run, for pipeline.Start: the
+// workflow ID derived from the refund, reuse policy
+// ALLOW_DUPLICATE_FAILED_ONLY, the order's TenantID and OrderID search
+// attributes (a search for an order finds its refunds) and a summary.
 func StartOptions(in refunds.RefundInput, taskQueue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       in.WorkflowID(),
 		TaskQueue:                taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrTenantID).ValueSet(in.TenantID),
+		TypedSearchAttributes: temporal.NewSearchAttributes(pipeline.SearchAttrTenantID.ValueSet(in.TenantID),
 			temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrOrderID).ValueSet(in.OrderID)),
 		StaticSummary: "refund " + in.RefundID + " of order " + in.OrderID,
 	}
-}
-
-// Start starts in's refund on taskQueue and returns its run: a new one,
-// the one going, or the one that already succeeded. It returns an error
-// wrapping step.ErrInvalidInput (or the key's) for a bad input.
-func Start(ctx context.Context, c client.Client, in refunds.RefundInput, taskQueue string) (client.WorkflowRun, error) {
-	if err := in.Validate(); err != nil {
-		return nil, fmt.Errorf("start refund %s: %w", in.WorkflowID(), err)
-	}
-	run, err := c.ExecuteWorkflow(ctx, StartOptions(in, taskQueue), refunds.WorkflowName, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
-		return c.GetWorkflow(ctx, in.WorkflowID(), started.RunId), nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start refund %s: %w", in.WorkflowID(), err)
-	}
-	return run, nil
 }

@@ -1,4 +1,4 @@
-package pgbatch_test
+package effects_test
 
 import (
 	"context"
@@ -6,19 +6,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/internal/dbtest"
-	"github.com/keyedhq/keyed/internal/pgbatch"
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
 )
 
-func TestDeleteRunsBatchesUntilAShortOne(t *testing.T) {
+func TestDeleteInBatchesRunsBatchesUntilAShortOne(t *testing.T) {
 	t.Parallel()
-	pool := dbtest.NewPool(t)
+	pool := effectstest.NewPool(t)
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `CREATE TABLE things (id int PRIMARY KEY, old bool NOT NULL);
 		INSERT INTO things SELECT g, g <= 25 FROM generate_series(1, 40) g`)
 	require.NoError(t, err)
 
-	n, err := pgbatch.Delete(ctx, pool, 10,
+	n, err := effects.DeleteInBatches(ctx, pool, 10,
 		`DELETE FROM things WHERE id IN (SELECT id FROM things WHERE old = $1 LIMIT $2)`, true)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
@@ -26,6 +26,6 @@ func TestDeleteRunsBatchesUntilAShortOne(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM things`).Scan(&left))
 	require.Equal(t, 15, left, "only old rows go")
 
-	_, err = pgbatch.Delete(ctx, pool, 10, `DELETE FROM nowhere LIMIT $2`, true)
+	_, err = effects.DeleteInBatches(ctx, pool, 10, `DELETE FROM nowhere LIMIT $2`, true)
 	require.Error(t, err)
 }

@@ -1,4 +1,4 @@
-package order_test
+package workflows_test
 
 import (
 	"flag"
@@ -9,18 +9,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	ordersteps "github.com/keyedhq/keyed/activities/order"
-	refundsteps "github.com/keyedhq/keyed/activities/refund"
-	orderflow "github.com/keyedhq/keyed/workflows/order"
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
+	"github.com/keyedhq/keyed/workflows"
 )
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite README's table of declarations from orderflow.Declarations")
+var updateREADME = flag.Bool("update-readme", false, "rewrite README's table of declarations from the pipelines' declarations")
 
 // readmeSection returns the README's section that starts with heading, up
 // to the next section of the same level.
 func readmeSection(t *testing.T, heading string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	_, sec, ok := strings.Cut(string(b), "\n"+heading+"\n")
 	require.True(t, ok, "README has no %q", heading)
@@ -44,12 +44,21 @@ func goBlocks(sec string) []string {
 	return blocks
 }
 
-// declarationsTable renders orderflow.Declarations as the README's table.
+// declarations returns every pipeline's declared steps, then ApplyDecision.
+func declarations() []step.Declaration {
+	var out []step.Declaration
+	for _, s := range workflows.Pipelines() {
+		out = append(out, s.Steps...)
+	}
+	return append(out, pipeline.DeclDecision)
+}
+
+// declarationsTable renders declarations as the README's table.
 func declarationsTable() string {
 	var b strings.Builder
 	b.WriteString("| activity | effect class | key step | delivery policy | per attempt | heartbeat | all attempts |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, d := range orderflow.Declarations() {
+	for _, d := range declarations() {
 		o := d.ActivityOptions("")
 		policy, hb := string(d.Policy), o.HeartbeatTimeout.String()
 		if policy == "" {
@@ -65,7 +74,7 @@ func declarationsTable() string {
 }
 
 // TestREADMEListsTheDeclarations checks README's table of the declared
-// activities against orderflow.Declarations; with -update-readme it rewrites it.
+// activities against the pipelines' declarations; with -update-readme it rewrites it.
 func TestREADMEListsTheDeclarations(t *testing.T) {
 	t.Parallel()
 	sec := readmeSection(t, "## Adding a keyed activity")
@@ -73,12 +82,12 @@ func TestREADMEListsTheDeclarations(t *testing.T) {
 	require.True(t, ok, "README's section has no <!-- declarations --> table")
 	table, _, _ = strings.Cut(table, "<!-- /declarations -->")
 	if *updateREADME && table != declarationsTable() {
-		b, err := os.ReadFile("../../README.md")
+		b, err := os.ReadFile("../README.md")
 		require.NoError(t, err)
 		marked := "<!-- declarations -->\n" + table + "<!-- /declarations -->"
 		require.Equal(t, 1, strings.Count(string(b), marked))
 		b = []byte(strings.Replace(string(b), marked, "<!-- declarations -->\n"+declarationsTable()+"<!-- /declarations -->", 1))
-		require.NoError(t, os.WriteFile("../../README.md", b, 0o644))
+		require.NoError(t, os.WriteFile("../README.md", b, 0o644))
 		return
 	}
 	require.Equal(t, declarationsTable(), table, "README's table of declarations; run go test ./workflows/ -run TestREADME -update-readme")
@@ -90,7 +99,7 @@ func outcomesTable() string {
 	var b strings.Builder
 	b.WriteString("  | step | `result` with `done` |\n")
 	b.WriteString("  | --- | --- |\n")
-	for _, d := range append(ordersteps.Declarations(), refundsteps.Declarations()...) {
+	for _, d := range declarations()[:len(declarations())-1] {
 		fmt.Fprintf(&b, "  | `%s` | `%s` |\n", d.Step, d.Outcome.Shape())
 	}
 	return b.String()
@@ -101,7 +110,7 @@ func outcomesTable() string {
 // Outcome.
 func TestREADMEListsTheOutcomes(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	_, table, ok := strings.Cut(string(b), "<!-- outcomes -->\n")
 	require.True(t, ok, "README has no <!-- outcomes --> table")
@@ -119,7 +128,7 @@ func TestREADMEExampleIsCompiled(t *testing.T) {
 	for _, c := range []struct {
 		block int
 		file  string
-	}{{0, "../../activities/order/example_survey_test.go"}, {2, "order.go"}, {3, "../../activities/order/example_test.go"}} {
+	}{{0, "../activities/order/example_survey_test.go"}, {2, "../pipeline/run.go"}, {3, "../activities/order/example_test.go"}} {
 		src, err := os.ReadFile(c.file)
 		require.NoError(t, err)
 		require.Contains(t, string(src), blocks[c.block], "README's block %d is not in %s", c.block, c.file)

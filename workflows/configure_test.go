@@ -1,4 +1,4 @@
-package order_test
+package workflows_test
 
 import (
 	"context"
@@ -6,27 +6,31 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
-	orderflow "github.com/keyedhq/keyed/workflows/order"
+	"github.com/keyedhq/keyed/workflows"
 )
 
-// A refund run started from the outbox gets its order's search attributes
+// The relay's dispatch (pipeline.Configure over the registered pipelines):
+// a refund run started from the outbox gets its order's search attributes
 // and a summary with its amount; a refund row that does not decode is
 // refused for good.
 func TestConfigureOutboxStartGivesRefundsASummary(t *testing.T) {
 	t.Parallel()
-	configure := orderflow.ConfigureOutboxStart(nil)
+	configure := pipeline.Configure(workflows.Pipelines(), nil)
 	req, err := refunds.StartRequest(refunds.NewInput("acme", "9f3a", "r1", 500, "damaged"), "usd")
 	require.NoError(t, err)
 	var o client.StartWorkflowOptions
 	require.NoError(t, configure(context.Background(), req, &o))
 	require.Equal(t, "refund r1 of order 9f3a · 5.00 USD", o.StaticSummary)
-	tenant, ok := o.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrTenantID)
+	tenant, ok := o.TypedSearchAttributes.GetKeyword(pipeline.SearchAttrTenantID)
 	require.True(t, ok)
 	require.Equal(t, "acme", tenant)
-	order, ok := o.TypedSearchAttributes.GetKeyword(orderflow.SearchAttrOrderID)
+	order, ok := o.TypedSearchAttributes.GetKeyword(temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrOrderID))
 	require.True(t, ok)
 	require.Equal(t, "9f3a", order)
 
