@@ -3,7 +3,7 @@ package orders
 import "github.com/keyedhq/keyed/step"
 
 // The Validate methods check an outcome an operator gives a step with a
-// "done" decision (step.DecodeOutcome calls them), naming every problem.
+// "done" decision (step.OutcomeOf calls them), naming every problem.
 
 // Validate checks a charge's outcome: a Stripe PaymentIntent ID (pi_…),
 // status succeeded, a positive amount and a currency.

@@ -215,7 +215,7 @@ func (r *Run) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
 		WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 	}
 	var res DecisionResult
-	actx := workflow.WithActivityOptions(ctx, DecisionActivityOptions(s.EffectKey))
+	actx := workflow.WithActivityOptions(ctx, decisionActivityOptions(s.EffectKey))
 	if err := workflow.ExecuteActivity(actx, NameApplyDecision, in).Get(ctx, &res); err != nil {
 		return res, refusal(err)
 	}

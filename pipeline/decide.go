@@ -19,8 +19,8 @@ import (
 // Decision.
 const NameApplyDecision = "ApplyDecision"
 
-// StepDecision is ApplyDecision's step; it has no effect key of its own.
-const StepDecision = "decision"
+// stepDecision is ApplyDecision's step; it has no effect key of its own.
+const stepDecision = "decision"
 
 // DecisionInput is ApplyDecision's input. WorkflowID and RunID are empty
 // for a decision applied outside a run; Via then says how it came, for the
@@ -40,12 +40,12 @@ type DecisionInput struct {
 
 // DeclDecision declares ApplyDecision: an absolute write of the decided
 // step's record, retried for a few minutes.
-var DeclDecision = step.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
+var DeclDecision = step.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: stepDecision,
 	Options: step.Options{ScheduleToClose: 5 * time.Minute}}
 
-// DecisionActivityOptions returns ApplyDecision's options for the record
+// decisionActivityOptions returns ApplyDecision's options for the record
 // of key.
-func DecisionActivityOptions(key string) workflow.ActivityOptions {
+func decisionActivityOptions(key string) workflow.ActivityOptions {
 	o := DeclDecision.ActivityOptions(key)
 	o.Summary = "apply decision · effect " + key
 	return o
@@ -55,8 +55,8 @@ func DecisionActivityOptions(key string) workflow.ActivityOptions {
 // (a *RefusedError). Non-retryable; a waiting run keeps waiting.
 const ErrTypeDecisionRefused = "DecisionRefused"
 
-// VerifyTimeout bounds one Verify; past it the record could not be read.
-const VerifyTimeout = 15 * time.Second
+// verifyTimeout bounds one Verify; past it the record could not be read.
+const verifyTimeout = 15 * time.Second
 
 // Decider applies operators' decisions; its ApplyDecision is the activity
 // the UpdateDecide update runs. A worker registers it once, made with every
@@ -75,7 +75,7 @@ func NewDecider(claims *effects.Client, defs ...step.Definition) (*Decider, erro
 	}
 	steps := make(map[string]step.Definition, len(defs))
 	for _, def := range defs {
-		if def.Step == StepDecision {
+		if def.Step == stepDecision {
 			continue
 		}
 		if prev, ok := steps[def.Step]; ok {
@@ -215,7 +215,7 @@ func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput
 	}
 	verr := step.Unverifiable("no check of step %q against its provider is registered with this Decider", in.Step)
 	if known && def.Verify != nil {
-		vctx, cancel := context.WithTimeout(ctx, VerifyTimeout)
+		vctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 		verr = def.Verify(vctx, key, outcome)
 		cancel()
 	}

@@ -49,7 +49,7 @@ type Spec struct {
 	// nil. An error wrapping outbox.ErrInvalid means the row never starts.
 	Configure func(ctx context.Context, db effects.DB, req outbox.Request, o *client.StartWorkflowOptions) error
 	// SearchAttributes lists the search attributes its runs set besides
-	// the framework's (FrameworkSearchAttributes).
+	// the framework's (frameworkSearchAttributes).
 	SearchAttributes []SearchAttribute
 	// Final, if set, reports whether the failed run workflowID ended for
 	// good (its business outcome is final, such as a declined order), so
@@ -64,16 +64,16 @@ type SearchAttribute struct {
 	Type string
 }
 
-// FrameworkSearchAttributes returns the search attributes every pipeline's
+// frameworkSearchAttributes returns the search attributes every pipeline's
 // runs set: the tenant and the attention marker.
-func FrameworkSearchAttributes() []SearchAttribute {
+func frameworkSearchAttributes() []SearchAttribute {
 	return []SearchAttribute{{SearchAttrTenantIDName, "Keyword"}, {SearchAttrAttentionName, "Keyword"}}
 }
 
 // SearchAttributes returns the framework's search attributes and every
 // spec's, each once, in that order.
 func SearchAttributes(specs []Spec) []SearchAttribute {
-	out := FrameworkSearchAttributes()
+	out := frameworkSearchAttributes()
 	for _, s := range specs {
 		for _, sa := range s.SearchAttributes {
 			if !slices.Contains(out, sa) {

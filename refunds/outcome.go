@@ -8,7 +8,7 @@ import (
 )
 
 // The Validate methods of the refund steps' outcomes check an outcome an
-// operator gives with a "done" decision (step.DecodeOutcome calls
+// operator gives with a "done" decision (step.OutcomeOf calls
 // them), as orders' do for the order steps. Each error names every problem.
 
 // Validate checks a reserve's outcome: the reserved amount and currency,

@@ -21,10 +21,10 @@ const (
 	// HeartbeatTimeout is how long a provider call may go without a
 	// heartbeat before Temporal retries it on another worker.
 	HeartbeatTimeout = 15 * time.Second
-	// StepScheduleToClose is how long a step keeps retrying transient
+	// stepScheduleToClose is how long a step keeps retrying transient
 	// failures: long enough to ride out a Postgres restart, a provider
 	// outage of several minutes and SendGrid's indexing lag.
-	StepScheduleToClose = 30 * time.Minute
+	stepScheduleToClose = 30 * time.Minute
 
 	externalStartToClose = time.Minute      // a provider call: a 30s request, the claim, the record
 	databaseStartToClose = 30 * time.Second // a write: one transaction, no heartbeat
@@ -36,10 +36,10 @@ const (
 // the worker accepts.
 const RecordHorizon = 24 * time.Hour
 
-// RetryPolicy returns the retry policy of every step: backoff from 1s
+// retryPolicy returns the retry policy of every step: backoff from 1s
 // doubling up to 30s, attempts bounded by the schedule-to-close timeout, no
 // retry of the terminal error types (NonRetryableErrorTypes).
-func RetryPolicy() *temporal.RetryPolicy {
+func retryPolicy() *temporal.RetryPolicy {
 	return &temporal.RetryPolicy{
 		InitialInterval:        time.Second,
 		BackoffCoefficient:     2,
@@ -97,16 +97,16 @@ type Declaration struct {
 }
 
 // ActivityOptions returns the Temporal activity options of d for the effect
-// key key: RetryPolicy for up to StepScheduleToClose; one minute per
+// key key: the retry policy below for up to 30 minutes; one minute per
 // attempt and HeartbeatTimeout for external creates and sends; 30 seconds
 // and no heartbeat for writes; then d.Options. The Summary names the step
 // and the key.
 func (d Declaration) ActivityOptions(key string) workflow.ActivityOptions {
 	o := workflow.ActivityOptions{
-		ScheduleToCloseTimeout: StepScheduleToClose,
+		ScheduleToCloseTimeout: stepScheduleToClose,
 		StartToCloseTimeout:    externalStartToClose,
 		HeartbeatTimeout:       HeartbeatTimeout,
-		RetryPolicy:            RetryPolicy(),
+		RetryPolicy:            retryPolicy(),
 		Summary:                d.Step + " · effect " + key,
 	}
 	if d.Class == effects.ClassAbsoluteWrite || d.Class == effects.ClassRelativeWrite {

@@ -82,8 +82,10 @@ func TestActivityOptionsFollowTheClass(t *testing.T) {
 		d := step.Declaration{Name: "X", Class: class, Step: "x"}
 		o := d.ActivityOptions("acme:t:1:x")
 		require.Equal(t, "x · effect acme:t:1:x", o.Summary)
-		require.Equal(t, step.StepScheduleToClose, o.ScheduleToCloseTimeout)
-		require.Equal(t, step.RetryPolicy(), o.RetryPolicy)
+		require.Equal(t, 30*time.Minute, o.ScheduleToCloseTimeout, "a step retries for up to 30 minutes")
+		require.Equal(t, time.Second, o.RetryPolicy.InitialInterval)
+		require.InDelta(t, 2.0, o.RetryPolicy.BackoffCoefficient, 0)
+		require.Equal(t, 30*time.Second, o.RetryPolicy.MaximumInterval)
 		require.Zero(t, o.RetryPolicy.MaximumAttempts, "attempts are bounded by time, not by a count")
 		require.ElementsMatch(t, step.NonRetryableErrorTypes(), o.RetryPolicy.NonRetryableErrorTypes)
 		switch class {
@@ -107,7 +109,7 @@ func TestActivityOptionsFollowTheClass(t *testing.T) {
 func TestRetryWindow(t *testing.T) {
 	t.Parallel()
 	o := step.Declaration{Name: "X", Class: effects.ClassExternalCreate, Step: "x"}.ActivityOptions("")
-	require.Equal(t, step.StepScheduleToClose, step.RetryWindow(o), "unbounded attempts: the schedule-to-close")
+	require.Equal(t, 30*time.Minute, step.RetryWindow(o), "unbounded attempts: the schedule-to-close")
 	capped := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: &temporal.RetryPolicy{
 		MaximumAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute}}
 	require.Equal(t, 3*time.Minute+3*time.Second, step.RetryWindow(capped), "three attempts and two backoffs")

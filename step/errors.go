@@ -158,9 +158,9 @@ func NonRetryableErrorTypes() []string {
 	return types
 }
 
-// CodeOf returns the code an effect record stores for errType, and
+// codeOf returns the code an effect record stores for errType, and
 // CodeTerminal for a type the table does not know.
-func CodeOf(errType string) string {
+func codeOf(errType string) string {
 	if k, ok := kindOfType(errType); ok {
 		return k.code
 	}
@@ -191,8 +191,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// Code returns the code stored with the failed effect (CodeOf(e.Type)).
-func (e *Error) Code() string { return CodeOf(e.Type) }
+// Code returns the code stored with the failed effect (codeOf(e.Type)).
+func (e *Error) Code() string { return codeOf(e.Type) }
 
 // Unwrap returns the sentinel of the failure's type, or nil.
 func (e *Error) Unwrap() error {
@@ -247,10 +247,10 @@ func ErrorType(err error) (errType string, retry bool) {
 	return ErrTypeTerminal, false
 }
 
-// OperatorMessage returns the one line an operator reads for err of type
+// operatorMessage returns the one line an operator reads for err of type
 // errType: err's text on one line without repeated parts, then what
 // happens next.
-func OperatorMessage(errType string, err error) string {
+func operatorMessage(errType string, err error) string {
 	what := "not retried"
 	if k, ok := kindOfType(errType); ok {
 		what = k.todo
@@ -280,7 +280,7 @@ func (e *inProcess) Error() string   { return "" }
 func (e *inProcess) Unwrap() []error { return []error{e.err} }
 
 // ToTemporal turns a step's error into the one an activity returns: an
-// application error of ErrorType's type with OperatorMessage as its
+// application error of ErrorType's type with operatorMessage as its
 // message, retryable only for transient failures, with err reachable
 // through errors.Is and errors.As. Nil and application errors pass as they
 // are.
@@ -293,7 +293,7 @@ func ToTemporal(err error) error {
 		return err
 	}
 	errType, retry := ErrorType(err)
-	msg := OperatorMessage(errType, err)
+	msg := operatorMessage(errType, err)
 	if retry {
 		return temporal.NewApplicationErrorWithCause(msg, errType, &inProcess{err})
 	}

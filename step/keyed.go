@@ -63,13 +63,13 @@ func (k Keyed[In, T]) Bind(fn func(context.Context, In) (T, error)) Definition {
 func (k Keyed[In, T]) Define(fn func(context.Context, In) (T, error), verify func(ctx context.Context, key effects.Key, outcome T) error) Definition {
 	def := k.Bind(fn)
 	if verify != nil {
-		def.Verify = k.Verifier(verify)
+		def.Verify = k.verifier(verify)
 	}
 	return def
 }
 
-// Verifier adapts fn, which checks the step's outcome as a T, to a Verify.
-func (k Keyed[In, T]) Verifier(fn func(ctx context.Context, key effects.Key, outcome T) error) Verify {
+// verifier adapts fn, which checks the step's outcome as a T, to a Verify.
+func (k Keyed[In, T]) verifier(fn func(ctx context.Context, key effects.Key, outcome T) error) Verify {
 	return func(ctx context.Context, key effects.Key, outcome any) error {
 		v, ok := outcome.(T)
 		if !ok {

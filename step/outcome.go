@@ -13,7 +13,7 @@ import (
 // Outcome is a step's rule for the outcome an operator gives it with a
 // "done" decision: the JSON the step would have stored had it finished.
 type Outcome interface {
-	// Decode strictly decodes and validates result (DecodeOutcome).
+	// Decode strictly decodes and validates result (decodeOutcome).
 	Decode(result json.RawMessage) (any, error)
 	// Shape is the outcome's JSON object with placeholder values, for
 	// messages.
@@ -32,15 +32,15 @@ func OutcomeOf[T any]() Outcome { return outcomeOf[T]{} }
 
 type outcomeOf[T any] struct{}
 
-func (outcomeOf[T]) Decode(result json.RawMessage) (any, error) { return DecodeOutcome[T](result) }
+func (outcomeOf[T]) Decode(result json.RawMessage) (any, error) { return decodeOutcome[T](result) }
 
 func (outcomeOf[T]) Shape() string { return shapeOf(reflect.TypeFor[T]()) }
 
-// DecodeOutcome decodes result into a T strictly (one JSON value, not null,
+// decodeOutcome decodes result into a T strictly (one JSON value, not null,
 // no unknown field, each field of its JSON type) and validates it when T or
 // *T is a Validator. The error, for an operator, starts with "result" and
 // names T's shape, never Go's type names.
-func DecodeOutcome[T any](result json.RawMessage) (T, error) {
+func decodeOutcome[T any](result json.RawMessage) (T, error) {
 	var out T
 	shape := OutcomeOf[T]().Shape()
 	raw := bytes.TrimSpace(result)

@@ -37,11 +37,11 @@ func TestDecodeOutcomeIsStrict(t *testing.T) {
 			`amount_minor 0 is not an amount in minor units (a positive whole number)`,
 		`{"payment_intent_id":"pi_1/../x","amount_minor":1}`: `payment_intent_id "pi_1/../x" is not a Stripe PaymentIntent ID`,
 	} {
-		_, err := step.DecodeOutcome[charge](json.RawMessage(result))
+		_, err := step.OutcomeOf[charge]().Decode(json.RawMessage(result))
 		require.ErrorContains(t, err, want, result)
 		require.NotContains(t, err.Error(), "step_test.", "no Go names: %v", err)
 	}
-	got, err := step.DecodeOutcome[charge](json.RawMessage(`{"payment_intent_id":"pi_1","amount_minor":2500}`))
+	got, err := step.OutcomeOf[charge]().Decode(json.RawMessage(`{"payment_intent_id":"pi_1","amount_minor":2500}`))
 	require.NoError(t, err)
 	require.Equal(t, charge{PaymentIntentID: "pi_1", AmountMinor: 2500}, got)
 	decl := step.Declare[ticket, charge](step.Declaration{Name: "Refund", Step: "refund"})

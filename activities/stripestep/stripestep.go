@@ -29,12 +29,12 @@ const (
 	MetadataTenantID  = "tenant_id"
 )
 
-// DefaultTimeout bounds one Stripe request when NewClient gets no HTTP client.
-const DefaultTimeout = 30 * time.Second
+// defaultTimeout bounds one Stripe request when NewClient gets no HTTP client.
+const defaultTimeout = 30 * time.Second
 
 // NewClient returns a Stripe client whose requests go to apiBase (empty
 // means stripe.APIURL) through httpClient (nil means one with
-// DefaultTimeout). It never retries by itself: Temporal retries the step
+// defaultTimeout). It never retries by itself: Temporal retries the step
 // with the same idempotency key. It returns an error for an empty key or
 // an apiBase that is not an http(s) URL.
 func NewClient(secretKey, apiBase string, httpClient *http.Client) (*stripeclient.API, error) {
@@ -49,7 +49,7 @@ func NewClient(secretKey, apiBase string, httpClient *http.Client) (*stripeclien
 		return nil, fmt.Errorf("stripestep: NewClient: API base %q is not an http(s) URL", apiBase)
 	}
 	if httpClient == nil {
-		httpClient = &http.Client{Timeout: DefaultTimeout}
+		httpClient = &http.Client{Timeout: defaultTimeout}
 	}
 	backend := func(t stripe.SupportedBackend, base *string) stripe.Backend {
 		return stripe.GetBackendWithConfig(t, &stripe.BackendConfig{
@@ -131,9 +131,9 @@ func LookupError(what string, err error) error {
 	return step.Unverifiable("%v", Error("look up "+what+" at Stripe", err))
 }
 
-// KeyQuery is the Stripe search query for objects whose metadata effect_key
+// keyQuery is the Stripe search query for objects whose metadata effect_key
 // is key, with the search syntax's quote and backslash escaped.
-func KeyQuery(key effects.Key) string {
+func keyQuery(key effects.Key) string {
 	return "metadata['" + MetadataEffectKey + "']:'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(key.String()) + "'"
 }
 
@@ -141,7 +141,7 @@ func KeyQuery(key effects.Key) string {
 // key for which match returns true, or nil. Stripe's index lags creation by
 // up to a minute. Errors are Error's.
 func FindCharge(ctx context.Context, api *stripeclient.API, key effects.Key, match func(*stripe.PaymentIntent) (bool, error)) (*stripe.PaymentIntent, error) {
-	it := api.PaymentIntents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: KeyQuery(key), Context: ctx}})
+	it := api.PaymentIntents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: keyQuery(key), Context: ctx}})
 	for it.Next() {
 		pi := it.PaymentIntent()
 		if pi.Metadata[MetadataEffectKey] != key.String() {

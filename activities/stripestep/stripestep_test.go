@@ -7,7 +7,6 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/keyedhq/keyed/activities/stripestep"
-	"github.com/keyedhq/keyed/effects"
 )
 
 // Code reads back the code Error wrote into its message, for each shape of
@@ -27,15 +26,6 @@ func TestCodeReadsErrorsMessage(t *testing.T) {
 		require.Equal(t, tc.want, stripestep.Code(err.Error()), err.Error())
 	}
 	require.Empty(t, stripestep.Code("ProviderRejected: Stripe refund re_1 is failed (expired_or_canceled_card)"))
-}
-
-// KeyQuery escapes the search syntax's quote and backslash, so that a key
-// cannot end the quoted value (effect keys allow neither today).
-func TestKeyQueryEscapes(t *testing.T) {
-	t.Parallel()
-	k, err := effects.NewKey("acme", "order", "9f3a", "charge")
-	require.NoError(t, err)
-	require.Equal(t, `metadata['effect_key']:'acme:order:9f3a:charge'`, stripestep.KeyQuery(k))
 }
 
 func TestNewClientValidates(t *testing.T) {
