@@ -49,7 +49,7 @@ type Spec struct {
 	// nil. An error wrapping outbox.ErrInvalid means the row never starts.
 	Configure func(ctx context.Context, db effects.DB, req outbox.Request, o *client.StartWorkflowOptions) error
 	// SearchAttributes lists the search attributes its runs set besides
-	// the framework's (frameworkSearchAttributes).
+	// the framework's (the tenant and KeyedAttention).
 	SearchAttributes []SearchAttribute
 	// Final, if set, reports whether the failed run workflowID ended for
 	// good (its business outcome is final, such as a declined order), so
