@@ -29,8 +29,8 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -199,7 +199,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// The worker relay's own starter, on a task queue no worker polls: the
 	// run exists in Temporal, which is what these tests count, and nothing
 	// executes it.
-	b.starter = &countingStarter{next: fxapp.TemporalStarter(c, nil, &workflows.StartOpts{TaskQueue: b.taskQueue}), calls: map[string]int{}}
+	b.starter = &countingStarter{next: pipeline.Starter(c, nil, b.taskQueue, workflows.Pipelines()), calls: map[string]int{}}
 	return b
 }
 

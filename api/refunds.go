@@ -11,11 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Route patterns of refunds, as they appear in the "route" metric label.
@@ -325,14 +325,14 @@ func setRefundState(v *RefundView, ref refunds.Refund) {
 }
 
 // codeProviderRejected is the code of a step Stripe refused.
-var codeProviderRejected = (&activities.Error{Type: activities.ErrTypeProviderRejected}).Code()
+var codeProviderRejected = step.CodeProviderRejected
 
 // unknownOutcome reports whether a failed record's code says its outcome
 // is unknown (Ambiguous, KeyReused), so that its run waits for an
 // operator's decision (as package pipeline decides) instead of failing.
 func unknownOutcome(code string) bool {
-	typ, _ := activities.ErrorType(&effects.TerminalError{Code: code})
-	return typ == activities.ErrTypeAmbiguous || typ == activities.ErrTypeKeyReused
+	typ, _ := step.ErrorType(&effects.TerminalError{Code: code})
+	return typ == step.ErrTypeAmbiguous || typ == step.ErrTypeKeyReused
 }
 
 // startOf returns the tenant's view of the workflow's start, or nil when

@@ -117,7 +117,7 @@ func TestComposePortsAndImages(t *testing.T) {
 func TestSearchAttributesMatchTheDevServer(t *testing.T) {
 	t.Parallel()
 	var want []string
-	for _, sa := range devserver.SearchAttributes {
+	for _, sa := range devserver.SearchAttributes() {
 		name, typ, ok := strings.Cut(sa, "=")
 		require.True(t, ok, sa)
 		require.Equal(t, "Keyword", typ, "the scripts create Keyword attributes only; %s needs another", sa)

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
@@ -145,7 +145,7 @@ func describedNames(t *testing.T) map[string]bool {
 	// reconcile registers its collectors in New; the clients are not used.
 	fxc, err := effects.NewClient(dummyDB{}, nil)
 	require.NoError(t, err)
-	sc, err := activities.NewStripeClient("sk_test_describe", "http://127.0.0.1:1", nil)
+	sc, err := stripestep.NewClient("sk_test_describe", "http://127.0.0.1:1", nil)
 	require.NoError(t, err)
 	_, err = reconcile.New(fxc, dummyDB{}, sc, &reconcile.Opts{Registerer: d})
 	require.NoError(t, err)

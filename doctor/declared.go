@@ -3,70 +3,42 @@ package doctor
 import (
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
 )
 
 // Activity is a declared activity as the checks see it: its name, effect
-// class and key step, the workflow that runs it, the options the workflow
-// runs it with, and the shape of its effect keys.
+// class and key step, the workflow that runs it ("" for ApplyDecision,
+// which every workflow runs), its options, and the shape of its effect
+// keys ("" for ApplyDecision, which claims no key of its own), such as
+// "{tenant}:order:{order}:charge".
 type Activity struct {
-	Name  string
-	Class effects.Class
-	Step  string
-	// Workflow is the registered name of the workflow that runs it, such as
-	// orders.WorkflowName: the suppression check reads the histories of its
-	// recent runs. Empty means the order workflow.
+	Name     string
+	Class    effects.Class
+	Step     string
 	Workflow string
 	Options  workflow.ActivityOptions
-	// KeyShape is the shape of its effect keys, with {tenant}, {order} and
-	// {refund_id} standing for any part, such as
-	// "{tenant}:order:{order}:charge"; empty for an activity that claims no
-	// key of its own (ApplyDecision).
 	KeyShape string
 }
 
-// keyer derives a pipeline's effect keys: its workflow input.
-type keyer interface {
-	EffectKey(step string) (effects.Key, error)
-}
-
-// Declared returns every activity a worker registers, with its resolved
-// options: the order pipeline's (workflows.Declarations), whose keys are
-// "{tenant}:order:{order}:<step>", then the refund pipeline's
-// (refunds.Declarations), whose keys are
-// "{tenant}:order:{order}:refund:{refund_id}:<step>". It is the one adapter
-// between doctor and the declarations in packages activities, workflows and
-// refunds.
-func Declared() []Activity {
-	order := orders.NewOrderInput("{tenant}", "{order}")
-	refund := refunds.NewInput("{tenant}", "{order}", "{refund_id}", 0, "")
-	out := declared(workflows.Declarations(), orders.WorkflowName, order)
-	return append(out, declared(refunds.Declarations(), refunds.WorkflowName, refund)...)
-}
-
-// declared returns the Activities of one pipeline's declarations, run by
-// the workflow named wf, whose key shapes placeholder derives.
-func declared(decls []activities.Declaration, wf string, placeholder keyer) []Activity {
-	out := make([]Activity, 0, len(decls))
-	for _, d := range decls {
-		act := Activity{Name: d.Name, Class: d.Class, Step: d.Step, Workflow: wf, Options: d.ActivityOptions("")}
-		if d.Step != pipeline.StepDecision {
-			act.KeyShape = keyShape(placeholder, d.Step)
+// Declared returns every activity a worker of specs registers: each
+// spec's steps, with key shapes from its Placeholder, then ApplyDecision.
+func Declared(specs []pipeline.Spec) []Activity {
+	var out []Activity
+	for _, s := range specs {
+		for _, d := range s.Steps {
+			out = append(out, Activity{Name: d.Name, Class: d.Class, Step: d.Step, Workflow: s.Workflow,
+				Options: d.ActivityOptions(""), KeyShape: keyShape(s.Placeholder, d.Step)})
 		}
-		out = append(out, act)
 	}
-	return out
+	d := pipeline.DeclDecision
+	return append(out, Activity{Name: d.Name, Class: d.Class, Step: d.Step, Options: d.ActivityOptions("")})
 }
 
 // keyShape returns the shape of a step's effect keys, with placeholder's
 // IDs for the parts that vary; for a step that cannot end a key (which
 // Register refuses), a shape no key matches.
-func keyShape(placeholder keyer, step string) string {
+func keyShape(placeholder pipeline.Keyer, step string) string {
 	k, err := placeholder.EffectKey(step)
 	if err != nil {
 		return "{tenant}:…:" + step

@@ -19,7 +19,7 @@
 //     production), the Idempotency-Key retention against the published 24
 //     hours, and the outbox's retention against the relay's longest
 //     backoff.
-//   - CheckSearchAttributes: TenantID, OrderID and KeyedAttention are
+//   - CheckSearchAttributes: the pipelines' search attributes are
 //     registered on the namespace with their types.
 //   - CheckPool: the worker's database pool against what its activity
 //     slots, relay, listener and prune need (Opts.Pool).
@@ -52,8 +52,9 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // Status is a check's verdict.
@@ -152,8 +153,9 @@ type Deps struct {
 }
 
 // RetentionCheck is fxapp.CheckRetention's signature: it returns an error
-// saying why retention is too short, or the error of DescribeNamespace.
-type RetentionCheck func(ctx context.Context, c client.Client, namespace string, retention, decisionTimeout time.Duration) error
+// saying why retention is too short for runs as long as longestRun
+// (retries and the decision timeout), or the error of DescribeNamespace.
+type RetentionCheck func(ctx context.Context, c client.Client, namespace string, retention, longestRun time.Duration) error
 
 // PoolSizing is the worker's database pool as configured, next to what it
 // needs (fxapp.PoolNeeds).
@@ -174,7 +176,11 @@ type Opts struct {
 	Checks []string
 	// Namespace is the Temporal namespace the order runs live in. Required.
 	Namespace string
-	// Activities are the declared activities. Nil means Declared().
+	// Pipelines are the deployment's pipelines. Nil means
+	// workflows.Pipelines().
+	Pipelines []pipeline.Spec
+	// Activities are the declared activities. Nil means
+	// Declared(Pipelines).
 	Activities []Activity
 	// Window is how far back records and runs are read. Zero means 7 days.
 	Window time.Duration
@@ -201,10 +207,9 @@ type Opts struct {
 	// effects.DefaultLease.
 	ClaimLease time.Duration
 
-	// SearchAttributes lists "Name=Type" pairs that must be registered.
-	// Nil means devserver.SearchAttributes, the list make demo and the
-	// tests register.
-	SearchAttributes []string
+	// SearchAttributes lists the search attributes that must be
+	// registered. Nil means pipeline.SearchAttributes(Pipelines).
+	SearchAttributes []pipeline.SearchAttribute
 	// Pool is the worker's pool sizing. A zero MaxConns leaves the pool
 	// check as StatusError.
 	Pool PoolSizing
@@ -228,8 +233,11 @@ func (o *Opts) withDefaults() Opts {
 	if c.Checks == nil {
 		c.Checks = AllChecks
 	}
+	if c.Pipelines == nil {
+		c.Pipelines = workflows.Pipelines()
+	}
 	if c.Activities == nil {
-		c.Activities = Declared()
+		c.Activities = Declared(c.Pipelines)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -251,7 +259,7 @@ func (o *Opts) withDefaults() Opts {
 		c.HistorySample = 100
 	}
 	if c.SearchAttributes == nil {
-		c.SearchAttributes = devserver.SearchAttributes
+		c.SearchAttributes = pipeline.SearchAttributes(c.Pipelines)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

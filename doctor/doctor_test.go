@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -18,6 +19,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // healthy fills d's schema with what a healthy deployment has: recent
@@ -62,25 +64,25 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 	require.Contains(t, one(t, rep, doctor.CheckClassified, "Charge").Evidence,
 		"class external_create, step charge; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:charge")
 	require.Contains(t, one(t, rep, doctor.CheckDeadLetters, "runs").Evidence, "replay path: list them with `starter attention`")
-	require.Contains(t, one(t, rep, doctor.CheckClassified, refunds.NameRefundAtStripe).Evidence,
+	require.Contains(t, one(t, rep, doctor.CheckClassified, refundsteps.NameRefundAtStripe).Evidence,
 		"class external_create, step refund_stripe; 1 sampled claim (last 7d) all of the shape {tenant}:order:{order}:refund:{refund_id}:refund_stripe")
 }
 
-// The worker registers both pipelines in one activities.Register call, which
+// The worker registers both pipelines in one step.Register call, which
 // refuses a name or step two activities share; doctor lists the same
 // declarations, each with its pipeline's key shape and workflow.
 func TestDeclaredListsBothPipelinesWithDistinctNamesAndSteps(t *testing.T) {
 	t.Parallel()
 	names, steps := map[string]bool{}, map[string]bool{}
 	byName := map[string]doctor.Activity{}
-	for _, a := range doctor.Declared() {
+	for _, a := range doctor.Declared(workflows.Pipelines()) {
 		require.False(t, names[a.Name], "activity %s is declared twice", a.Name)
 		require.False(t, steps[a.Step], "step %s is claimed twice", a.Step)
 		names[a.Name], steps[a.Step], byName[a.Name] = true, true, a
 	}
 	require.Equal(t, "{tenant}:order:{order}:charge", byName["Charge"].KeyShape)
 	require.Equal(t, orders.WorkflowName, byName["Charge"].Workflow)
-	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+	for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail} {
 		a, ok := byName[name]
 		require.True(t, ok, "doctor lists %s", name)
 		require.Equal(t, "{tenant}:order:{order}:refund:{refund_id}:"+a.Step, a.KeyShape)
@@ -95,7 +97,7 @@ func TestClassifiedFailsForARefundClaimedUnderAnOrderShapedKey(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
 	d.record(t, "acme:order:9f3a:refund:r1:refund_reserve", at, time.Second, 1)
 	d.record(t, "acme:order:9f3a:refund_reserve", at, time.Second, 1)
-	c := one(t, d.run(t, nil, doctor.CheckClassified), doctor.CheckClassified, refunds.NameReserve)
+	c := one(t, d.run(t, nil, doctor.CheckClassified), doctor.CheckClassified, refundsteps.NameReserve)
 	require.Equal(t, doctor.StatusFail, c.Status, c.Evidence)
 	require.Contains(t, c.Evidence, "1 of 2 sampled claims (last 7d) have keys not of the shape "+
 		"{tenant}:order:{order}:refund:{refund_id}:refund_reserve, such as acme:order:9f3a:refund_reserve")
@@ -106,7 +108,7 @@ func TestClassifiedFailsForAnUndeclaredClassOrStepAndForAMisshapedKey(t *testing
 	d := deploy(t, 24*time.Hour, nil)
 	d.healthy(t)
 	extra := func(o *doctor.Opts) {
-		o.Activities = append(doctor.Declared(),
+		o.Activities = append(doctor.Declared(workflows.Pipelines()),
 			doctor.Activity{Name: "Refund", Step: "refund", KeyShape: "{tenant}:order:{order}:refund"},
 			doctor.Activity{Name: "Ship", Class: effects.ClassExternalCreate, KeyShape: "{tenant}:order:{order}:ship"})
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/workflows"
 )
 
 // Modes of the stand-in order workflow.
@@ -92,7 +91,7 @@ func (d *deployment) work(t *testing.T, claims *effects.Client) {
 func (d *deployment) start(t *testing.T, order, mode string) {
 	t.Helper()
 	run, err := d.client.ExecuteWorkflow(d.ctx, client.StartWorkflowOptions{ID: orders.WorkflowID("acme", order), TaskQueue: "doctor",
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchAttrTenantID.ValueSet("acme"), workflows.SearchAttrOrderID.ValueSet(order))},
+		TypedSearchAttributes: temporal.NewSearchAttributes(pipeline.SearchAttrTenantID.ValueSet("acme"), temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrOrderID).ValueSet(order))},
 		orders.WorkflowName, mode, "acme:order:"+order+":charge")
 	require.NoError(t, err)
 	if mode != modeWait {
@@ -112,7 +111,7 @@ VALUES ('acme', 'declined', 100, 'usd', 'ann@example.com', 'pm_card_chargeDeclin
 	var c doctor.Check
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		c = one(t, d.run(t, nil, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "runs")
-		assert.Contains(ct, c.Evidence, "1 failed run in the last 7d ended a declined order")
+		assert.Contains(ct, c.Evidence, "1 failed run in the last 7d ended final")
 	}, 20*time.Second, 250*time.Millisecond)
 	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
 
@@ -122,7 +121,7 @@ VALUES ('acme', 'declined', 100, 'usd', 'ann@example.com', 'pm_card_chargeDeclin
 		c = one(t, d.run(t, nil, doctor.CheckDeadLetters), doctor.CheckDeadLetters, "runs")
 		assert.Equal(ct, doctor.StatusWarn, c.Status, c.Evidence)
 		assert.Contains(ct, c.Evidence, "1 run waits for a decision, the oldest started 0s ago (order:acme:ambiguous:fulfil, receipt:ambiguous)")
-		assert.Contains(ct, c.Evidence, "1 run failed in the last 7d with its order not final, the oldest 0s ago (order:acme:stuck:fulfil)")
+		assert.Contains(ct, c.Evidence, "1 run failed in the last 7d, not final, the oldest 0s ago (order:acme:stuck:fulfil)")
 	}, 20*time.Second, 250*time.Millisecond)
 	require.Contains(t, c.Fix, "starter resolve")
 	require.Contains(t, c.Fix, "starter start --tenant … --order …")

@@ -10,8 +10,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/step"
 )
 
 // retention checks EFFECTS_RETENTION (through Opts.CheckRetention), the
@@ -37,15 +38,16 @@ func (r *run) effectsRetention(ctx context.Context) Check {
 		if i > 0 {
 			window += ", "
 		}
-		window += a.Name + " " + days(workflows.RetryWindow(a.Options))
+		window += a.Name + " " + days(step.RetryWindow(a.Options))
 	}
-	if err := r.o.CheckRetention(ctx, r.deps.Temporal, r.o.Namespace, r.o.EffectsRetention, r.o.DecisionTimeout); err != nil {
+	run := pipeline.LongestRun(r.o.Pipelines)
+	if err := r.o.CheckRetention(ctx, r.deps.Temporal, r.o.Namespace, r.o.EffectsRetention, run+r.o.DecisionTimeout); err != nil {
 		return Check{Name: CheckRetention, Subject: subject, Status: StatusFail, Evidence: err.Error(),
 			Fix: "set EFFECTS_RETENTION on every worker to at least the value named, or shorten the namespace's retention"}
 	}
 	return Check{Name: CheckRetention, Subject: subject, Status: StatusPass, Evidence: fmt.Sprintf(
 		"%s covers namespace %q's retention %s + the longest run %s (retry windows: %s) + DECISION_TIMEOUT %s, and the Idempotency-Key retention %s",
-		days(r.o.EffectsRetention), r.o.Namespace, days(ns), days(workflows.LongestRun()), window, days(r.o.DecisionTimeout),
+		days(r.o.EffectsRetention), r.o.Namespace, days(ns), days(run), window, days(r.o.DecisionTimeout),
 		days(r.o.IdempotencyRetention))}
 }
 

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"github.com/prometheus/common/model"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
-
-	"github.com/keyedhq/keyed/orders"
 )
 
 // suppressedMetric counts claims that found their effect already done.
@@ -103,20 +100,15 @@ func (r *run) temporalRetries(ctx context.Context) (map[string]int, int, error) 
 	return retries, runs, nil
 }
 
-// workflowTypes returns the visibility query that matches the runs of
-// the activities' workflows: "WorkflowType = 'OrderWorkflow' OR …".
+// workflowTypes returns the visibility query that matches the runs of the
+// pipelines: "WorkflowType = 'OrderWorkflow' OR …".
 func (r *run) workflowTypes() string {
-	seen := map[string]bool{}
-	var terms []string
-	for _, a := range r.o.Activities {
-		wf := cmp.Or(a.Workflow, orders.WorkflowName)
-		if !seen[wf] {
-			seen[wf] = true
-			terms = append(terms, fmt.Sprintf("WorkflowType = '%s'", wf))
-		}
+	terms := make([]string, 0, len(r.o.Pipelines))
+	for _, s := range r.o.Pipelines {
+		terms = append(terms, fmt.Sprintf("WorkflowType = '%s'", s.Workflow))
 	}
 	if len(terms) == 0 {
-		terms = append(terms, fmt.Sprintf("WorkflowType = '%s'", orders.WorkflowName))
+		return "WorkflowType = ''"
 	}
 	return strings.Join(terms, " OR ")
 }

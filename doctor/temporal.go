@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 )
 
@@ -27,7 +26,7 @@ func (r *run) searchAttributes(ctx context.Context) []Check {
 	have := resp.GetCustomAttributes()
 	var out []Check
 	for _, sa := range r.o.SearchAttributes {
-		name, typ, _ := strings.Cut(sa, "=")
+		name, typ := sa.Name, sa.Type
 		c := Check{Name: CheckSearchAttributes, Subject: name}
 		fix := fmt.Sprintf("temporal operator search-attribute create --namespace %s --name %s --type %s", r.o.Namespace, name, typ)
 		got, ok := have[name]
@@ -61,11 +60,11 @@ func saConsequence(name string) string {
 	if name == pipeline.SearchAttrAttentionName {
 		return "runs that need a decision cannot mark themselves, and `KeyedAttention IS NOT NULL` lists nothing"
 	}
-	return "every start of an order run is refused, since it sets this attribute"
+	return "every start of a run that sets this attribute is refused"
 }
 
 // deadLetters reports the runs that wait for a decision or failed in the
-// window with their order not final, and the alert rules on them.
+// window not final, and the alert rules on them.
 func (r *run) deadLetters(ctx context.Context) []Check {
 	return []Check{r.deadRuns(ctx), r.deadAlerts()}
 }
@@ -95,10 +94,10 @@ func (r *run) deadRuns(ctx context.Context) Check {
 			pluralVerb(len(waiting), "run", "waits", "wait"), days(r.now.Sub(oldest.StartTime).Round(time.Minute)), oldest.WorkflowID, oldest.Attention))
 	}
 	if len(failed) > 0 {
-		parts = append(parts, fmt.Sprintf("%s failed in the last %s with its order not final, the oldest %s ago (%s)",
+		parts = append(parts, fmt.Sprintf("%s failed in the last %s, not final, the oldest %s ago (%s)",
 			plural(len(failed), "run"), days(r.o.Window), days(r.now.Sub(failed[0].closed).Round(time.Minute)), failed[0].id))
 	}
-	finalNote := fmt.Sprintf("%s in the last %s ended a declined order (final, not a dead letter)", plural(final, "failed run"), days(r.o.Window))
+	finalNote := fmt.Sprintf("%s in the last %s ended final (a declined order, a refused refund: not a dead letter)", plural(final, "failed run"), days(r.o.Window))
 	if len(parts) == 0 {
 		return Check{Name: CheckDeadLetters, Subject: subject, Status: StatusPass,
 			Evidence: "no run waits for a decision; " + finalNote + "; replay path: " + replayPath}
@@ -112,15 +111,15 @@ type failedRun struct {
 	closed time.Time
 }
 
-// failedRuns lists the order runs that failed in the window, oldest first,
-// leaving out those whose order is final (failed: a decline), which it
-// counts.
+// failedRuns lists the runs of the pipelines that failed in the window,
+// oldest first, leaving out those their pipeline calls final (a declined
+// order, a refused refund), which it counts.
 func (r *run) failedRuns(ctx context.Context) (out []failedRun, final int, err error) {
-	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Failed' AND CloseTime >= '%s'",
-		orders.WorkflowName, r.since().UTC().Format(time.RFC3339))
-	store, err := orders.NewStore(r.deps.Pool)
-	if err != nil {
-		return nil, 0, err
+	q := fmt.Sprintf("(%s) AND ExecutionStatus = 'Failed' AND CloseTime >= '%s'",
+		r.workflowTypes(), r.since().UTC().Format(time.RFC3339))
+	specs := map[string]pipeline.Spec{}
+	for _, s := range r.o.Pipelines {
+		specs[s.Workflow] = s
 	}
 	var token []byte
 	for {
@@ -130,13 +129,9 @@ func (r *run) failedRuns(ctx context.Context) (out []failedRun, final int, err e
 		}
 		for _, e := range resp.GetExecutions() {
 			id := e.GetExecution().GetWorkflowId()
-			tenant, order, ok := parseWorkflowID(id)
-			if ok {
-				o, err := store.Get(ctx, tenant, order)
-				if err == nil && o.Status == orders.StatusFailed {
-					final++
-					continue
-				}
+			if s, ok := specs[e.GetType().GetName()]; ok && s.Final != nil && s.Final(ctx, r.deps.Pool, id) {
+				final++
+				continue
 			}
 			out = append(out, failedRun{id: id, closed: e.GetCloseTime().AsTime()})
 		}
@@ -146,16 +141,6 @@ func (r *run) failedRuns(ctx context.Context) (out []failedRun, final int, err e
 	}
 	slices.SortFunc(out, func(a, b failedRun) int { return a.closed.Compare(b.closed) })
 	return out, final, nil
-}
-
-// parseWorkflowID splits an order run's ID, "order:acme:9f3a:fulfil", into
-// its tenant and order (orders.WorkflowID's inverse).
-func parseWorkflowID(id string) (tenant, order string, ok bool) {
-	parts := strings.Split(id, ":")
-	if len(parts) != 4 || parts[0] != "order" || parts[3] != "fulfil" || orders.WorkflowID(parts[1], parts[2]) != id {
-		return "", "", false
-	}
-	return parts[1], parts[2], true
 }
 
 // pluralVerb renders "1 run waits", "2 runs wait".

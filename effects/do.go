@@ -14,7 +14,7 @@ type DoOpts struct {
 	// AtMostOnce is for irreversible sends whose provider has no
 	// idempotency key. An earlier attempt that claimed the key and never
 	// reported back may have sent, so Do does not call fn again: it records
-	// the effect as failed terminally with code "ambiguous" and returns an
+	// the effect as failed terminally with code CodeAmbiguous and returns an
 	// error wrapping ErrAmbiguous. Failures fn reported as Transient are
 	// still retried, because those attempts are known not to have sent.
 	AtMostOnce bool
@@ -57,7 +57,7 @@ func Do[T any](ctx context.Context, c *Client, p ClaimParams, fn func(ctx contex
 	if opts.AtMostOnce && (claim.Mode == ModeReentry || claim.Mode == ModeTakeover) {
 		amb := fmt.Errorf("%w: %s was claimed by an earlier attempt that never reported back; check the provider for this key",
 			ErrAmbiguous, claim.Key)
-		if ferr := c.Fail(bg, claim, NewCodedError("ambiguous", amb.Error())); ferr != nil {
+		if ferr := c.Fail(bg, claim, NewCodedError(CodeAmbiguous, amb.Error())); ferr != nil {
 			return zero, errors.Join(amb, ferr)
 		}
 		return zero, amb

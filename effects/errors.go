@@ -40,6 +40,10 @@ var (
 	ErrResultTooLarge = errors.New("effect result too large")
 )
 
+// CodeAmbiguous is the code a record stores when an at-most-once effect
+// may or may not have happened (ErrAmbiguous).
+const CodeAmbiguous = "ambiguous"
+
 // InProgressError is returned when another owner holds a live claim.
 type InProgressError struct {
 	Key        string

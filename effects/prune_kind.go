@@ -65,7 +65,7 @@ func (c *Client) PruneKind(ctx context.Context, kind string, opts *PruneKindOpts
 	if batch <= 0 {
 		batch = 1000
 	}
-	total, err := deleteBatches(ctx, c.db, batch, pruneKindSQL, kind, retention.Microseconds(), opts.ExpiredClaims)
+	total, err := DeleteInBatches(ctx, c.db, batch, pruneKindSQL, kind, retention.Microseconds(), opts.ExpiredClaims)
 	if err != nil {
 		return total, fmt.Errorf("prune %s effects: %w", kind, err)
 	}

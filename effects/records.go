@@ -147,7 +147,7 @@ func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	total, err := deleteBatches(ctx, c.db, batch, `
+	total, err := DeleteInBatches(ctx, c.db, batch, `
 DELETE FROM keyed_effects WHERE key IN (
 	SELECT key FROM keyed_effects
 	WHERE created_at < now() - $1 * interval '1 microsecond'

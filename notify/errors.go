@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/keyedhq/keyed/effects"
 )
 
 // Sentinel errors that callers branch on with errors.Is. A failed send also
@@ -62,7 +64,7 @@ const (
 	// CodeAmbiguous is stored, terminally, when an at-most-once send may
 	// have gone out and SendGrid could not be asked within the bound; it is
 	// the same code effects.Do stores for an abandoned at-most-once claim.
-	CodeAmbiguous = "ambiguous"
+	CodeAmbiguous = effects.CodeAmbiguous
 )
 
 // SendError describes a mail send call that failed. Status is the HTTP

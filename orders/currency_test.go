@@ -24,3 +24,10 @@ func TestNormalizeCurrency(t *testing.T) {
 		require.Contains(t, verr.Reason, "non-ASCII")
 	}
 }
+
+func TestFormatAmount(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "12.50 EUR", orders.FormatAmount(1250, "eur"))
+	require.Equal(t, "0.05 USD", orders.FormatAmount(5, "usd"))
+	require.Equal(t, "1250 JPY", orders.FormatAmount(1250, "jpy"))
+}

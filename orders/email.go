@@ -19,34 +19,13 @@ const (
 	maxLabelLen = 63
 )
 
-// ValidateEmail checks a customer email address against keyed's rule, the
-// one NewOrder.Validate (and so the API and starter create) applies:
-//
-//   - at most MaxEmailLen (254) bytes of valid UTF-8;
-//   - no control, format, separator or private-use characters: every
-//     character is printable by unicode.IsPrint and none is a space, so
-//     C0 and C1 controls, U+202E RIGHT-TO-LEFT OVERRIDE, U+200B ZERO WIDTH
-//     SPACE and U+FEFF (BOM) are refused;
-//   - no invisible characters that unicode.IsPrint lets through: no
-//     Unicode Default_Ignorable_Code_Point (see defaultIgnorable), such as
-//     the variation selectors U+FE0F and U+180B, U+034F COMBINING GRAPHEME
-//     JOINER and the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, and
-//     no U+2800 BRAILLE PATTERN BLANK;
-//   - a local part that does not start with a combining mark (so not one
-//     made only of them, such as a lone U+0301): such a mark has no
-//     character to sit on;
-//   - a bare address, local@domain, that net/mail parses back to the same
-//     string: no display name, no angle brackets, no comments, and the
-//     local part (at most 64 bytes) per net/mail's rules;
-//   - a domain name of at least two labels separated by dots, each label 1
-//     to 63 bytes of ASCII letters, digits and hyphens, not starting or
-//     ending with a hyphen, and a last label that is not all digits. So IP
-//     literals (a@[127.0.0.1]) and dotted IP addresses are refused;
-//   - internationalized domains only in their ASCII (punycode) form, such
-//     as xn--bcher-kva.example; a domain with non-ASCII characters is
-//     refused with a message saying so.
-//
-// It returns nil or a *ValidationError for the field "customer_email".
+// ValidateEmail checks a customer email address against keyed's rule
+// (NewOrder.Validate's, so the API's and starter create's): at most
+// MaxEmailLen bytes of valid UTF-8 with no control, format, separator,
+// private-use or invisible character, a bare local@domain that net/mail
+// parses back unchanged, and a domain of at least two ASCII labels (see
+// docs/design.md, "The email rule"). It returns nil or a *ValidationError
+// for the field "customer_email".
 func ValidateEmail(addr string) error {
 	if reason := emailProblem(addr); reason != "" {
 		return &ValidationError{Field: "customer_email", Reason: reason}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Order statuses after a refund (package refunds). A paid order becomes
@@ -29,11 +32,13 @@ func (s Status) Refundable() bool { return s == StatusPaid || s == StatusPartial
 
 // EventTransitionTx returns the status the order moved to for eventID,
 // inside the caller's transaction, and found=false when no transition was
-// recorded for that event. A step that transitions an order from whatever
-// status it is in uses it to find its own earlier transition, since the
-// from-state of a repeat may differ. It returns the database error, wrapped.
+// recorded for that event: a step finds its own earlier transition with it.
 func (s *Store) EventTransitionTx(ctx context.Context, tx pgx.Tx, tenantID, id, eventID string) (to Status, found bool, err error) {
-	err = tx.QueryRow(ctx, `
+	return eventTransition(ctx, tx, tenantID, id, eventID)
+}
+
+func eventTransition(ctx context.Context, db effects.DB, tenantID, id, eventID string) (to Status, found bool, err error) {
+	err = db.QueryRow(ctx, `
 SELECT to_state FROM order_transitions
 WHERE tenant_id = $1 AND order_id = $2 AND event_id = $3
 ORDER BY created_at DESC LIMIT 1`, tenantID, id, eventID).Scan(&to)
@@ -44,4 +49,21 @@ ORDER BY created_at DESC LIMIT 1`, tenantID, id, eventID).Scan(&to)
 		return "", false, fmt.Errorf("read transition of order %s/%s for %s: %w", tenantID, id, eventID, err)
 	}
 	return to, true, nil
+}
+
+// VerifyTransition is the step.Verify of a step that moves an order to want
+// with its effect key as the event ID: nil when the transition under key
+// went to want, a contradiction when there is none or it went elsewhere,
+// unverifiable when the database cannot be read.
+func (s *Store) VerifyTransition(ctx context.Context, tenantID, orderID string, key effects.Key, want Status) error {
+	to, found, err := eventTransition(ctx, s.db, tenantID, orderID, key.String())
+	switch {
+	case err != nil:
+		return step.Unverifiable("read the order's transitions: %v", err)
+	case !found:
+		return step.Contradicted("order %s/%s has no transition recorded under %s: the step did not write it; decide retry", tenantID, orderID, key)
+	case to != want:
+		return step.Contradicted("order %s/%s moved to %s under %s, not %s", tenantID, orderID, to, key, want)
+	}
+	return nil
 }

@@ -1,10 +1,11 @@
 package orders
 
 import (
-	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // This file holds what the workflow, its activities, the worker and every
@@ -38,10 +39,6 @@ const (
 // OrderInputVersion is the only input version this code understands.
 const OrderInputVersion = 1
 
-// ErrUnsupportedVersion is wrapped by OrderInput.Validate for an input
-// version this code does not know.
-var ErrUnsupportedVersion = errors.New("unsupported input version")
-
 // OrderInput is the order workflow's input and every activity's input:
 // identifiers and a version, never a serialized order. Activities load the
 // order's current state when they run, so a run that starts Friday and
@@ -58,12 +55,12 @@ func NewOrderInput(tenantID, orderID string) OrderInput {
 	return OrderInput{V: OrderInputVersion, TenantID: tenantID, OrderID: orderID}
 }
 
-// Validate returns an error wrapping ErrUnsupportedVersion for an unknown
+// Validate returns an error wrapping step.ErrUnsupportedVersion for an unknown
 // version, or one wrapping effects.ErrInvalidKey when the tenant or order ID
 // cannot form an effect key.
 func (in OrderInput) Validate() error {
 	if in.V != OrderInputVersion {
-		return fmt.Errorf("%w: v=%d (this code understands v=%d)", ErrUnsupportedVersion, in.V, OrderInputVersion)
+		return fmt.Errorf("%w: v=%d (this code understands v=%d)", step.ErrUnsupportedVersion, in.V, OrderInputVersion)
 	}
 	_, err := in.EffectKey(StepCharge)
 	return err
@@ -78,6 +75,16 @@ func (in OrderInput) WorkflowID() string {
 // WorkflowID returns the order workflow ID for tenant and order.
 func WorkflowID(tenantID, orderID string) string {
 	return "order:" + tenantID + ":" + orderID + ":fulfil"
+}
+
+// ParseWorkflowID returns the tenant and order of an order run's ID, the
+// inverse of WorkflowID.
+func ParseWorkflowID(id string) (tenantID, orderID string, ok bool) {
+	parts := strings.Split(id, ":")
+	if len(parts) != 4 || parts[0] != "order" || parts[3] != "fulfil" || WorkflowID(parts[1], parts[2]) != id {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
 }
 
 // WorkflowIDOfKey returns the workflow ID of the order run whose step makes
@@ -97,6 +104,11 @@ func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
 // when the tenant or order ID is not a valid key part.
 func (in OrderInput) EffectKey(step string) (effects.Key, error) {
 	return effects.NewKey(in.TenantID, "order", in.OrderID, step)
+}
+
+// LogAttrs names the tenant and the order in a step's log records.
+func (in OrderInput) LogAttrs() []any {
+	return []any{"tenant_id", in.TenantID, "order_id", in.OrderID}
 }
 
 // OrderKey returns the key prefix shared by all of an order's effects, for
@@ -139,15 +151,3 @@ type OrderResult struct {
 	Paid    MarkPaidResult `json:"paid"`
 	Receipt ReceiptResult  `json:"receipt"`
 }
-
-// StepStatus is the workflow's view of one step, returned by its query.
-type StepStatus struct {
-	Step      string `json:"step"`
-	EffectKey string `json:"effect_key"`
-	State     string `json:"state"` // pending, running, done, failed
-	Error     string `json:"error,omitempty"`
-}
-
-// QueryStatus is the name of the order workflow's query handler, which
-// returns []StepStatus.
-const QueryStatus = "status"

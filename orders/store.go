@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
 // Status is an order's status.
@@ -29,13 +30,13 @@ const (
 // Sentinel errors of the order store.
 var (
 	// ErrNotFound means the tenant has no order with that ID.
-	ErrNotFound = errors.New("order not found")
+	ErrNotFound = step.Sentinel(step.ErrNotFound, "order not found")
 	// ErrConflict means an order with that ID exists with other details.
 	ErrConflict = errors.New("order exists with different details")
 	// ErrInvalid is wrapped by *ValidationError.
-	ErrInvalid = errors.New("invalid order")
+	ErrInvalid = step.Sentinel(step.ErrInvalidInput, "invalid order")
 	// ErrBadTransition means the order is not in the state a transition needs.
-	ErrBadTransition = errors.New("order is not in the required state")
+	ErrBadTransition = step.Sentinel(step.ErrInvalidState, "order is not in the required state")
 	// ErrFinal means the order failed for good (its charge was declined or
 	// left incomplete). A failed order is final: no run, command or API call
 	// charges it again, and its stored outcome is never overwritten. To

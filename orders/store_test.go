@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 type bundle struct {
@@ -120,6 +121,6 @@ func TestOrderInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "acme:order:9f3a:charge", k.String())
 	in.V = 2
-	require.ErrorIs(t, in.Validate(), orders.ErrUnsupportedVersion)
+	require.ErrorIs(t, in.Validate(), step.ErrUnsupportedVersion)
 	require.ErrorContains(t, orders.OrderInput{V: 1, TenantID: "acme", OrderID: ""}.Validate(), "invalid effect key")
 }

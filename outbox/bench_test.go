@@ -23,7 +23,7 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 var (
@@ -36,7 +36,7 @@ var (
 // woken by Listen that starts them with the production starter (orderStarter) on
 // the shared dev server, and reports the latency from each commit's return
 // to its start's return: p50, p99 and max in milliseconds. Beside it,
-// "direct" makes the same starts at the same rate with workflows.Start and
+// "direct" makes the same starts at the same rate with orderflow.Start and
 // no outbox: the floor the relay adds to. Run it with `make bench-relay`
 // (-benchtime 1x: each iteration is one full load of -relay.duration).
 func BenchmarkRelayCommitToStart(b *testing.B) {
@@ -136,7 +136,7 @@ func (rig *relayRig) commit(tenant string, first, n int) (string, error) {
 	return orders.WorkflowID(tenant, fmt.Sprintf("o%06d", first)), err
 }
 
-// directLoad starts runs at rate for benchDuration with workflows.Start and
+// directLoad starts runs at rate for benchDuration with orderflow.Start and
 // returns each call's latency.
 func directLoad(b *testing.B, rate int) []time.Duration {
 	c := dialBench(b)
@@ -146,7 +146,7 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	offer(b, rate, loadSize(rate), func(i int) (string, error) {
 		began := time.Now()
 		in := orders.NewOrderInput(tenant, fmt.Sprintf("o%06d", i))
-		_, err := workflows.Start(context.Background(), c, in, &workflows.StartOpts{TaskQueue: queue})
+		_, err := startOrder(context.Background(), c, in, &orderflow.StartOpts{TaskQueue: queue})
 		mu.Lock()
 		lat = append(lat, time.Since(began))
 		mu.Unlock()

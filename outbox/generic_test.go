@@ -16,11 +16,11 @@ import (
 
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -44,7 +44,7 @@ func TestRelayStartsAnyWorkflowType(t *testing.T) {
 		return nil
 	}))
 
-	orderHook := workflows.ConfigureOutboxStart(nil)
+	orderHook := pipeline.Configure(workflows.Pipelines(), nil)
 	starter := temporalstart.New(b.temporal, &temporalstart.Opts{TaskQueue: b.taskQueue,
 		Configure: func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
 			if err := orderHook(ctx, req, o); err != nil {
@@ -102,7 +102,7 @@ func TestRowOfTheOldShapeIsStillStarted(t *testing.T) {
 	}))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE meta IS NULL AND task_queue IS NULL AND amount_minor = 1999`))
 
-	starter := fxapp.TemporalStarter(b.temporal, b.store, &workflows.StartOpts{TaskQueue: b.taskQueue})
+	starter := pipeline.Starter(b.temporal, b.pool, b.taskQueue, workflows.Pipelines())
 	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{Logger: b.logger})
 	require.NoError(t, err)
 	n, err := r.Poll(b.ctx)

@@ -24,6 +24,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/outbox/temporalstart"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -73,7 +74,7 @@ func setup(t *testing.T) *bundle {
 // orderStarter is the production starter of order runs, as internal/fxapp
 // wires it, on queue and without a store.
 func orderStarter(c client.Client, queue string) *temporalstart.Starter {
-	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: workflows.ConfigureOutboxStart(nil)})
+	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: pipeline.Configure(workflows.Pipelines(), nil)})
 }
 
 // orderOf returns the order ID of an order run's request, and "" for any

@@ -115,7 +115,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/pgbatch"
 	"github.com/keyedhq/keyed/internal/tracing"
 )
 
@@ -310,7 +309,7 @@ func Prune(ctx context.Context, db effects.DB, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	total, err := pgbatch.Delete(ctx, db, batch, `
+	total, err := effects.DeleteInBatches(ctx, db, batch, `
 DELETE FROM keyed_outbox WHERE id IN (
 	SELECT id FROM keyed_outbox
 	WHERE sent_at IS NOT NULL AND sent_at < now() - $1 * interval '1 microsecond'

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/step"
 )
 
 func TestCreateAndEnqueueTxCommitsOrderAndStartRequestTogether(t *testing.T) {
@@ -137,7 +138,7 @@ func TestEnqueueTxValidatesTheRequest(t *testing.T) {
 		return err
 	})
 	require.ErrorIs(t, err, outbox.ErrInvalid)
-	require.ErrorIs(t, err, orders.ErrUnsupportedVersion)
+	require.ErrorIs(t, err, step.ErrUnsupportedVersion)
 
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		first, err := orders.EnqueueTx(b.ctx, tx, orders.NewOrderInput(b.tenant, "o"), nil)

@@ -10,33 +10,34 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
-// SearchAttrAttentionName is the Keyword search attribute a run of any
-// pipeline sets while it waits for an operator's decision, such as
-// "receipt:ambiguous" or "refund_email:ambiguous", and clears when it goes
-// on. `KeyedAttention IS NOT NULL` lists every run
-// that needs a person. Register it on the namespace with TenantID and
-// OrderID (the dev server in make demo and the tests does).
-const SearchAttrAttentionName = "KeyedAttention"
+// Search attributes every pipeline's runs use: the tenant (set by the
+// pipeline's start options) and, while a run waits for a decision,
+// KeyedAttention, such as "receipt:ambiguous".
+const (
+	SearchAttrTenantIDName  = "TenantID"
+	SearchAttrAttentionName = "KeyedAttention"
+)
 
-// SearchAttrAttention is the typed key of SearchAttrAttentionName.
-var SearchAttrAttention = temporal.NewSearchAttributeKeyKeyword(SearchAttrAttentionName)
+// Typed keys of the framework's search attributes.
+var (
+	SearchAttrTenantID  = temporal.NewSearchAttributeKeyKeyword(SearchAttrTenantIDName)
+	SearchAttrAttention = temporal.NewSearchAttributeKeyKeyword(SearchAttrAttentionName)
+)
 
 // AttentionQuery is the visibility query that lists the runs, of every
-// pipeline, waiting for a decision, in the Web UI's search box, with `temporal workflow list
-// --query` and in ListAttention.
+// pipeline, that wait for a decision.
 const AttentionQuery = SearchAttrAttentionName + " IS NOT NULL"
 
 // UpdateDecide is the name of a run's update that delivers an operator's
 // Decision about the step it waits on.
 const UpdateDecide = "decide"
 
-// DefaultDecisionTimeout is how long a run waits for a decision before it
-// fails with ErrTypeDecisionTimeout, unless Opts.DecisionTimeout
-// (DECISION_TIMEOUT) says otherwise.
+// DefaultDecisionTimeout is how long a run waits for a decision unless
+// Opts.DecisionTimeout says otherwise.
 const DefaultDecisionTimeout = 7 * 24 * time.Hour
 
 // ErrTypeDecisionTimeout is the error type of a run that waited its
@@ -50,50 +51,39 @@ const (
 	MetricAttentionWaits   = "keyed_attention_waits"
 )
 
-// Limits on a Decision, checked by CheckDecision: the decide update's
-// validator and `starter resolve`. A reason fits the audit line
-// ApplyDecision stores with it within effects.MaxReasonBytes.
+// Limits on a Decision's reason and operator (CheckDecision), so that the
+// audit line fits effects.MaxReasonBytes.
 const (
 	MaxDecisionReason = 200
 	MaxDecisionBy     = 64
 )
 
 // attentionChange is the workflow.GetVersion change ID of waiting for a
-// decision. Runs that reached an unknown outcome before it (an order run
-// before waiting was added, a refund run before it used Run) failed, and
-// replay so (workflow.DefaultVersion).
+// decision: runs that failed on an unknown outcome before it replay so.
 const attentionChange = "wait-for-decision"
 
 // Decision is an operator's verdict on the step a run waits on, the
-// argument of the UpdateDecide update. As JSON:
+// argument of the UpdateDecide update:
 //
 //	{"step":"receipt","resolution":"done","by":"ada","reason":"found in SendGrid",
 //	 "result":{"message_id":"msg_1"}}
-//
-// A "done" carries the step's outcome, which the step's declared rule
-// checks (activities.Declaration.Outcome) before the decision enters
-// history, and ApplyDecision checks against the provider's record before
-// it resolves anything (see Decider).
 type Decision struct {
 	// Step is the waiting step, such as "receipt".
 	Step string `json:"step"`
 	// Resolution is "done" (the effect happened: Result is its outcome) or
 	// "retry" (it did not: the step acts again).
 	Resolution effects.Resolution `json:"resolution"`
-	// Result is the step's outcome with "done", required: such as
-	// {"message_id":"…"} for a receipt or {"payment_intent_id":"pi_…",
-	// "status":"succeeded","amount_minor":2500,"currency":"eur"} for a
-	// charge; at most effects.MaxResultBytes.
+	// Result is the step's outcome, required with "done" and checked by
+	// the step's declared Outcome; at most effects.MaxResultBytes.
 	Result json.RawMessage `json:"result,omitempty"`
 	// Reason says why, for the audit trail. Required: one line of
 	// printable text, at most MaxDecisionReason bytes.
 	Reason string `json:"reason"`
 	// By names the operator. Required, at most MaxDecisionBy bytes.
 	By string `json:"by"`
-	// Unverified applies a "done" even when the provider's record cannot
-	// be read (an outage, a key without the look-up's scope); the record
-	// keeps that it was not verified. A record that contradicts the result
-	// refuses it all the same.
+	// Unverified applies a "done" whose provider record cannot be read;
+	// the record keeps that it was not verified. A contradiction still
+	// refuses it.
 	Unverified bool `json:"unverified,omitempty"`
 }
 
@@ -124,12 +114,9 @@ type waiting struct {
 }
 
 // needsAttention reports whether err, a step's final error, is an outcome
-// keyed cannot know, and a short reason for the KeyedAttention value:
-// "ambiguous" (an at-most-once effect that may have happened), "key_reused"
-// (the effect key came back with other inputs), "timeout" (retries ran out
-// at the step's schedule-to-close timeout, whatever the last error was:
-// Transient, InProgress, LeaseLost) or "retries_exhausted" (a retryable
-// error that Temporal stopped retrying). Everything else is a known outcome.
+// keyed cannot know, and the reason for KeyedAttention: "timeout" when the
+// retries ran out at the schedule-to-close timeout, else the error table's
+// reason for the error's type (step.AttentionReason).
 func needsAttention(err error) (string, bool) {
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) {
@@ -139,15 +126,7 @@ func needsAttention(err error) (string, bool) {
 	if !errors.As(err, &app) {
 		return "", false
 	}
-	switch app.Type() {
-	case activities.ErrTypeAmbiguous:
-		return "ambiguous", true
-	case activities.ErrTypeKeyReused:
-		return "key_reused", true
-	case activities.ErrTypeTransient, activities.ErrTypeInProgress, activities.ErrTypeLeaseLost:
-		return "retries_exhausted", true
-	}
-	return "", false
+	return step.AttentionReason(app.Type())
 }
 
 // awaitDecision marks step i waiting, sets KeyedAttention and waits until a
@@ -236,7 +215,7 @@ func (r *Run) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
 		WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 	}
 	var res DecisionResult
-	actx := workflow.WithActivityOptions(ctx, DecisionActivityOptions(s.EffectKey))
+	actx := workflow.WithActivityOptions(ctx, decisionActivityOptions(s.EffectKey))
 	if err := workflow.ExecuteActivity(actx, NameApplyDecision, in).Get(ctx, &res); err != nil {
 		return res, refusal(err)
 	}

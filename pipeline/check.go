@@ -9,21 +9,19 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
-// Problem is one thing wrong with a Decision: the field it is about
-// (step, resolution, reason, by, result or unverified) and what is wrong,
-// such as "is required" or "is too long: 201 bytes, at most 200".
+// Problem is one thing wrong with a Decision field, such as reason "is
+// required".
 type Problem struct {
 	Field string
 	Text  string
 }
 
-// DecisionError is a Decision refused before it is applied: every problem
-// it has, at once. Its text is "decision refused: " and the problems, such
-// as "reason is required; by (who decides) is required".
+// DecisionError is a Decision refused before it is applied, with every
+// problem it has.
 type DecisionError struct {
 	Problems []Problem
 }
@@ -37,19 +35,11 @@ func (e *DecisionError) Error() string {
 }
 
 // CheckDecision returns a *DecisionError naming every problem of d as a
-// decision on the step named step, whose declared rule for a "done"
-// outcome is outcome (activities.Declaration.Outcome; nil means any JSON
-// result, which is then required), or nil. It is the decide update's
-// validator without the run's state, and `starter resolve` checks its
-// flags with it:
-//
-//   - step must be the waiting step, resolution done or retry;
-//   - reason is required: one line of printable text of at most
-//     MaxDecisionReason bytes; by is required, at most MaxDecisionBy bytes;
-//   - done needs a result, at most effects.MaxResultBytes of JSON, that
-//     outcome decodes and validates (its problems are listed); retry takes
-//     neither a result nor unverified.
-func CheckDecision(d Decision, step string, outcome activities.Outcome) error {
+// decision on the step named step, whose "done" outcome rule is outcome
+// (nil: any JSON result), or nil: the step must match, the resolution be
+// done or retry, reason and by be given within their limits, a done carry
+// a result outcome accepts, a retry neither a result nor unverified.
+func CheckDecision(d Decision, step string, outcome step.Outcome) error {
 	var ps []Problem
 	add := func(field, format string, args ...any) {
 		ps = append(ps, Problem{Field: field, Text: fmt.Sprintf(format, args...)})
@@ -109,7 +99,7 @@ func textProblem(s string, limit int, printable bool) string {
 // resultProblem says what is wrong with result as a done outcome under
 // outcome, without the field's name: "is required …", "is larger than …",
 // or outcome's problems.
-func resultProblem(result json.RawMessage, outcome activities.Outcome) string {
+func resultProblem(result json.RawMessage, outcome step.Outcome) string {
 	raw := bytes.TrimSpace(result)
 	switch {
 	case len(raw) > effects.MaxResultBytes:

@@ -11,22 +11,20 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/step"
 )
 
-// NameApplyDecision is the registered name of the activity that applies an
-// operator's Decision to an effect record.
+// NameApplyDecision is the registered name of the activity that applies a
+// Decision.
 const NameApplyDecision = "ApplyDecision"
 
-// StepDecision is the Definition step of ApplyDecision. It has no effect
-// key of its own: it rewrites the record of the step it decides.
-const StepDecision = "decision"
+// stepDecision is ApplyDecision's step; it has no effect key of its own.
+const stepDecision = "decision"
 
-// DecisionInput is ApplyDecision's input: the decision and what it is about.
-// WorkflowID and RunID are empty for a decision applied outside a run, as
-// `starter resolve` applies one when no run waits (Decider.Apply); Via then
-// says how it came, for the audit, such as "starter resolve".
+// DecisionInput is ApplyDecision's input. WorkflowID and RunID are empty
+// for a decision applied outside a run; Via then says how it came, for the
+// audit, such as "starter resolve".
 type DecisionInput struct {
 	EffectKey  string             `json:"effect_key"`
 	Step       string             `json:"step"`
@@ -40,54 +38,44 @@ type DecisionInput struct {
 	Via        string             `json:"via,omitempty"`
 }
 
-// DeclDecision declares ApplyDecision: an absolute write (applying a
-// decision twice leaves the record as once) of the decided step's record,
-// a database call retried on transient failures for a few minutes.
-var DeclDecision = activities.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: StepDecision,
-	Options: activities.Options{ScheduleToClose: 5 * time.Minute}}
+// DeclDecision declares ApplyDecision: an absolute write of the decided
+// step's record, retried for a few minutes.
+var DeclDecision = step.Declaration{Name: NameApplyDecision, Class: effects.ClassAbsoluteWrite, Step: stepDecision,
+	Options: step.Options{ScheduleToClose: 5 * time.Minute}}
 
-// DecisionActivityOptions returns ApplyDecision's options, its
-// declaration's, for a decision on the record of key.
-func DecisionActivityOptions(key string) workflow.ActivityOptions {
+// decisionActivityOptions returns ApplyDecision's options for the record
+// of key.
+func decisionActivityOptions(key string) workflow.ActivityOptions {
 	o := DeclDecision.ActivityOptions(key)
 	o.Summary = "apply decision · effect " + key
 	return o
 }
 
-// ErrTypeDecisionRefused is the error type of a "done" decision the
-// Decider refused (a *RefusedError): the provider's record contradicts it
-// or could not be read, or the step refused for good. Non-retryable; a
-// waiting run keeps waiting.
+// ErrTypeDecisionRefused is the error type of a "done" the Decider refused
+// (a *RefusedError). Non-retryable; a waiting run keeps waiting.
 const ErrTypeDecisionRefused = "DecisionRefused"
 
-// VerifyTimeout bounds the check of one "done" outcome against the
-// provider's record (Definition.Verify); past it the record could not be
-// read.
-const VerifyTimeout = 15 * time.Second
+// verifyTimeout bounds one Verify; past it the record could not be read.
+const verifyTimeout = 15 * time.Second
 
 // Decider applies operators' decisions; its ApplyDecision is the activity
-// the UpdateDecide update runs. Before it resolves a "done", it checks the
-// outcome with the decided step's declared Outcome and against the
-// provider's record with the step's Verify, both from the pipelines'
-// Definitions it was made with. Register it exactly once with every worker
-// of a workflow that uses Run, whichever pipelines it runs.
+// the UpdateDecide update runs. A worker registers it once, made with every
+// pipeline's definitions.
 type Decider struct {
 	claims *effects.Client
-	steps  map[string]activities.Definition
+	steps  map[string]step.Definition
 }
 
-// NewDecider returns a Decider over the effects client claims that checks
-// a "done" on a step of defs (the Definitions of the worker's pipelines)
-// with the step's declared Outcome and its Verify. A "done" on a step no
-// def declares takes any JSON result and cannot be verified. It returns an
+// NewDecider returns a Decider over claims that checks a "done" on a step
+// of defs with the step's declared Outcome and its Verify. It returns an
 // error if claims is nil or two of defs declare one step.
-func NewDecider(claims *effects.Client, defs ...activities.Definition) (*Decider, error) {
+func NewDecider(claims *effects.Client, defs ...step.Definition) (*Decider, error) {
 	if claims == nil {
 		return nil, errors.New("pipeline: NewDecider: effects client is nil")
 	}
-	steps := make(map[string]activities.Definition, len(defs))
+	steps := make(map[string]step.Definition, len(defs))
 	for _, def := range defs {
-		if def.Step == StepDecision {
+		if def.Step == stepDecision {
 			continue
 		}
 		if prev, ok := steps[def.Step]; ok {
@@ -98,29 +86,25 @@ func NewDecider(claims *effects.Client, defs ...activities.Definition) (*Decider
 	return &Decider{claims: claims, steps: steps}, nil
 }
 
-// Definition returns ApplyDecision bound to its declaration, DeclDecision,
-// for activities.Register (workflows.RegisterActivities does it).
-func (d *Decider) Definition() activities.Definition {
+// Definition returns ApplyDecision bound to DeclDecision, for step.Register.
+func (d *Decider) Definition() step.Definition {
 	return DeclDecision.Bind(d.ApplyDecision)
 }
 
-// Check returns every problem of dec (CheckDecision) as a decision on its
-// own step under that step's declared Outcome, or nil: what the decide
-// update's validator checks, for a decision applied outside a run.
+// Check returns every problem of dec as a decision on its own step
+// (CheckDecision), for a decision applied outside a run.
 func (d *Decider) Check(dec Decision) error {
 	return CheckDecision(dec, dec.Step, d.steps[dec.Step].Outcome)
 }
 
-// RefusedError is a "done" decision the Decider refused before resolving
-// anything, and why. A waiting run keeps waiting.
+// RefusedError is a "done" the Decider refused before resolving anything.
 type RefusedError struct {
 	Step      string
 	EffectKey string
-	// Why says what refused it, such as "Stripe has no PaymentIntent
-	// pi_1" or "the look-up failed: …".
+	// Why says what refused it, such as "Stripe has no PaymentIntent pi_1".
 	Why string
-	// Unverifiable is true when the provider's record could not be read:
-	// the same decision with Unverified applies it.
+	// Unverifiable: the record could not be read; the same decision with
+	// Unverified applies it.
 	Unverifiable bool
 }
 
@@ -133,11 +117,9 @@ func (e *RefusedError) Error() string {
 	return msg
 }
 
-// ApplyDecision applies in as Apply does, for Temporal: a *RefusedError is
-// a non-retryable ErrTypeDecisionRefused error, a record that cannot be
-// resolved a non-retryable ErrTypeInvalidState one, both with the message
-// saying why and what to do; everything else goes through
-// activities.ToTemporal (a database failure is retried).
+// ApplyDecision applies in as Apply does, for Temporal: a refusal is a
+// non-retryable ErrTypeDecisionRefused error, a record that cannot be
+// resolved an InvalidState one, anything else goes through step.ToTemporal.
 func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (DecisionResult, error) {
 	res, err := d.Apply(ctx, in)
 	var refused *RefusedError
@@ -145,29 +127,19 @@ func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (Decision
 	case errors.As(err, &refused):
 		return res, temporal.NewNonRetryableApplicationError(refused.Error(), ErrTypeDecisionRefused, nil)
 	case errors.Is(err, effects.ErrNotResolvable):
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidState, nil)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), step.ErrTypeInvalidState, nil)
 	}
-	return res, activities.ToTemporal(err)
+	return res, step.ToTemporal(err)
 }
 
-// Apply resolves in.EffectKey with effects.Resolve: "done" stores the
-// outcome, "retry" makes the record a transient failure so the next
-// attempt acts again. The record keeps who decided, why, from which run
-// (or how, outside one) and how the outcome was checked; the generation
-// bump fences off any owner that wakes up later. It is idempotent: a
-// "done" that finds the record already succeeded, and a "retry" that finds
-// no record (the effect was never claimed), succeed.
-//
-// Before a "done" resolves anything, Apply refuses it, with a *RefusedError
-// saying why, when there is no record, when the record failed terminally
-// with a refusal (activities.RefusedForGood: the step did not act), when
-// the result is not the step's declared outcome, when the step's Verify
-// finds the provider's record contradicts it, and when that record cannot
-// be read (or the step has no Verify) unless in.Unverified.
-//
-// Errors: a *RefusedError; an error wrapping effects.ErrNotResolvable for
-// a live claim or a "retry" of a succeeded record, saying what to do; a bad
-// key; a database failure.
+// Apply resolves in.EffectKey with effects.Resolve, idempotently: "done"
+// stores the outcome, "retry" lets the next attempt act again; the record
+// keeps who decided, why and how the outcome was checked. A "done" is
+// refused (*RefusedError) without a record, for a refusal
+// (step.RefusedForGood), for a result that is not the step's outcome, when
+// the step's Verify contradicts it, and when the record cannot be read
+// unless in.Unverified. Other errors wrap effects.ErrNotResolvable (a live
+// claim, a retry of a succeeded record), a bad key or the database's.
 func (d *Decider) Apply(ctx context.Context, in DecisionInput) (DecisionResult, error) {
 	out := DecisionResult{Step: in.Step, EffectKey: in.EffectKey, Resolution: string(in.Resolution)}
 	key, err := effects.ParseKey(in.EffectKey)
@@ -206,9 +178,8 @@ func (d *Decider) Apply(ctx context.Context, in DecisionInput) (DecisionResult, 
 	return out, nil
 }
 
-// doneable returns key's record when a "done" may settle it (or it already
-// succeeded), and a *RefusedError when there is none or it failed with a
-// refusal.
+// doneable returns key's record when a "done" may settle it, and a
+// *RefusedError when there is none or it failed with a refusal.
 func (d *Decider) doneable(ctx context.Context, key effects.Key, in DecisionInput) (*effects.Record, error) {
 	rec, err := d.claims.Get(ctx, key)
 	switch {
@@ -217,7 +188,7 @@ func (d *Decider) doneable(ctx context.Context, key effects.Key, in DecisionInpu
 			Why: "there is no effect record under this key: the step never claimed it, so it did not happen"}
 	case err != nil:
 		return &effects.Record{}, fmt.Errorf("apply decision on %s: %w", key, err)
-	case rec.State == effects.StateFailedTerminal && activities.RefusedForGood(rec.ErrorCode):
+	case rec.State == effects.StateFailedTerminal && step.RefusedForGood(rec.ErrorCode):
 		return &effects.Record{}, &RefusedError{Step: in.Step, EffectKey: in.EffectKey, Why: fmt.Sprintf(
 			"the step refused for good (%s: %s): it did not act and would refuse again, so it cannot be done; its run failed with it",
 			rec.ErrorCode, firstLine(rec.ErrorMessage, 200))}
@@ -225,9 +196,8 @@ func (d *Decider) doneable(ctx context.Context, key effects.Key, in DecisionInpu
 	return rec, nil
 }
 
-// confirm decodes in's result with the step's declared Outcome and checks
-// it with the step's Verify, and returns the outcome to store and how it
-// was checked, or a *RefusedError.
+// confirm decodes in's result with the step's Outcome, checks it with its
+// Verify, and returns the outcome to store and how it was checked.
 func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput) (any, string, error) {
 	refuse := func(why string, unverifiable bool) error {
 		return &RefusedError{Step: in.Step, EffectKey: in.EffectKey, Why: why, Unverifiable: unverifiable}
@@ -243,16 +213,16 @@ func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput
 	} else if text := resultProblem(in.Result, nil); text != "" {
 		return nil, "", refuse("result "+text, false)
 	}
-	verr := activities.Unverifiable("no check of step %q against its provider is registered with this Decider", in.Step)
+	verr := step.Unverifiable("no check of step %q against its provider is registered with this Decider", in.Step)
 	if known && def.Verify != nil {
-		vctx, cancel := context.WithTimeout(ctx, VerifyTimeout)
+		vctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 		verr = def.Verify(vctx, key, outcome)
 		cancel()
 	}
 	switch {
 	case verr == nil:
 		return outcome, "confirmed", nil
-	case errors.Is(verr, activities.ErrContradicted):
+	case errors.Is(verr, step.ErrContradicted):
 		return nil, "", refuse(verr.Error(), false)
 	case !in.Unverified:
 		return nil, "", refuse("the record could not be checked: "+verr.Error(), true)
@@ -260,9 +230,8 @@ func (d *Decider) confirm(ctx context.Context, key effects.Key, in DecisionInput
 	return outcome, "unverified: " + verr.Error(), nil
 }
 
-// audit is the reason a decision stores on the record: who decided what,
-// where, why, and how the outcome was checked (note, cut to fit
-// effects.MaxReasonBytes).
+// audit is the reason a decision stores: who decided what, where, why and
+// how it was checked, cut to effects.MaxReasonBytes.
 func audit(in DecisionInput, note string) string {
 	where := "outside any run"
 	switch {

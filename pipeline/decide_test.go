@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 )
 
 // ambiguousRecord leaves key's record failed as ambiguous: an at-most-once
@@ -33,7 +33,7 @@ func ambiguousRecord(t *testing.T, c *effects.Client, key effects.Key) {
 
 // notifyDef is the shipment's notify step as a worker registers it, with a
 // Verify that returns verdict and records what it was asked.
-func notifyDef(verdict *error, asked *[]string) activities.Definition {
+func notifyDef(verdict *error, asked *[]string) step.Definition {
 	def := declNotify.Bind(func(context.Context, shipInput) (notified, error) { return notified{}, nil })
 	def.Verify = func(_ context.Context, key effects.Key, outcome any) error {
 		*asked = append(*asked, key.String()+" "+outcome.(notified).MessageID)
@@ -42,7 +42,7 @@ func notifyDef(verdict *error, asked *[]string) activities.Definition {
 	return def
 }
 
-func newDecider(t *testing.T, defs ...activities.Definition) (*pipeline.Decider, *effects.Client) {
+func newDecider(t *testing.T, defs ...step.Definition) (*pipeline.Decider, *effects.Client) {
 	t.Helper()
 	c := effectstest.NewClient(t, dbtest.NewPool(t), &effects.ClientOpts{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	d, err := pipeline.NewDecider(c, defs...)
@@ -89,7 +89,7 @@ func TestApplyDecisionResolvesTheRecord(t *testing.T) {
 	_, err = d.ApplyDecision(ctx, in)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
-	require.Equal(t, activities.ErrTypeInvalidState, app.Type())
+	require.Equal(t, step.ErrTypeInvalidState, app.Type())
 	require.True(t, app.NonRetryable())
 
 	// A retry of an effect never claimed has nothing to settle.
@@ -126,10 +126,10 @@ func TestApplyDecisionVerifiesDone(t *testing.T) {
 		want         string
 		unverifiable bool
 	}{
-		{"contradicted", d, activities.Contradicted("the provider has no message msg_1"), nil, "the provider has no message msg_1", false},
-		{"contradicted, even unverified", d, activities.Contradicted("other key"),
+		{"contradicted", d, step.Contradicted("the provider has no message msg_1"), nil, "the provider has no message msg_1", false},
+		{"contradicted, even unverified", d, step.Contradicted("other key"),
 			func(in *pipeline.DecisionInput) { in.Unverified = true }, "other key", false},
-		{"unavailable", d, activities.Unverifiable("look-up: status 403"), nil, "the record could not be checked: look-up: status 403", true},
+		{"unavailable", d, step.Unverifiable("look-up: status 403"), nil, "the record could not be checked: look-up: status 403", true},
 		{"unclassified", d, errors.New("boom"), nil, "the record could not be checked: boom", true},
 		{"no verify", bare, nil, nil, `no check of step "notify" against its provider is registered`, true},
 		{"malformed", d, nil, func(in *pipeline.DecisionInput) { in.Result = json.RawMessage(`{"id":"msg_1"}`) },
@@ -162,7 +162,7 @@ func TestApplyDecisionVerifiesDone(t *testing.T) {
 
 	// The operator overrides a look-up that failed: applied, and the record
 	// says it was not verified and why.
-	verdict = activities.Unverifiable("look-up: status 503")
+	verdict = step.Unverifiable("look-up: status 503")
 	in.Unverified = true
 	res, err := d.Apply(ctx, in)
 	require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestApplyDecisionRefusesDoneOnARefusal(t *testing.T) {
 	key := effects.MustKey("acme", "shipment", "r1", "notify")
 	cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "shipment:acme:r1/notify"})
 	require.NoError(t, err)
-	require.NoError(t, c.Fail(ctx, cl, &activities.Error{Type: activities.ErrTypeInvalidState, Message: "shipment is cancelled"}))
+	require.NoError(t, c.Fail(ctx, cl, &step.Error{Type: step.ErrTypeInvalidState, Message: "shipment is cancelled"}))
 	in := pipeline.DecisionInput{EffectKey: key.String(), Step: "notify", Resolution: effects.ResolveDone,
 		Result: json.RawMessage(`{"message_id":"msg_1"}`), Reason: "seen", By: "ada", Unverified: true}
 	_, err = d.Apply(ctx, in)

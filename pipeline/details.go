@@ -1,20 +1,16 @@
 package pipeline
 
 import (
-	"strings"
+	"github.com/keyedhq/keyed/step"
 
-	"github.com/keyedhq/keyed/activities"
+	"strings"
 
 	"go.temporal.io/sdk/workflow"
 )
 
-// ShowDetails sets the run's current details (workflow.SetCurrentDetails),
-// shown by the Web UI and `temporal workflow describe`: one markdown line
-// per step with its state, effect key and outcome ID (the payment intent,
-// the message ID) in backticks, the one-line error of a step that did not
-// succeed, and, while a step waits, what the operator is to do. Run keeps
-// them up to date as its steps run; a workflow calls it after a step's
-// outcome is known, and before it returns.
+// ShowDetails sets the run's current details, shown by the Web UI: one
+// markdown line per step (state, effect key, outcome ID, error) and, while
+// a step waits, what the operator is to do. Call it before returning.
 func (r *Run) ShowDetails(ctx workflow.Context) {
 	workflow.SetCurrentDetails(ctx, r.details())
 }
@@ -43,7 +39,7 @@ func (r *Run) details() string {
 
 // outcomeShape is the JSON shape of a step's outcome for the details, or
 // a placeholder when its declaration has no Outcome.
-func outcomeShape(o activities.Outcome) string {
+func outcomeShape(o step.Outcome) string {
 	if o == nil {
 		return "{…}"
 	}

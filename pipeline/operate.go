@@ -10,8 +10,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-
-	"github.com/keyedhq/keyed/orders"
 )
 
 // ErrNotWaiting means the run is not waiting for a decision: it is running
@@ -19,23 +17,24 @@ import (
 var ErrNotWaiting = errors.New("run is not waiting for a decision")
 
 // Attention is one run, of any pipeline, that waits for an operator's
-// decision. TenantID and OrderID are the run's search attributes, empty
-// for a run started without them.
+// decision.
 type Attention struct {
-	WorkflowID   string    `json:"workflow_id"`
-	RunID        string    `json:"run_id"`
-	WorkflowType string    `json:"workflow_type"` // Such as "OrderWorkflow" or "RefundWorkflow".
-	TenantID     string    `json:"tenant_id"`
-	OrderID      string    `json:"order_id"`
-	Attention    string    `json:"attention"` // Such as "receipt:ambiguous".
-	StartTime    time.Time `json:"start_time"`
+	WorkflowID   string `json:"workflow_id"`
+	RunID        string `json:"run_id"`
+	WorkflowType string `json:"workflow_type"`
+	TenantID     string `json:"tenant_id"`
+	// Keywords holds the run's Keyword search attributes ListAttention was
+	// asked for, such as "OrderID", when set.
+	Keywords  map[string]string `json:"keywords,omitempty"`
+	Attention string            `json:"attention"` // such as "receipt:ambiguous"
+	StartTime time.Time         `json:"start_time"`
 }
 
 // ListAttention returns the runs of c's namespace that wait for a decision
-// (AttentionQuery), oldest first as the server orders them, reading every
-// page. It returns the client's error if the list fails, for example when
-// the namespace has no KeyedAttention search attribute.
-func ListAttention(ctx context.Context, c client.Client) ([]Attention, error) {
+// (AttentionQuery), reading every page, with the Keyword search attributes
+// named by keywords. It returns the client's error if the list fails, for
+// example when the namespace has no KeyedAttention search attribute.
+func ListAttention(ctx context.Context, c client.Client, keywords ...string) ([]Attention, error) {
 	if c == nil {
 		return nil, errors.New("list attention: client is nil")
 	}
@@ -48,11 +47,18 @@ func ListAttention(ctx context.Context, c client.Client) ([]Attention, error) {
 		}
 		for _, e := range resp.GetExecutions() {
 			fields := e.GetSearchAttributes().GetIndexedFields()
-			out = append(out, Attention{
-				WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(), WorkflowType: e.GetType().GetName(),
-				TenantID: keyword(fields, orders.SearchAttrTenantID), OrderID: keyword(fields, orders.SearchAttrOrderID),
-				Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime(),
-			})
+			a := Attention{WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
+				WorkflowType: e.GetType().GetName(), TenantID: keyword(fields, SearchAttrTenantIDName),
+				Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime()}
+			for _, name := range keywords {
+				if v := keyword(fields, name); v != "" {
+					if a.Keywords == nil {
+						a.Keywords = map[string]string{}
+					}
+					a.Keywords[name] = v
+				}
+			}
+			out = append(out, a)
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
 			return out, nil
@@ -61,11 +67,9 @@ func ListAttention(ctx context.Context, c client.Client) ([]Attention, error) {
 }
 
 // AttentionOf returns what the current run of the workflow id waits for,
-// such as "receipt:ambiguous", and its run ID. The ID is the pipeline's own,
-// such as orders.WorkflowID's or refunds.RefundInput.WorkflowID's. It
-// returns an error wrapping ErrNotWaiting when the run is closed or waits
-// for nothing, and the client's error (such as serviceerror.NotFound) when
-// it cannot describe it.
+// such as "receipt:ambiguous", and its run ID. It returns an error wrapping
+// ErrNotWaiting when the run is closed or waits for nothing, and the
+// client's error (such as serviceerror.NotFound) when it cannot describe it.
 func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID string, err error) {
 	if c == nil {
 		return "", "", errors.New("attention of run: client is nil")
@@ -83,14 +87,10 @@ func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID 
 }
 
 // SendDecision sends d as the UpdateDecide update to the run runID of the
-// workflow id (empty runID means the current run) and waits until it is applied. The
-// workflow's validator refuses a bad decision before it enters history (no
-// step waiting, another step, an unknown resolution, no reason or operator,
-// a "done" without the step's outcome: a *DecisionError's text);
-// ApplyDecision's refusal (a DecisionRefused "done" the provider
-// contradicts or cannot confirm, a live claim) comes back as its error,
-// and the run keeps waiting. Errors wrap the update's failure or the
-// client's error.
+// workflow id (empty runID: the current run) and waits until it is applied.
+// The validator's refusal (a *DecisionError's text) and ApplyDecision's (a
+// DecisionRefused "done", a live claim) come back as its error; the run
+// keeps waiting.
 func SendDecision(ctx context.Context, c client.Client, id, runID string, d Decision) (*DecisionResult, error) {
 	if c == nil {
 		return nil, errors.New("send decision: client is nil")

@@ -9,12 +9,23 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
-// Step states reported by the status query (orders.QueryStatus).
+// QueryStatus is the name of a run's status query, answered with
+// []StepStatus.
+const QueryStatus = "status"
+
+// StepStatus is a run's view of one step, as the status query returns it.
+type StepStatus struct {
+	Step      string `json:"step"`
+	EffectKey string `json:"effect_key"`
+	State     string `json:"state"` // one of the State constants
+	Error     string `json:"error,omitempty"`
+}
+
+// Step states reported by the status query.
 const (
 	StatePending = "pending"
 	StateRunning = "running"
@@ -29,7 +40,6 @@ const (
 
 // Keyer is a pipeline's workflow input: it derives the effect key of each
 // of the run's steps, and every step's activity takes it as its input.
-// orders.OrderInput and refunds.RefundInput are Keyers.
 type Keyer interface {
 	EffectKey(step string) (effects.Key, error)
 }
@@ -43,41 +53,37 @@ type Opts struct {
 	DecisionTimeout time.Duration
 }
 
-// Run is the workflow side of one run of a pipeline of keyed steps: its
-// input, the steps' status and outcomes, and the decision being waited
-// for. It answers the status query, takes the UpdateDecide update and keeps
-// the run's current details. Use it from one workflow function only.
+// Run is the workflow side of one run of a pipeline: its input, the steps'
+// status and outcomes, and the decision being waited for. Use it from one
+// workflow function only.
 type Run struct {
 	in      Keyer
-	status  []orders.StepStatus
+	status  []StepStatus
 	outcome []string
 	// decls[i] declares step i: its Outcome checks a "done" decision.
-	decls []activities.Declaration
+	decls []step.Declaration
 	wait  *waiting
 	// decisionTimeout bounds each wait for an operator's decision.
 	decisionTimeout time.Duration
 }
 
-// New returns the Run of the workflow whose context is ctx and whose input
-// is in, showing steps (pending) from the start, in the order they run; a
-// step not among them joins the status when it first runs (Index). It
-// registers the status query (orders.QueryStatus, answered with
-// []orders.StepStatus) and the UpdateDecide update, and shows the current
-// details. It returns a non-retryable application error of type
-// activities.ErrTypeInvalidInput when in cannot key one of steps, and the
+// New returns the Run of the workflow ctx with input in, showing steps
+// (pending) from the start; a step not among them joins when it first runs.
+// It registers the status query and the UpdateDecide update. It returns a
+// non-retryable InvalidInput error when in cannot key one of steps, and the
 // SDK's error when a handler cannot be registered.
-func New(ctx workflow.Context, in Keyer, steps []activities.Declaration, opts *Opts) (*Run, error) {
+func New(ctx workflow.Context, in Keyer, steps []step.Declaration, opts *Opts) (*Run, error) {
 	r := &Run{in: in, decisionTimeout: DefaultDecisionTimeout}
 	if opts != nil && opts.DecisionTimeout > 0 {
 		r.decisionTimeout = opts.DecisionTimeout
 	}
 	for _, d := range steps {
 		if _, err := r.Index(d); err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), step.ErrTypeInvalidInput, nil)
 		}
 	}
-	err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) {
-		return append([]orders.StepStatus(nil), r.status...), nil
+	err := workflow.SetQueryHandler(ctx, QueryStatus, func() ([]StepStatus, error) {
+		return append([]StepStatus(nil), r.status...), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("register status query: %w", err)
@@ -90,9 +96,9 @@ func New(ctx workflow.Context, in Keyer, steps []activities.Declaration, opts *O
 }
 
 // Index returns the position of d's step in the status query, adding it
-// (pending) when it is not there yet. It returns an error when the run's
-// input cannot key d's step.
-func (r *Run) Index(d activities.Declaration) (int, error) {
+// (pending) when it is not there yet, or an error when the input cannot
+// key it.
+func (r *Run) Index(d step.Declaration) (int, error) {
 	for i, s := range r.status {
 		if s.Step == d.Step {
 			return i, nil
@@ -102,21 +108,19 @@ func (r *Run) Index(d activities.Declaration) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("derive the effect key of %s: %w", d.Step, err)
 	}
-	r.status = append(r.status, orders.StepStatus{Step: d.Step, EffectKey: key.String(), State: StatePending})
+	r.status = append(r.status, StepStatus{Step: d.Step, EffectKey: key.String(), State: StatePending})
 	r.outcome = append(r.outcome, "")
 	r.decls = append(r.decls, d)
 	return len(r.status) - 1, nil
 }
 
-// RunStep runs the activity declared by d, whose result is a T, into out
-// (see Run.Step) and, once it succeeds, shows outcome(*out) beside the step
-// in the current details when outcome is not nil. It returns a
-// non-retryable InvalidInput error when the input cannot key the step, and
-// Step's error.
-func RunStep[T any](ctx workflow.Context, r *Run, d activities.Declaration, out *T, outcome func(T) string) error {
+// RunStep runs the step declared by d into out (Run.Step) and, once it
+// succeeds, shows outcome(*out) beside it in the current details when
+// outcome is not nil.
+func RunStep[T any](ctx workflow.Context, r *Run, d step.Declaration, out *T, outcome func(T) string) error {
 	i, err := r.Index(d)
 	if err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidInput, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), step.ErrTypeInvalidInput, nil)
 	}
 	if err := r.Step(ctx, i, d, out); err != nil {
 		return err
@@ -127,16 +131,24 @@ func RunStep[T any](ctx workflow.Context, r *Run, d activities.Declaration, out 
 	return nil
 }
 
+// RunAddedStep runs the step declared by d into out, as RunStep does, only
+// in runs that reach it with the change changeID in effect: a step added to
+// a workflow while runs are in flight. A run that passed this point before
+// the change replays without it (workflow.GetVersion).
+func RunAddedStep[T any](ctx workflow.Context, r *Run, changeID string, d step.Declaration, out *T) error {
+	if workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, 1) < 1 {
+		return nil // a run from before the change
+	}
+	return RunStep(ctx, r, d, out, nil)
+}
+
 // Step executes step i's activity, declared by d, with the run's input and
-// d's options, into result. When the step ends with an outcome keyed cannot
-// know (needsAttention: Ambiguous, KeyReused, retries that ran out) it waits
-// for a decision and runs the step again; with no decision in time it fails
-// with a non-retryable ErrTypeDecisionTimeout error. Any other failure marks
-// the later steps skipped and is returned as a non-retryable application
-// error of the step's type whose message is the step's one line. Runs that
-// reached an unknown outcome before waiting existed replay as they failed
-// then (the change ID "wait-for-decision").
-func (r *Run) Step(ctx workflow.Context, i int, d activities.Declaration, result any) error {
+// d's options, into result. On an outcome keyed cannot know (Ambiguous,
+// KeyReused, retries that ran out) it waits for a Decision and runs the
+// step again, failing with ErrTypeDecisionTimeout when none comes in time.
+// Any other failure skips the later steps and is returned as a
+// non-retryable error of the step's type with the step's one line.
+func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) error {
 	s := &r.status[i]
 	for {
 		s.State, s.Error = StateRunning, ""
@@ -163,7 +175,7 @@ func (r *Run) Step(ctx workflow.Context, i int, d activities.Declaration, result
 	}
 }
 
-// skipAfter marks every pending step after step i skipped: it will never run.
+// skipAfter marks every pending step after step i skipped.
 func (r *Run) skipAfter(i int) {
 	for j := i + 1; j < len(r.status); j++ {
 		if r.status[j].State == StatePending {
@@ -172,9 +184,8 @@ func (r *Run) skipAfter(i int) {
 	}
 }
 
-// stepError renders a step's failure for the status query and the current
-// details: the activity's one-line message (see activities.OperatorMessage,
-// which starts with the error type), without the activity error's
+// stepError renders a step's failure for the status query and the
+// details: the activity's one-line message, without the activity error's
 // envelope or the cause chain.
 func stepError(err error) string {
 	var timeout *temporal.TimeoutError
@@ -202,11 +213,9 @@ func timeoutName(t *temporal.TimeoutError) string {
 	return strings.ReplaceAll(name, "_", "-")
 }
 
-// finalError is the error a run fails with when step fails for good: a
-// non-retryable application error of the step's error type whose message
-// is the step's one line (stepError), with no cause chain, so that the Web
-// UI and the CLI show it once. Errors that are not application errors are
-// returned unchanged.
+// finalError is the error a run fails with when a step fails for good: a
+// non-retryable error of the step's type with its one line and no cause
+// chain, so that the Web UI shows it once.
 func finalError(err error) error {
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) {

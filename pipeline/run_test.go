@@ -15,11 +15,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
+	"github.com/keyedhq/keyed/step"
 )
 
 // A pipeline of keyed's own, as a user would write one: a shipment buys a
@@ -57,12 +57,12 @@ type shipResult struct {
 var (
 	ship = shipInput{TenantID: "acme", ShipmentID: "s1"}
 	// declLabel declares no Outcome: "done" needs some JSON result.
-	declLabel  = activities.Declaration{Name: "BuyLabel", Class: effects.ClassExternalCreate, Step: "label"}
-	declNotify = activities.Declaration{Name: "NotifyShipped", Class: effects.ClassIrreversibleSend, Step: "notify", Policy: notify.AtMostOnce,
-		Outcome: activities.OutcomeOf[notified]()}
+	declLabel  = step.Declaration{Name: "BuyLabel", Class: effects.ClassExternalCreate, Step: "label"}
+	declNotify = step.Declaration{Name: "NotifyShipped", Class: effects.ClassIrreversibleSend, Step: "notify", Policy: notify.AtMostOnce,
+		Outcome: step.OutcomeOf[notified]()}
 	bought    = label{LabelID: "lbl--1"}
 	told      = notified{MessageID: "msg_1"}
-	ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", activities.ErrTypeAmbiguous, nil)
+	ambiguous = temporal.NewNonRetryableApplicationError("maybe sent", step.ErrTypeAmbiguous, nil)
 )
 
 const shipWorkflowName = "ShipWorkflow"
@@ -70,7 +70,7 @@ const shipWorkflowName = "ShipWorkflow"
 // shipWorkflow runs the two steps through a pipeline.Run.
 func shipWorkflow(ctx workflow.Context, in shipInput, opts *pipeline.Opts) (shipResult, error) {
 	var out shipResult
-	r, err := pipeline.New(ctx, in, []activities.Declaration{declLabel, declNotify}, opts)
+	r, err := pipeline.New(ctx, in, []step.Declaration{declLabel, declNotify}, opts)
 	if err != nil {
 		return out, err
 	}
@@ -100,7 +100,7 @@ func setup(t *testing.T, opts *pipeline.Opts) *bundle {
 		return shipWorkflow(ctx, in, opts)
 	}, workflow.RegisterOptions{Name: shipWorkflowName})
 	var d *pipeline.Decider
-	require.NoError(t, activities.Register(b.env,
+	require.NoError(t, step.Register(b.env,
 		declLabel.Bind(func(context.Context, shipInput) (label, error) { return label{}, nil }),
 		declNotify.Bind(func(context.Context, shipInput) (notified, error) { return notified{}, nil }),
 		d.Definition()))
@@ -153,7 +153,7 @@ func TestRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {
 	b.env.OnActivity(declLabel.Name, mock.Anything, ship).Return(
 		func(context.Context, shipInput) (label, error) {
 			if !retried {
-				return label{}, temporal.NewApplicationError("carrier 500", activities.ErrTypeTransient)
+				return label{}, temporal.NewApplicationError("carrier 500", step.ErrTypeTransient)
 			}
 			return bought, nil
 		})
@@ -247,7 +247,7 @@ func TestRefusedDecisionKeepsTheRunWaiting(t *testing.T) {
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(notified{}, ambiguous).Once()
 	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(told, nil).Once()
 	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{},
-		temporal.NewNonRetryableApplicationError("claim is live", activities.ErrTypeInvalidState, nil)).Once()
+		temporal.NewNonRetryableApplicationError("claim is live", step.ErrTypeInvalidState, nil)).Once()
 	b.env.OnActivity(pipeline.NameApplyDecision, mock.Anything, mock.Anything).Return(pipeline.DecisionResult{State: "failed_transient"}, nil).Once()
 
 	d := pipeline.Decision{Step: "notify", Resolution: effects.ResolveRetry, By: "ada", Reason: "not at the provider"}
@@ -267,12 +267,12 @@ func TestKnownFailureFailsWithOneLineAndSkipsTheRest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.env.OnActivity(declLabel.Name, mock.Anything, ship).Return(label{},
-		temporal.NewNonRetryableApplicationError("label acme:shipment:s1:label: address refused\nby the carrier", activities.ErrTypeProviderRejected, nil)).Once()
+		temporal.NewNonRetryableApplicationError("label acme:shipment:s1:label: address refused\nby the carrier", step.ErrTypeProviderRejected, nil)).Once()
 
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeProviderRejected, app.Type())
+	require.Equal(t, step.ErrTypeProviderRejected, app.Type())
 	require.True(t, app.NonRetryable())
 	require.Equal(t, "ProviderRejected: label acme:shipment:s1:label: address refused", app.Message())
 	require.Empty(t, b.attention.Values(), "no KeyedAttention for a known outcome")
@@ -285,7 +285,7 @@ func TestDecisionTimeoutIsConfigurable(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &pipeline.Opts{DecisionTimeout: time.Hour})
 	b.env.OnActivity(declLabel.Name, mock.Anything, ship).Return(label{},
-		temporal.NewNonRetryableApplicationError("key came back with other inputs", activities.ErrTypeKeyReused, nil)).Once()
+		temporal.NewNonRetryableApplicationError("key came back with other inputs", step.ErrTypeKeyReused, nil)).Once()
 
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 	var app *temporal.ApplicationError
@@ -303,6 +303,6 @@ func TestUnkeyableInputFailsBeforeAnyStep(t *testing.T) {
 	b.env.ExecuteWorkflow(shipWorkflowName, shipInput{TenantID: "acme", ShipmentID: "s:1"})
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, b.env.GetWorkflowError(), &app)
-	require.Equal(t, activities.ErrTypeInvalidInput, app.Type())
+	require.Equal(t, step.ErrTypeInvalidInput, app.Type())
 	require.Empty(t, b.started.Names())
 }

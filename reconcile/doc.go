@@ -135,7 +135,7 @@
 // Search returns at most 100 PaymentIntents a request and has its own,
 // stricter rate limit (tens of requests a second), so a day of 100,000
 // charges takes a thousand requests, run one after another. The client
-// built by activities.NewStripeClient never retries: a 429 or an outage
+// built by stripestep.NewClient never retries: a 429 or an outage
 // fails the run (exit 1); run it again, with --since and --until naming
 // the missed window once the next day has begun. The keyed side is one query over keyed_effects by kind and created_at.
 // Refunds cost one list of the window's refunds (100 a page) and one list

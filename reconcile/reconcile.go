@@ -16,17 +16,10 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
-)
-
-// Metadata keys that the charge activity sets on every PaymentIntent it
-// creates. Reconciliation matches Stripe's side to keyed's by
-// MetadataEffectKey.
-const (
-	MetadataEffectKey = "effect_key"
-	MetadataTenantID  = "tenant_id"
 )
 
 // DefaultPageSize is how many PaymentIntents one search request asks for;
@@ -188,7 +181,7 @@ type Reconciler struct {
 // New returns a Reconciler reading effect records through claims, the
 // database clock through db (so that leases are judged by the clock that
 // set them), the refund ledger through db, and PaymentIntents and refunds
-// through stripe, a client built by activities.NewStripeClient. It returns
+// through stripe, a client built by stripestep.NewClient. It returns
 // an error for a nil claims client, db or stripe (or one without a PaymentIntents or
 // Refunds client), a page size outside 1 to 100, a negative refund grace,
 // or collectors already registered with opts.Registerer.
@@ -328,7 +321,7 @@ func (r *Reconciler) search(ctx context.Context, w Window) (map[string][]*stripe
 	it := r.stripe.PaymentIntents.Search(params)
 	for it.Next() {
 		pi := it.PaymentIntent()
-		key := pi.Metadata[MetadataEffectKey]
+		key := pi.Metadata[stripestep.MetadataEffectKey]
 		if key == "" || seen[pi.ID] {
 			continue // not keyed's, or repeated across pages
 		}
@@ -398,7 +391,7 @@ func (r *Reconciler) check(ctx context.Context, key string, rec *effects.Record,
 		}
 		switch {
 		case pi == nil:
-		case pi.Metadata[MetadataEffectKey] == key:
+		case pi.Metadata[stripestep.MetadataEffectKey] == key:
 			pis = append(slices.Clone(pis), pi)
 			slices.SortStableFunc(pis, func(a, b *stripe.PaymentIntent) int { return cmp.Compare(a.Created, b.Created) })
 		default:
@@ -411,7 +404,7 @@ func (r *Reconciler) check(ctx context.Context, key string, rec *effects.Record,
 		base.RecordState = rec.State
 	}
 	if foreign != nil {
-		base.Provider = append(base.Provider, outcome(foreign))
+		base.Provider = append(base.Provider, stripestep.ChargeResult(foreign))
 	}
 	add := func(kind Kind, format string, args ...any) {
 		f := base
@@ -443,7 +436,7 @@ func (r *Reconciler) check(ctx context.Context, key string, rec *effects.Record,
 		switch i := indexOf(pis, stored.PaymentIntentID); {
 		case foreign != nil:
 			add(KindMismatch, "the stored payment intent %s carries effect key %q at Stripe, not this one",
-				foreign.ID, foreign.Metadata[MetadataEffectKey])
+				foreign.ID, foreign.Metadata[stripestep.MetadataEffectKey])
 		case i >= 0:
 			add(KindMissingAtProvider, "the stored payment intent %s is %s at Stripe, not succeeded", stored.PaymentIntentID, pis[i].Status)
 		default:
@@ -488,15 +481,11 @@ func tenantOf(key string, rec *effects.Record, pis []*stripe.PaymentIntent) stri
 		return k.Tenant()
 	}
 	for _, pi := range pis {
-		if t := pi.Metadata[MetadataTenantID]; t != "" {
+		if t := pi.Metadata[stripestep.MetadataTenantID]; t != "" {
 			return t
 		}
 	}
 	return ""
-}
-
-func outcome(pi *stripe.PaymentIntent) orders.ChargeResult {
-	return orders.ChargeResult{PaymentIntentID: pi.ID, Status: string(pi.Status), AmountMinor: pi.Amount, Currency: string(pi.Currency)}
 }
 
 func outcomes(pis []*stripe.PaymentIntent) []orders.ChargeResult {
@@ -505,7 +494,7 @@ func outcomes(pis []*stripe.PaymentIntent) []orders.ChargeResult {
 	}
 	out := make([]orders.ChargeResult, len(pis))
 	for i, pi := range pis {
-		out[i] = outcome(pi)
+		out[i] = stripestep.ChargeResult(pi)
 	}
 	return out
 }

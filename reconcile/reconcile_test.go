@@ -18,7 +18,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -56,7 +56,7 @@ func setup(t *testing.T) *bundle {
 	srv := httptest.NewServer(b.fake)
 	t.Cleanup(srv.Close)
 	var err error
-	b.stripe, err = activities.NewStripeClient("sk_test_reconcile", srv.URL, srv.Client())
+	b.stripe, err = stripestep.NewClient("sk_test_reconcile", srv.URL, srv.Client())
 	require.NoError(t, err)
 	// A small page makes every test page through the search.
 	b.rec, err = reconcile.New(b.claims, b.pool, b.stripe, &reconcile.Opts{Registerer: b.reg, Logger: quiet, PageSize: 2})
@@ -453,7 +453,7 @@ func TestRunFailsWhenStripeRefuses(t *testing.T) {
 	b := setup(t)
 	srv := httptest.NewServer(fakestripe.New(&fakestripe.Opts{APIKey: "sk_test_other"}))
 	t.Cleanup(srv.Close)
-	sc, err := activities.NewStripeClient("sk_test_wrong", srv.URL, srv.Client())
+	sc, err := stripestep.NewClient("sk_test_wrong", srv.URL, srv.Client())
 	require.NoError(t, err)
 	r, err := reconcile.New(b.claims, b.pool, sc, nil)
 	require.NoError(t, err)

@@ -10,14 +10,18 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
+	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // activityEnv returns an activity environment with the order activities
@@ -31,15 +35,12 @@ func (b *bundle) activityEnv(t *testing.T) (*testsuite.TestActivityEnvironment, 
 	t.Cleanup(gts.Close)
 	sender, err := notify.NewSender(b.claims, b.pool, &notify.SenderOpts{APIKey: "SG.test", From: "shop@example.com", BaseURL: gts.URL, Logger: quiet})
 	require.NoError(t, err)
-	deps := activities.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet}
-	acts, err := activities.New(deps)
-	require.NoError(t, err)
-	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.claims, Orders: store, Stripe: b.stripe, Sender: sender, Logger: quiet})
+	defs, err := pipeline.Definitions(workflows.Pipelines(), pipeline.Deps{DB: b.pool, Effects: b.claims, Logger: quiet, Providers: []any{b.stripe, sender}})
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(quiet))
 	env := suite.NewTestActivityEnvironment()
-	require.NoError(t, activities.Register(env, append(acts.Definitions(), racts.Definitions()...)...))
+	require.NoError(t, step.Register(env, defs...))
 	return env, store
 }
 
@@ -58,23 +59,23 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 	_, _, err := store.Create(b.ctx, orders.NewOrder{TenantID: "acme", ID: "o1", AmountMinor: 1250, Currency: "eur",
 		CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"})
 	require.NoError(t, err)
-	for _, name := range []string{activities.NameCharge, activities.NameMarkPaid} {
+	for _, name := range []string{ordersteps.NameCharge, ordersteps.NameMarkPaid} {
 		_, err := env.ExecuteActivity(name, orders.NewOrderInput("acme", "o1"))
 		require.NoError(t, err, name)
 	}
 	r1 := refunds.NewInput("acme", "o1", "r1", 400, "damaged")
-	for _, name := range []string{refunds.NameReserve, refunds.NameRefundAtStripe, refunds.NameMarkRefunded, refunds.NameSendRefundEmail} {
+	for _, name := range []string{refundsteps.NameReserve, refundsteps.NameRefundAtStripe, refundsteps.NameMarkRefunded, refundsteps.NameSendRefundEmail} {
 		_, err := env.ExecuteActivity(name, r1)
 		require.NoError(t, err, name)
 	}
 
 	r2 := refunds.NewInput("acme", "o1", "r2", 300, "")
-	_, err = env.ExecuteActivity(refunds.NameReserve, r2)
+	_, err = env.ExecuteActivity(refundsteps.NameReserve, r2)
 	require.NoError(t, err)
 	// Twice: net/http replays a request with an Idempotency-Key once when a
 	// reused connection drops, and the replay must be lost too.
 	b.fake.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Match: "POST /v1/refunds", Times: 2})
-	_, err = env.ExecuteActivity(refunds.NameRefundAtStripe, r2)
+	_, err = env.ExecuteActivity(refundsteps.NameRefundAtStripe, r2)
 	require.Error(t, err)
 	require.Equal(t, 2, b.fake.Refunds(), "the lost answer's refund happened")
 
@@ -91,7 +92,7 @@ func TestRefundsMadeByTheRefundStepsAreClean(t *testing.T) {
 	require.Equal(t, effects.StateFailedTransient, rep.Findings[0].RecordState)
 
 	// The retry finds the refund by metadata and records it.
-	_, err = env.ExecuteActivity(refunds.NameRefundAtStripe, r2)
+	_, err = env.ExecuteActivity(refundsteps.NameRefundAtStripe, r2)
 	require.NoError(t, err)
 	require.Equal(t, 2, b.fake.Refunds())
 	for _, r := range []*reconcile.Reconciler{b.rec, impatient} {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
@@ -190,7 +191,7 @@ func (r *Reconciler) refundsMadeIn(ctx context.Context, w Window) (made map[stri
 			continue // repeated across pages
 		}
 		seen[re.ID] = true
-		if key := re.Metadata[MetadataEffectKey]; key != "" {
+		if key := re.Metadata[stripestep.MetadataEffectKey]; key != "" {
 			made[key] = append(made[key], re)
 		} else {
 			outside = append(outside, re)
@@ -228,10 +229,10 @@ func (r *Reconciler) refundsOutsideKeyed(ctx context.Context, outside []*stripe.
 			}
 			known[re.PaymentIntent.ID] = pi
 		}
-		if pi == nil || pi.Metadata[MetadataEffectKey] == "" {
+		if pi == nil || pi.Metadata[stripestep.MetadataEffectKey] == "" {
 			continue // not a keyed charge
 		}
-		key := pi.Metadata[MetadataEffectKey]
+		key := pi.Metadata[stripestep.MetadataEffectKey]
 		byKey[key], charges[key] = append(byKey[key], re), pi
 	}
 	var found []Finding
@@ -253,7 +254,7 @@ func (r *Reconciler) refundsOutsideKeyed(ctx context.Context, outside []*stripe.
 func (r *Reconciler) sideOf(ctx context.Context, key string, made []*stripe.Refund) (*refundSide, error) {
 	s := &refundSide{key: key}
 	for _, re := range made {
-		s.tenant = cmp.Or(s.tenant, re.Metadata[MetadataTenantID])
+		s.tenant = cmp.Or(s.tenant, re.Metadata[stripestep.MetadataTenantID])
 	}
 	k, err := effects.ParseKey(key)
 	if err != nil {
@@ -312,7 +313,7 @@ func (r *Reconciler) complete(ctx context.Context, s *refundSide, made []*stripe
 			listed[pi] = res
 		}
 		for _, re := range res {
-			if re.Metadata[MetadataEffectKey] == s.key && !slices.ContainsFunc(s.stripe, func(o *stripe.Refund) bool { return o.ID == re.ID }) {
+			if re.Metadata[stripestep.MetadataEffectKey] == s.key && !slices.ContainsFunc(s.stripe, func(o *stripe.Refund) bool { return o.ID == re.ID }) {
 				s.stripe = append(s.stripe, re)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/reconcile"
 )
@@ -21,7 +21,7 @@ func TestASuccessfulRunIsRecordedAndAFailedOneIsNot(t *testing.T) {
 	// A run that fails at Stripe records nothing.
 	srv := httptest.NewServer(fakestripe.New(&fakestripe.Opts{APIKey: "sk_test_other"}))
 	t.Cleanup(srv.Close)
-	sc, err := activities.NewStripeClient("sk_test_wrong", srv.URL, srv.Client())
+	sc, err := stripestep.NewClient("sk_test_wrong", srv.URL, srv.Client())
 	require.NoError(t, err)
 	failing, err := reconcile.New(b.claims, b.pool, sc, nil)
 	require.NoError(t, err)

@@ -2,11 +2,12 @@ package refunds
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // WorkflowName is the registered name of the refund workflow.
@@ -38,11 +39,6 @@ const (
 	MaxRefundIDBytes = 64
 )
 
-// ErrInvalidInput is wrapped by RefundInput.Validate's errors. It is
-// activities.ErrInvalidInput, so that the activities' error table
-// classifies it as InvalidInput.
-var ErrInvalidInput = activities.ErrInvalidInput
-
 // RefundInput is the refund workflow's input and every refund activity's
 // input: the order, the refund's own ID (the business event, unique per
 // order), and what to refund. Unlike orders.OrderInput it carries the
@@ -67,29 +63,29 @@ func NewInput(tenantID, orderID, refundID string, amountMinor int64, reason stri
 	return RefundInput{V: InputVersion, TenantID: tenantID, OrderID: orderID, RefundID: refundID, AmountMinor: amountMinor, Reason: reason}
 }
 
-// Validate returns an error wrapping orders.ErrUnsupportedVersion for an
+// Validate returns an error wrapping step.ErrUnsupportedVersion for an
 // unknown version, effects.ErrInvalidKey when the IDs cannot form an effect
-// key, and ErrInvalidInput for a refund ID over MaxRefundIDBytes, an amount
+// key, and step.ErrInvalidInput for a refund ID over MaxRefundIDBytes, an amount
 // outside 1..MaxAmountMinor, or a reason over MaxReasonBytes or holding a
 // control or invisible character.
 func (in RefundInput) Validate() error {
 	if in.V != InputVersion {
-		return fmt.Errorf("%w: refund input v=%d (this code understands v=%d)", orders.ErrUnsupportedVersion, in.V, InputVersion)
+		return fmt.Errorf("%w: refund input v=%d (this code understands v=%d)", step.ErrUnsupportedVersion, in.V, InputVersion)
 	}
 	if _, err := in.EffectKey(StepReserve); err != nil {
 		return err
 	}
 	switch {
 	case len(in.RefundID) > MaxRefundIDBytes:
-		return fmt.Errorf("%w: refund_id is longer than %d bytes", ErrInvalidInput, MaxRefundIDBytes)
+		return fmt.Errorf("%w: refund_id is longer than %d bytes", step.ErrInvalidInput, MaxRefundIDBytes)
 	case in.AmountMinor <= 0 || in.AmountMinor > MaxAmountMinor:
-		return fmt.Errorf("%w: amount_minor %d is not in 1..%d", ErrInvalidInput, in.AmountMinor, MaxAmountMinor)
+		return fmt.Errorf("%w: amount_minor %d is not in 1..%d", step.ErrInvalidInput, in.AmountMinor, MaxAmountMinor)
 	case len(in.Reason) > MaxReasonBytes:
-		return fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonBytes)
+		return fmt.Errorf("%w: reason is longer than %d bytes", step.ErrInvalidInput, MaxReasonBytes)
 	}
 	for _, r := range in.Reason {
 		if !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: reason holds the character %U", ErrInvalidInput, r)
+			return fmt.Errorf("%w: reason holds the character %U", step.ErrInvalidInput, r)
 		}
 	}
 	return nil
@@ -101,13 +97,24 @@ func (in RefundInput) WorkflowID() string {
 	return "refund:" + in.TenantID + ":" + in.OrderID + ":" + in.RefundID
 }
 
+// ParseWorkflowID returns the refund (its IDs only) of a refund run's ID,
+// the inverse of RefundInput.WorkflowID.
+func ParseWorkflowID(id string) (RefundInput, bool) {
+	parts := strings.Split(id, ":")
+	if len(parts) != 4 || parts[0] != "refund" {
+		return RefundInput{}, false
+	}
+	in := RefundInput{TenantID: parts[1], OrderID: parts[2], RefundID: parts[3]}
+	return in, in.WorkflowID() == id
+}
+
 // WorkflowIDOfKey returns the workflow ID of the refund run whose step
 // makes the effect k, and that step, when k is a refund step's key:
 // "acme:order:9f3a:refund:r1:refund_email" gives "refund:acme:9f3a:r1" and
 // "refund_email". ok is false for any other key (an order's, another
 // pipeline's).
 func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
-	in, step, ok := refundOfKey(k)
+	in, step, ok := RefundOfKey(k)
 	if !ok {
 		return "", "", false
 	}
@@ -116,7 +123,7 @@ func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
 
 // refundOfKey returns the refund (its IDs only) and the step of a refund
 // step's key; ok is false for any other key.
-func refundOfKey(k effects.Key) (in RefundInput, step string, ok bool) {
+func RefundOfKey(k effects.Key) (in RefundInput, step string, ok bool) {
 	parts := k.Parts()
 	if len(parts) != 5 || parts[0] != "order" || parts[2] != "refund" {
 		return RefundInput{}, "", false
@@ -132,7 +139,7 @@ func (in RefundInput) EffectKey(step string) (effects.Key, error) {
 }
 
 // LogAttrs names the tenant, order and refund in the step's log records
-// (activities.Input).
+// (step.Input).
 func (in RefundInput) LogAttrs() []any {
 	return []any{"tenant_id", in.TenantID, "order_id", in.OrderID, "refund_id", in.RefundID}
 }

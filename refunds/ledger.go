@@ -232,6 +232,11 @@ func (l *Ledger) StripeOutcome(ctx context.Context, tenantID, orderID, refundID 
 	return l.stripeOutcome(ctx, l.db, tenantID, orderID, refundID)
 }
 
+// StripeOutcomeTx is StripeOutcome inside the caller's transaction.
+func (l *Ledger) StripeOutcomeTx(ctx context.Context, tx pgx.Tx, tenantID, orderID, refundID string) (r StripeResult, found bool, err error) {
+	return l.stripeOutcome(ctx, tx, tenantID, orderID, refundID)
+}
+
 func (l *Ledger) stripeOutcome(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (r StripeResult, found bool, err error) {
 	err = db.QueryRow(ctx, `
 SELECT stripe_refund_id, payment_intent_id, status, amount_minor, currency FROM refund_stripe_outcomes
@@ -244,4 +249,78 @@ WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, r
 		return StripeResult{}, false, fmt.Errorf("read Stripe refund of %s of order %s/%s: %w", refundID, tenantID, orderID, err)
 	}
 	return r, true, nil
+}
+
+// ErrRefunded means Stripe's refund of the refund is recorded: its
+// reservation holds money that went out and cannot be released.
+var ErrRefunded = errors.New("refund was made at Stripe")
+
+// ReleaseTx appends r to refund_releases inside tx, for the whole amount
+// of r's refund in the ledger, and returns the release as stored and what
+// the order's refunds hold of its charge after it (ReservedTx: ledger minus
+// releases). It first takes
+// the order's lock (effects.LockEntityTx), as ReserveTx does. A refund
+// already released is not released again: the stored release comes back.
+//
+// It returns an error wrapping ErrNotFound when the refund is not in the
+// ledger, ErrRefunded when its Stripe refund is recorded, and database
+// errors, wrapped.
+func (l *Ledger) ReleaseTx(ctx context.Context, tx pgx.Tx, r Release) (Release, int64, error) {
+	orderKey, err := orders.OrderKey(r.TenantID, r.OrderID)
+	if err != nil {
+		return Release{}, 0, err
+	}
+	if err := effects.LockEntityTx(ctx, tx, orderKey); err != nil {
+		return Release{}, 0, err
+	}
+	stored, err := released(ctx, tx, r.TenantID, r.OrderID, r.RefundID)
+	if err != nil || stored != nil {
+		return l.withRefunded(ctx, tx, stored, err)
+	}
+	e, err := l.GetTx(ctx, tx, r.TenantID, r.OrderID, r.RefundID)
+	if err != nil {
+		return Release{}, 0, err
+	}
+	if _, found, err := l.StripeOutcomeTx(ctx, tx, r.TenantID, r.OrderID, r.RefundID); err != nil || found {
+		if err == nil {
+			err = fmt.Errorf("release refund %s of order %s/%s: %w", r.RefundID, r.TenantID, r.OrderID, ErrRefunded)
+		}
+		return Release{}, 0, err
+	}
+	r.AmountMinor = e.AmountMinor
+	err = tx.QueryRow(ctx, `
+INSERT INTO refund_releases (tenant_id, order_id, refund_id, amount_minor, code, effect_key)
+VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`, r.TenantID, r.OrderID, r.RefundID, r.AmountMinor, r.Code, r.EffectKey).Scan(&r.CreatedAt)
+	if err != nil {
+		return Release{}, 0, fmt.Errorf("release refund %s of order %s/%s: %w", r.RefundID, r.TenantID, r.OrderID, err)
+	}
+	return l.withRefunded(ctx, tx, &r, nil)
+}
+
+// withRefunded returns *r with what r's order has refunded, or err.
+func (l *Ledger) withRefunded(ctx context.Context, tx pgx.Tx, r *Release, err error) (Release, int64, error) {
+	if err != nil {
+		return Release{}, 0, err
+	}
+	refunded, err := l.ReservedTx(ctx, tx, r.TenantID, r.OrderID)
+	return *r, refunded, err
+}
+
+// Released returns the release of the order's refund refundID, or nil when
+// it was not released. It returns the database error, wrapped.
+func (l *Ledger) Released(ctx context.Context, tenantID, orderID, refundID string) (*Release, error) {
+	return released(ctx, l.db, tenantID, orderID, refundID)
+}
+
+func released(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (*Release, error) {
+	r := Release{TenantID: tenantID, OrderID: orderID, RefundID: refundID}
+	err := db.QueryRow(ctx, `SELECT amount_minor, code, effect_key, created_at FROM refund_releases
+WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID).Scan(&r.AmountMinor, &r.Code, &r.EffectKey, &r.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read release of refund %s of order %s/%s: %w", refundID, tenantID, orderID, err)
+	}
+	return &r, nil
 }

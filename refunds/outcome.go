@@ -4,10 +4,11 @@ import (
 	"fmt"
 
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // The Validate methods of the refund steps' outcomes check an outcome an
-// operator gives with a "done" decision (activities.DecodeOutcome calls
+// operator gives with a "done" decision (step.OutcomeOf calls
 // them), as orders' do for the order steps. Each error names every problem.
 
 // Validate checks a reserve's outcome: the reserved amount and currency,
@@ -18,9 +19,9 @@ func (r ReserveResult) Validate() error {
 		held = fmt.Sprintf("refunded_minor %d must be at least amount_minor %d and at most charged_minor %d",
 			r.RefundedMinor, r.AmountMinor, r.ChargedMinor)
 	}
-	return orders.Problems(
-		orders.AmountProblem("amount_minor", r.AmountMinor),
-		orders.CurrencyProblem("currency", r.Currency),
+	return step.Problems(
+		step.AmountProblem("amount_minor", r.AmountMinor),
+		step.CurrencyProblem("currency", r.Currency),
 		held)
 }
 
@@ -28,17 +29,17 @@ func (r ReserveResult) Validate() error {
 // order's PaymentIntent (pi_…), a status Stripe made it with (succeeded or
 // pending), a positive amount and a currency.
 func (r StripeResult) Validate() error {
-	return orders.Problems(
-		orders.ProviderIDProblem("stripe_refund_id", "re_", "a Stripe refund ID", r.RefundID),
-		orders.ProviderIDProblem("payment_intent_id", "pi_", "a Stripe PaymentIntent ID", r.PaymentIntentID),
-		orders.OneOfProblem("status", r.Status, "succeeded", "pending"),
-		orders.AmountProblem("amount_minor", r.AmountMinor),
-		orders.CurrencyProblem("currency", r.Currency))
+	return step.Problems(
+		step.ProviderIDProblem("stripe_refund_id", "re_", "a Stripe refund ID", r.RefundID),
+		step.ProviderIDProblem("payment_intent_id", "pi_", "a Stripe PaymentIntent ID", r.PaymentIntentID),
+		step.OneOfProblem("status", r.Status, "succeeded", "pending"),
+		step.AmountProblem("amount_minor", r.AmountMinor),
+		step.CurrencyProblem("currency", r.Currency))
 }
 
 // Validate checks a mark-refunded outcome: the order's status after it.
 func (r MarkResult) Validate() error {
-	return orders.Problems(orders.OneOfProblem("status", r.Status,
+	return step.Problems(step.OneOfProblem("status", r.Status,
 		string(orders.StatusPaid), string(orders.StatusPartiallyRefunded), string(orders.StatusRefunded)))
 }
 
@@ -54,5 +55,5 @@ func (r ReleaseResult) Validate() error {
 	if r.Code == "" {
 		code = "code is required: Stripe's refusal code, such as \"charge_disputed\""
 	}
-	return orders.Problems(orders.AmountProblem("amount_minor", r.AmountMinor), code)
+	return step.Problems(step.AmountProblem("amount_minor", r.AmountMinor), code)
 }

@@ -13,10 +13,13 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // requestSetup gives a test its schema, an order store and a 10.00 USD
 // order in each status it names.
+const tenant = "acme"
+
 func requestSetup(t *testing.T, statuses map[string]orders.Status) (*pgxpool.Pool, *orders.Store) {
 	t.Helper()
 	pool := dbtest.NewPool(t)
@@ -75,7 +78,7 @@ func TestRequestTxQueuesARefundOnceAndRefusesWhatCannotRun(t *testing.T) {
 	_, err = request(t, pool, store, refunds.NewInput(tenant, "none", "r1", 1, ""))
 	require.ErrorIs(t, err, orders.ErrNotFound)
 	_, err = request(t, pool, store, refunds.NewInput(tenant, "paid", "r3", 0, ""))
-	require.ErrorIs(t, err, refunds.ErrInvalidInput)
+	require.ErrorIs(t, err, step.ErrInvalidInput)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox`).Scan(&n))
 	require.Equal(t, 1, n, "refusals queue nothing")
 

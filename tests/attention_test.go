@@ -16,8 +16,10 @@ import (
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // A receipt keyed cannot know about waits for a person instead of failing:
@@ -31,7 +33,7 @@ import (
 func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.acts = b.newActivities(t, lookupOutageOpts)
+	b.deps = b.newDeps(t, lookupOutageOpts)
 	b.startDecidingWorker(t)
 	b.mail.SetLookupOutage(true)
 
@@ -101,11 +103,8 @@ func lookupOutageOpts(o *notify.SenderOpts) {
 // ApplyDecision, as every production worker must.
 func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 	t.Helper()
-	d, err := pipeline.NewDecider(b.effects, b.acts.Definitions()...)
-	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
-	workflows.Register(w)
-	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
+	require.NoError(t, pipeline.Register(w, workflows.Pipelines(), b.deps, nil))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w
@@ -115,7 +114,7 @@ func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
 type waitingOrder struct {
 	id  string
 	key effects.Key
-	st  *workflows.Started
+	st  *outbox.Started
 }
 
 // waitingReceipt creates order id, queues fault for its receipt and starts
@@ -128,7 +127,7 @@ func (b *bundle) waitingReceipt(t *testing.T, id string, fault fakesendgrid.Faul
 	require.NoError(t, err)
 	fault.Match = key.String()
 	b.mail.Inject(fault)
-	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue, Order: o})
+	st, err := startOrder(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue, Order: o})
 	require.NoError(t, err)
 	return &waitingOrder{id: id, key: key, st: st}
 }

@@ -17,11 +17,14 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // bareWorkflow is the baseline: three no-op activities in a row on the same
@@ -30,8 +33,8 @@ import (
 // that the two differ only in what keyed adds: the effect claims, the
 // provider calls and the workflow's status and details.
 func bareWorkflow(ctx workflow.Context, in orders.OrderInput) error {
-	steps := []activities.Declaration{activities.DeclCharge.Declaration, activities.DeclMarkPaid.Declaration,
-		activities.DeclSendReceipt.Declaration}
+	steps := []step.Declaration{ordersteps.DeclCharge.Declaration, ordersteps.DeclMarkPaid.Declaration,
+		ordersteps.DeclSendReceipt.Declaration}
 	for i, name := range []string{"BareA", "BareB", "BareC"} {
 		d := steps[i]
 		key, err := in.EffectKey(d.Step)
@@ -167,8 +170,8 @@ func reportHistories(b *testing.B, world *bundle, id string) {
 
 // runKeyedOrder starts the order's keyed run and waits for it.
 func runKeyedOrder(world *bundle, id string) error {
-	st, err := workflows.Start(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id),
-		&workflows.StartOpts{TaskQueue: world.taskQueue})
+	st, err := startOrder(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id),
+		&orderflow.StartOpts{TaskQueue: world.taskQueue})
 	if err != nil {
 		return err
 	}
@@ -191,8 +194,7 @@ func runBareOrder(world *bundle, queue, id string) error {
 // it returns; both stop when the benchmark ends.
 func startBenchWorkers(b *testing.B, world *bundle) (bareQueue string) {
 	w := worker.New(world.temporal, world.taskQueue, benchWorkerOptions())
-	workflows.Register(w)
-	require.NoError(b, activities.Register(w, world.acts.Definitions()...))
+	require.NoError(b, pipeline.Register(w, workflows.Pipelines(), world.deps, nil))
 	bareQueue = world.taskQueue + "-bare"
 	bw := worker.New(world.temporal, bareQueue, benchWorkerOptions())
 	bw.RegisterWorkflowWithOptions(bareWorkflow, workflow.RegisterOptions{Name: "BareWorkflow"})

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -40,8 +40,8 @@ func newStormAPI(b *testing.B, world *bundle) *stormAPI {
 	s.srv = httptest.NewServer(h)
 	b.Cleanup(s.srv.Close)
 	s.srv.Client().Transport.(*http.Transport).MaxIdleConnsPerHost = stormStarts
-	relay, err := outbox.NewRelay(world.pool, fxapp.TemporalStarter(world.temporal, world.orders,
-		&workflows.StartOpts{TaskQueue: world.taskQueue}), &outbox.RelayOpts{Logger: quiet(), PollInterval: 20 * time.Millisecond})
+	relay, err := outbox.NewRelay(world.pool, pipeline.Starter(world.temporal, world.pool, world.taskQueue, workflows.Pipelines()),
+		&outbox.RelayOpts{Logger: quiet(), PollInterval: 20 * time.Millisecond})
 	require.NoError(b, err)
 	require.NoError(b, relay.Start(world.ctx))
 	b.Cleanup(func() { _ = relay.Stop(world.ctx) })

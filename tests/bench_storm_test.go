@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // stormStarts and stormOrders shape one storm: stormStarts concurrent
@@ -24,7 +24,7 @@ const (
 )
 
 // BenchmarkStorm sends a storm of 1000 concurrent starts over 10 orders
-// through workflows.Start, and the same storm through the bare SDK
+// through orderflow.Start, and the same storm through the bare SDK
 // (ExecuteWorkflow with conflict policy USE_EXISTING, of the baseline's
 // 3-no-op-activity workflow), alternately on one dev server, BENCH_PAIRS
 // (default 3) pairs. Each keyed storm must leave exactly 10 runs and 10
@@ -62,7 +62,7 @@ func BenchmarkStorm(b *testing.B) {
 			ins[k] = orders.NewOrderInput(world.tenant, id)
 		}
 		keyed = append(keyed, storm(b, func(i int) error {
-			_, err := workflows.Start(world.ctx, world.temporal, ins[i%stormOrders], &workflows.StartOpts{TaskQueue: world.taskQueue})
+			_, err := startOrder(world.ctx, world.temporal, ins[i%stormOrders], &orderflow.StartOpts{TaskQueue: world.taskQueue})
 			return err
 		}))
 		runs := 0

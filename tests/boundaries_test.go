@@ -17,12 +17,14 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
 
@@ -122,22 +124,18 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 
 	pool := dbtest.Connect(t, b.dbURL+"&application_name="+k.app)
 	fxc := effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()})
-	store, err := orders.NewStore(pool)
-	require.NoError(t, err)
-	sc, err := activities.NewStripeClient(stripeKey, stripeSrv.URL, nil)
+	sc, err := stripestep.NewClient(stripeKey, stripeSrv.URL, nil)
 	require.NoError(t, err)
 	sender, err := notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: mailSrv.URL, From: receiptFrom, Logger: quiet()})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Deps{DB: pool, Effects: fxc, Orders: store, Stripe: sc, Sender: sender, Logger: quiet()})
-	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&boundaryInterceptor{t: t, k: k}}})
-	workflows.Register(w)
-	require.NoError(t, activities.Register(w, acts.Definitions()...))
+	deps := pipeline.Deps{DB: pool, Effects: fxc, Logger: quiet(), Providers: []any{sc, sender}}
+	require.NoError(t, pipeline.Register(w, workflows.Pipelines(), deps, nil))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 
 	const n = 4
-	var started []*workflows.Started
+	var started []*outbox.Started
 	for i := range n {
 		pm := "pm_card_visa"
 		if i == n-1 {

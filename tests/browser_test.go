@@ -39,7 +39,7 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	b.temporal, err = client.Dial(client.Options{HostPort: srv.Address(), Logger: quietSDK()})
 	require.NoError(t, err)
 	t.Cleanup(b.temporal.Close)
-	b.acts = b.newActivities(t, lookupOutageOpts)
+	b.deps = b.newDeps(t, lookupOutageOpts)
 	b.startRefundWorker(t, lookupOutageOpts) // Orders and refunds, on one task queue.
 	b.mail.SetLookupOutage(true)
 	w := b.waitingReceipt(t, "web1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
@@ -103,7 +103,7 @@ func (b *bundle) refundWaitsInWebUI(t *testing.T, br *browser, id string) {
 	require.NoError(t, err)
 	b.mail.SetLookupOutage(true)
 	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
-	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	run, err := startRefund(b.ctx, b.temporal, in, b.taskQueue)
 	require.NoError(t, err)
 	b.awaitAttention(t, in.WorkflowID())
 

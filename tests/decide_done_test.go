@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
@@ -35,7 +35,7 @@ func TestDoneOnAChargeNeedsTheRealPaymentIntent(t *testing.T) {
 	require.NoError(t, err)
 	// Another request under the charge's key: the same amount, another
 	// description, with the effect key in its metadata.
-	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	sc, err := stripestep.NewClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
 	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(2500), Currency: stripe.String("eur"), PaymentMethod: stripe.String("pm_card_visa"),
 		Confirm: stripe.Bool(true), Description: stripe.String("an earlier checkout")}

@@ -24,7 +24,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // The fault test's plan, per receipt policy. Both sub-runs run at once, so
@@ -195,9 +195,9 @@ func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
 // start starts in's run like a client that retries a failed call: a
 // loaded dev server times some calls out. Start is idempotent, so a retry
 // collapses into the run a lost call may have started.
-func (w *faultWorld) start(ctx context.Context, in orders.OrderInput) (*workflows.Started, error) {
+func (w *faultWorld) start(ctx context.Context, in orders.OrderInput) (*outbox.Started, error) {
 	for try := 1; ; try++ {
-		st, err := workflows.Start(ctx, w.temporal, in, &workflows.StartOpts{TaskQueue: w.taskQueue})
+		st, err := startOrder(ctx, w.temporal, in, &orderflow.StartOpts{TaskQueue: w.taskQueue})
 		if err == nil || try == 10 || ctx.Err() != nil {
 			return st, err
 		}

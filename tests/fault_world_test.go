@@ -56,7 +56,7 @@ type faultWorld struct {
 // faultFigures counts what a sub-run did.
 type faultFigures struct {
 	kills, terminations, backends, restarts int
-	startRetries                            int // workflows.Start calls retried after an error
+	startRetries                            int // orderflow.Start calls retried after an error
 }
 
 // faultWorker is one worker process and its output.

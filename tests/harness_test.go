@@ -17,7 +17,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -25,8 +25,12 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 const (
@@ -49,7 +53,9 @@ type bundle struct {
 	temporal  client.Client
 	taskQueue string
 	tenant    string
-	acts      *activities.Activities
+	// deps binds the steps of the test's workers: its database, effects
+	// client and the provider clients pointed at the fakes.
+	deps pipeline.Deps
 }
 
 func setup(t testing.TB) *bundle {
@@ -80,13 +86,15 @@ func setup(t testing.TB) *bundle {
 	b.temporal, err = client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK()})
 	require.NoError(t, err, "dial the Temporal dev server")
 	t.Cleanup(b.temporal.Close)
-	b.acts = b.newActivities(t)
+	b.deps = b.newDeps(t)
 	return b
 }
 
-func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *activities.Activities {
+// newDeps returns the steps' dependencies over the test's database and
+// fakes, the sender's options edited by edit.
+func (b *bundle) newDeps(t testing.TB, edit ...func(*notify.SenderOpts)) pipeline.Deps {
 	t.Helper()
-	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	sc, err := stripestep.NewClient(stripeKey, b.stripeURL, nil)
 	require.NoError(t, err)
 	so := &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()}
 	for _, e := range edit {
@@ -94,9 +102,7 @@ func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *
 	}
 	sender, err := notify.NewSender(b.effects, b.pool, so)
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
-	require.NoError(t, err)
-	return acts
+	return pipeline.Deps{DB: b.pool, Effects: b.effects, Logger: quiet(), Providers: []any{sc, sender}}
 }
 
 // startWorker runs an in-process worker on the test's task queue until the
@@ -104,10 +110,7 @@ func (b *bundle) newActivities(t testing.TB, edit ...func(*notify.SenderOpts)) *
 func (b *bundle) startWorker(t *testing.T) worker.Worker {
 	t.Helper()
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
-	workflows.Register(w)
-	d, err := pipeline.NewDecider(b.effects, b.acts.Definitions()...)
-	require.NoError(t, err)
-	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
+	require.NoError(t, pipeline.Register(w, workflows.Pipelines(), b.deps, nil))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return w
@@ -125,15 +128,35 @@ func (b *bundle) order(t testing.TB, id string, amount int64, pm string) *orders
 	return o
 }
 
-func (b *bundle) start(t *testing.T, in orders.OrderInput) *workflows.Started {
+func (b *bundle) start(t *testing.T, in orders.OrderInput) *outbox.Started {
 	t.Helper()
-	st, err := workflows.Start(b.ctx, b.temporal, in, &workflows.StartOpts{TaskQueue: b.taskQueue})
+	st, err := startOrder(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue})
 	require.NoError(t, err)
 	return st
 }
 
+// startOrder starts in's order run with pipeline.Start, as every starter
+// does.
+func startOrder(ctx context.Context, c client.Client, in orders.OrderInput, opts *orderflow.StartOpts) (*outbox.Started, error) {
+	o, err := orderflow.StartOptions(in, opts)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.Start(ctx, c, o, orders.WorkflowName, in)
+}
+
+// startRefund starts in's refund run on taskQueue with pipeline.Start and
+// returns the run it led to.
+func startRefund(ctx context.Context, c client.Client, in refunds.RefundInput, taskQueue string) (client.WorkflowRun, error) {
+	st, err := pipeline.Start(ctx, c, refundflow.StartOptions(in, taskQueue), refunds.WorkflowName, in)
+	if err != nil {
+		return nil, err
+	}
+	return c.GetWorkflow(ctx, st.WorkflowID, st.RunID), nil
+}
+
 // wait waits for the run to finish and returns its result and error.
-func (b *bundle) wait(t *testing.T, st *workflows.Started) (orders.OrderResult, error) {
+func (b *bundle) wait(t *testing.T, st *outbox.Started) (orders.OrderResult, error) {
 	t.Helper()
 	var res orders.OrderResult
 	err := b.temporal.GetWorkflow(b.ctx, st.WorkflowID, st.RunID).Get(b.ctx, &res)

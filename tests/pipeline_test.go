@@ -16,7 +16,8 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/outbox"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // 1. The happy path: paid, charged once, receipted once, every record done.
@@ -93,7 +94,7 @@ func TestConcurrentStartsCollapse(t *testing.T) {
 	for id := range runIDs {
 		runID = id
 	}
-	_, err := b.wait(t, &workflows.Started{WorkflowID: in.WorkflowID(), RunID: runID})
+	_, err := b.wait(t, &outbox.Started{WorkflowID: in.WorkflowID(), RunID: runID})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return b.runs(t, in.WorkflowID()) == 1 }, 10*time.Second, 200*time.Millisecond)
 	require.Equal(t, 1, b.stripe.Charges())
@@ -111,7 +112,9 @@ func TestEachActivitySecondRunIsANoop(t *testing.T) {
 
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	for _, d := range b.acts.Definitions() {
+	defs, err := orderflow.Pipeline().Activities(b.deps)
+	require.NoError(t, err)
+	for _, d := range defs {
 		env.RegisterActivityWithOptions(d.Fn, activity.RegisterOptions{Name: d.Name})
 	}
 	for _, name := range []string{"Charge", "MarkPaid", "SendReceipt"} {
@@ -209,7 +212,9 @@ func TestBadInput(t *testing.T) {
 		b.order(t, "o8v", 100, "pm_card_visa")
 		in := orders.NewOrderInput(b.tenant, "o8v")
 		in.V = 2
-		run, err := b.temporal.ExecuteWorkflow(b.ctx, workflows.StartOptions(in, &workflows.StartOpts{TaskQueue: b.taskQueue}), orders.WorkflowName, in)
+		o, err := orderflow.StartOptions(in, &orderflow.StartOpts{TaskQueue: b.taskQueue})
+		require.NoError(t, err)
+		run, err := b.temporal.ExecuteWorkflow(b.ctx, o, orders.WorkflowName, in)
 		require.NoError(t, err)
 		err = run.Get(b.ctx, nil)
 		require.ErrorContains(t, err, "v=2")

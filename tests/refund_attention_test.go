@@ -110,7 +110,7 @@ func (b *bundle) startRefundWithLostEmail(t *testing.T, in refunds.RefundInput) 
 	require.NoError(t, err)
 	b.mail.SetLookupOutage(true)
 	b.mail.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse, Match: emailKey.String()})
-	run, err := refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	run, err := startRefund(b.ctx, b.temporal, in, b.taskQueue)
 	require.NoError(t, err)
 	return run, emailKey
 }

@@ -28,7 +28,7 @@ func TestWorkerKilledAfterRefund(t *testing.T) {
 	// to kill the worker that is waiting for it.
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultHoldResponse, Match: "POST /v1/refunds", Delay: 20 * time.Second})
 	in := refunds.NewInput(b.tenant, "o1", "r1", 1999, "requested_by_customer")
-	_, err = refunds.Start(b.ctx, b.temporal, in, b.taskQueue)
+	_, err = startRefund(b.ctx, b.temporal, in, b.taskQueue)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return b.stripe.Refunds() == 1 }, 60*time.Second, 50*time.Millisecond,
 		"the first worker never refunded; its output:\n%s", out)

@@ -7,13 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/step"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // startRefundWorker runs an in-process worker with the order and refund
@@ -22,23 +23,18 @@ import (
 // activities' sender options.
 func (b *bundle) startRefundWorker(t *testing.T, edit ...func(*notify.SenderOpts)) {
 	t.Helper()
-	sc, err := activities.NewStripeClient(stripeKey, b.stripeURL, nil)
+	refundDeps := b.newDeps(t, edit...)
+	orderDefs, err := orderflow.Pipeline().Activities(b.deps)
 	require.NoError(t, err)
-	so := &notify.SenderOpts{APIKey: sendgridKey, BaseURL: b.mailURL, From: receiptFrom, Logger: quiet()}
-	for _, e := range edit {
-		e(so)
-	}
-	sender, err := notify.NewSender(b.effects, b.pool, so)
+	refundDefs, err := refundflow.Pipeline().Activities(refundDeps)
 	require.NoError(t, err)
-	racts, err := refunds.New(refunds.Deps{DB: b.pool, Effects: b.effects, Orders: b.orders, Stripe: sc, Sender: sender, Logger: quiet()})
+	defs := append(orderDefs, refundDefs...)
+	d, err := pipeline.NewDecider(b.effects, defs...)
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
-	workflows.Register(w)
-	d, err := pipeline.NewDecider(b.effects, append(b.acts.Definitions(), racts.Definitions()...)...)
-	require.NoError(t, err)
-	require.NoError(t, workflows.RegisterActivities(w, b.acts, d))
-	refunds.Register(w)
-	require.NoError(t, refunds.RegisterActivities(w, racts))
+	orderflow.Register(w, nil)
+	refundflow.Register(w, nil)
+	require.NoError(t, step.Register(w, append(defs, d.Definition())...))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 }
@@ -58,7 +54,7 @@ func (b *bundle) refund(t *testing.T, in refunds.RefundInput, n int) refunds.Res
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		wg.Go(func() { _, errs[i] = refunds.Start(b.ctx, b.temporal, in, b.taskQueue) })
+		wg.Go(func() { _, errs[i] = startRefund(b.ctx, b.temporal, in, b.taskQueue) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -113,7 +109,7 @@ func TestPartialRefundThenOneTooLarge(t *testing.T) {
 	require.Equal(t, orders.StatusPartiallyRefunded, o.Status)
 
 	tooLarge := refunds.NewInput(b.tenant, "o1", "r2", 1001, "")
-	run, err := refunds.Start(b.ctx, b.temporal, tooLarge, b.taskQueue)
+	run, err := startRefund(b.ctx, b.temporal, tooLarge, b.taskQueue)
 	require.NoError(t, err)
 	err = run.Get(b.ctx, nil)
 	require.ErrorContains(t, err, "exceeds what is left of the charge")
@@ -139,7 +135,7 @@ func TestConcurrentRefundsBeyondTheCharge(t *testing.T) {
 	errs := make([]error, 2)
 	for i, id := range []string{"r1", "r2"} {
 		wg.Go(func() {
-			run, err := refunds.Start(b.ctx, b.temporal, refunds.NewInput(b.tenant, "o1", id, 1200, ""), b.taskQueue)
+			run, err := startRefund(b.ctx, b.temporal, refunds.NewInput(b.tenant, "o1", id, 1200, ""), b.taskQueue)
 			if err == nil {
 				err = run.Get(b.ctx, nil)
 			}
@@ -171,7 +167,7 @@ func TestRefusedRefundReleasesItsReservation(t *testing.T) {
 	b.paidOrder(t, "o1", 1999)
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultRefuseRefund, Match: "POST /v1/refunds"})
 	refused := refunds.NewInput(b.tenant, "o1", "r1", 1999, "")
-	run, err := refunds.Start(b.ctx, b.temporal, refused, b.taskQueue)
+	run, err := startRefund(b.ctx, b.temporal, refused, b.taskQueue)
 	require.NoError(t, err)
 	err = run.Get(b.ctx, nil)
 	require.ErrorContains(t, err, "charge_disputed")

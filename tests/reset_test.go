@@ -10,10 +10,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/outbox"
 )
 
 // The Web UI's Reset button re-runs everything after the reset point,
@@ -33,13 +33,13 @@ func TestResetCompletedOrderRunMakesNoSecondEffect(t *testing.T) {
 	want, err := b.wait(t, first)
 	require.NoError(t, err)
 
-	afterCharge := b.taskAfterActivity(t, first, activities.NameCharge)
+	afterCharge := b.taskAfterActivity(t, first, ordersteps.NameCharge)
 	for name, point := range map[string][]string{
 		"first workflow task":   {"--type", "FirstWorkflowTask"},
 		"task after the charge": {"--event-id", strconv.FormatInt(afterCharge, 10)},
 	} {
 		b.reset(t, first, point...)
-		got, err := b.wait(t, &workflows.Started{WorkflowID: first.WorkflowID})
+		got, err := b.wait(t, &outbox.Started{WorkflowID: first.WorkflowID})
 		require.NoError(t, err, name)
 		require.Equal(t, want, got, "%s: the same outcome", name)
 		require.Equal(t, 1, b.stripe.Charges(), "%s: no second charge", name)
@@ -53,7 +53,7 @@ func TestResetCompletedOrderRunMakesNoSecondEffect(t *testing.T) {
 
 // reset runs `temporal workflow reset` on run st with the reset point args,
 // waits until the new run is the workflow's current one and returns its ID.
-func (b *bundle) reset(t *testing.T, st *workflows.Started, point ...string) string {
+func (b *bundle) reset(t *testing.T, st *outbox.Started, point ...string) string {
 	t.Helper()
 	bin, err := devserver.FindBinary()
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func (b *bundle) reset(t *testing.T, st *workflows.Started, point ...string) str
 
 // taskAfterActivity returns the ID of the first WorkflowTaskCompleted event
 // after activity name completed in run st.
-func (b *bundle) taskAfterActivity(t *testing.T, st *workflows.Started, name string) int64 {
+func (b *bundle) taskAfterActivity(t *testing.T, st *outbox.Started, name string) int64 {
 	t.Helper()
 	scheduled := map[int64]string{}
 	completed := false

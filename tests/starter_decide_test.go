@@ -23,7 +23,7 @@ import (
 func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.acts = b.newActivities(t, lookupOutageOpts)
+	b.deps = b.newDeps(t, lookupOutageOpts)
 	b.startDecidingWorker(t)
 	b.mail.SetLookupOutage(true)
 	w := b.waitingReceipt(t, "cli1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
@@ -34,7 +34,7 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	var listed []pipeline.Attention
 	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
 	require.Contains(t, listed, pipeline.Attention{WorkflowID: w.st.WorkflowID, RunID: w.st.RunID, WorkflowType: orders.WorkflowName, TenantID: b.tenant,
-		OrderID: "cli1", Attention: "receipt:ambiguous", StartTime: listed[indexOf(listed, w.st.WorkflowID)].StartTime})
+		Keywords: map[string]string{orders.SearchAttrOrderID: "cli1"}, Attention: "receipt:ambiguous", StartTime: listed[indexOf(listed, w.st.WorkflowID)].StartTime})
 
 	b.mail.SetLookupOutage(false)
 	got := starter("resolve", "--key", w.key.String(), "--as", "retry", "--by", "ada", "--reason", "SendGrid answers again")

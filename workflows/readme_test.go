@@ -9,12 +9,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 	"github.com/keyedhq/keyed/workflows"
 )
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite README's table of declarations from workflows.Declarations")
+var updateREADME = flag.Bool("update-readme", false, "rewrite README's table of declarations from the pipelines' declarations")
 
 // readmeSection returns the README's section that starts with heading, up
 // to the next section of the same level.
@@ -44,12 +44,21 @@ func goBlocks(sec string) []string {
 	return blocks
 }
 
-// declarationsTable renders workflows.Declarations as the README's table.
+// declarations returns every pipeline's declared steps, then ApplyDecision.
+func declarations() []step.Declaration {
+	var out []step.Declaration
+	for _, s := range workflows.Pipelines() {
+		out = append(out, s.Steps...)
+	}
+	return append(out, pipeline.DeclDecision)
+}
+
+// declarationsTable renders declarations as the README's table.
 func declarationsTable() string {
 	var b strings.Builder
 	b.WriteString("| activity | effect class | key step | delivery policy | per attempt | heartbeat | all attempts |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, d := range workflows.Declarations() {
+	for _, d := range declarations() {
 		o := d.ActivityOptions("")
 		policy, hb := string(d.Policy), o.HeartbeatTimeout.String()
 		if policy == "" {
@@ -65,7 +74,7 @@ func declarationsTable() string {
 }
 
 // TestREADMEListsTheDeclarations checks README's table of the declared
-// activities against workflows.Declarations; with -update-readme it rewrites it.
+// activities against the pipelines' declarations; with -update-readme it rewrites it.
 func TestREADMEListsTheDeclarations(t *testing.T) {
 	t.Parallel()
 	sec := readmeSection(t, "## Adding a keyed activity")
@@ -90,7 +99,7 @@ func outcomesTable() string {
 	var b strings.Builder
 	b.WriteString("  | step | `result` with `done` |\n")
 	b.WriteString("  | --- | --- |\n")
-	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
+	for _, d := range declarations()[:len(declarations())-1] {
 		fmt.Fprintf(&b, "  | `%s` | `%s` |\n", d.Step, d.Outcome.Shape())
 	}
 	return b.String()
@@ -119,7 +128,7 @@ func TestREADMEExampleIsCompiled(t *testing.T) {
 	for _, c := range []struct {
 		block int
 		file  string
-	}{{0, "../activities/example_survey_test.go"}, {2, "order.go"}, {3, "../activities/example_test.go"}} {
+	}{{0, "../activities/order/example_survey_test.go"}, {2, "../pipeline/run.go"}, {3, "../activities/order/example_test.go"}} {
 		src, err := os.ReadFile(c.file)
 		require.NoError(t, err)
 		require.Contains(t, string(src), blocks[c.block], "README's block %d is not in %s", c.block, c.file)

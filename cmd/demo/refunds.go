@@ -11,12 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
+	refundflow "github.com/keyedhq/keyed/workflows/refund"
 )
 
 // demoRefund is one refund scenario and what happened to it.
@@ -83,11 +84,11 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	switch {
 	case errors.As(err, &exceeds) || errors.Is(err, refunds.ErrNotRefundable):
 		r.refused = err
-		run, err := refunds.Start(ctx, s.tc, in, s.taskQueue)
+		st, err := pipeline.Start(ctx, s.tc, refundflow.StartOptions(in, s.taskQueue), refunds.WorkflowName, in)
 		if err != nil {
 			return fmt.Errorf("start refused refund %s: %w", in.WorkflowID(), err)
 		}
-		r.forcedErr = run.Get(ctx, nil)
+		r.forcedErr = s.tc.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil)
 		return ctx.Err()
 	case err != nil:
 		return fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
@@ -96,7 +97,7 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 	if err != nil {
 		return err
 	}
-	starter := fxapp.TemporalStarter(s.tc, s.store, &workflows.StartOpts{TaskQueue: s.taskQueue})
+	starter := pipeline.Starter(s.tc, s.pool, s.taskQueue, workflows.Pipelines())
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -158,7 +159,7 @@ func (s *stack) refundRows(ctx context.Context, list []*demoRefund) ([]refundRow
 
 func (s *stack) refundRow(ctx context.Context, r *demoRefund) (refundRow, error) {
 	in := r.input()
-	row := refundRow{refund: r.id, order: r.order.id, scenario: r.note, amount: activities.FormatAmount(r.amount, "eur"), refunds: -1}
+	row := refundRow{refund: r.id, order: r.order.id, scenario: r.note, amount: orders.FormatAmount(r.amount, "eur"), refunds: -1}
 	for _, st := range r.started {
 		if st.Created {
 			row.runs++
@@ -199,7 +200,7 @@ func refundOutcome(r *demoRefund, in refunds.RefundInput) (string, [][2]string) 
 		var exceeds *refunds.ExceedsError
 		left := ""
 		if errors.As(r.refused, &exceeds) {
-			left = " (" + activities.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, "eur") + " left)"
+			left = " (" + orders.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, "eur") + " left)"
 		}
 		return "refused", [][2]string{
 			{"request", "refused before queueing: exceeds the charge" + left},
@@ -212,7 +213,7 @@ func refundOutcome(r *demoRefund, in refunds.RefundInput) (string, [][2]string) 
 	}
 	details = append(details, [2]string{"stripe", r.result.Stripe.RefundID + " " + r.result.Stripe.Status},
 		[2]string{"ledger", fmt.Sprintf("%s of %s refunded",
-			activities.FormatAmount(r.result.Reserve.RefundedMinor, "eur"), activities.FormatAmount(r.result.Reserve.ChargedMinor, "eur"))})
+			orders.FormatAmount(r.result.Reserve.RefundedMinor, "eur"), orders.FormatAmount(r.result.Reserve.ChargedMinor, "eur"))})
 	return "refunded, email sent", details
 }
 

@@ -12,7 +12,9 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // demoOrder is one scenario and what happened to it.
@@ -20,13 +22,13 @@ type demoOrder struct {
 	id, pm, note string
 	amount       int64
 	fault        *fakestripe.Fault
-	started      []*workflows.Started
+	started      []*outbox.Started
 	result       orders.OrderResult
 	// err is the run's failure, such as the declined card.
 	err error
 	// later is the start fired after the run finished; rerunErr is how the
 	// run it started, if any, ended.
-	later    *workflows.Started
+	later    *outbox.Started
 	rerunErr error
 }
 
@@ -94,7 +96,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 	)
 	for range dups {
 		wg.Go(func() {
-			st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: s.taskQueue, Order: ord})
+			st, err := s.startOrder(ctx, o.id, ord)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -108,11 +110,22 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 	return errors.Join(errs...)
 }
 
+// startOrder starts the order's run with pipeline.Start, the amount in
+// its summary when ord is set.
+func (s *stack) startOrder(ctx context.Context, id string, ord *orders.Order) (*outbox.Started, error) {
+	in := orders.NewOrderInput(tenant, id)
+	o, err := orderflow.StartOptions(in, &orderflow.StartOpts{TaskQueue: s.taskQueue, Order: ord})
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.Start(ctx, s.tc, o, orders.WorkflowName, in)
+}
+
 // startLater fires a start at a finished order: refused for a paid order;
 // a failed one may start a new run (a deliberate re-run), whose charge step
 // refuses a failed order without calling Stripe.
 func (s *stack) startLater(ctx context.Context, o *demoOrder) error {
-	st, err := workflows.Start(ctx, s.tc, orders.NewOrderInput(tenant, o.id), &workflows.StartOpts{TaskQueue: s.taskQueue})
+	st, err := s.startOrder(ctx, o.id, nil)
 	if err != nil {
 		return fmt.Errorf("later start %s: %w", o.id, err)
 	}

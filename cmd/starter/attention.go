@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 func runAttention(ctx context.Context, e *env, args []string) error {
@@ -26,7 +30,7 @@ func runAttention(ctx context.Context, e *env, args []string) error {
 	}
 	var tc client.Client
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
-		runs, err := pipeline.ListAttention(ctx, tc)
+		runs, err := pipeline.ListAttention(ctx, tc, keywords()...)
 		if err != nil {
 			return err
 		}
@@ -41,11 +45,37 @@ func runAttention(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tORDER\tWAITS ON\tSTARTED\tWORKFLOW ID\tTYPE")
+		fmt.Fprintln(tw, "TENANT\tSEARCH ATTRIBUTES\tWAITS ON\tSTARTED\tWORKFLOW ID\tTYPE")
 		for _, r := range runs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clean(r.TenantID), clean(r.OrderID), clean(r.Attention),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clean(r.TenantID), clean(pairs(r.Keywords)), clean(r.Attention),
 				r.StartTime.UTC().Format(time.RFC3339), clean(r.WorkflowID), clean(r.WorkflowType))
 		}
 		return tw.Flush()
 	}, &tc)
+}
+
+// keywords names the Keyword search attributes the pipelines' runs set
+// besides the framework's, for the attention list.
+func keywords() []string {
+	var out []string
+	for _, s := range workflows.Pipelines() {
+		for _, sa := range s.SearchAttributes {
+			if sa.Type == "Keyword" && !slices.Contains(out, sa.Name) {
+				out = append(out, sa.Name)
+			}
+		}
+	}
+	return out
+}
+
+// pairs renders keywords as "Name=value" pairs, sorted by name, or "-".
+func pairs(keywords map[string]string) string {
+	if len(keywords) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(keywords)) {
+		out = append(out, name+"="+keywords[name])
+	}
+	return strings.Join(out, " ")
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
@@ -319,7 +319,7 @@ func TestReconcileExitsThreeOnFindings(t *testing.T) {
 	// A charge done the keyed way: claim, charge under the key, record.
 	ctx := context.Background()
 	fxc := effectstest.NewClient(t, pool, nil)
-	sc, err := activities.NewStripeClient(secret, srv.URL, srv.Client())
+	sc, err := stripestep.NewClient(secret, srv.URL, srv.Client())
 	require.NoError(t, err)
 	charge := func(effectKey, idem string) *stripe.PaymentIntent {
 		t.Helper()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
@@ -54,7 +54,7 @@ func runReconcile(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	// Load checked the key and the base URL, all the client checks.
-	sc, err := activities.NewStripeClient(string(cfg.Stripe.SecretKey), cfg.Stripe.APIBase, nil)
+	sc, err := stripestep.NewClient(string(cfg.Stripe.SecretKey), cfg.Stripe.APIBase, nil)
 	if err != nil {
 		return usagef("STRIPE_API_BASE: %v", err)
 	}
@@ -166,7 +166,7 @@ func printReport(w io.Writer, rep *reconcile.Report) error {
 // findingLedgerRow renders a refund's ledger row as "refund r1 4.00 USD", and
 // its recorded Stripe answer after it.
 func findingLedgerRow(r reconcile.RefundRecord) string {
-	s := "refund " + r.RefundID + " " + activities.FormatAmount(r.AmountMinor, r.Currency)
+	s := "refund " + r.RefundID + " " + orders.FormatAmount(r.AmountMinor, r.Currency)
 	if r.Stripe != nil {
 		s += " as " + findingRefund(*r.Stripe)
 	}
@@ -175,10 +175,10 @@ func findingLedgerRow(r reconcile.RefundRecord) string {
 
 // findingRefund renders a Stripe refund as "re_… succeeded 4.00 USD of pi_…".
 func findingRefund(r refunds.StripeResult) string {
-	return r.RefundID + " " + r.Status + " " + activities.FormatAmount(r.AmountMinor, r.Currency) + " of " + r.PaymentIntentID
+	return r.RefundID + " " + r.Status + " " + orders.FormatAmount(r.AmountMinor, r.Currency) + " of " + r.PaymentIntentID
 }
 
 // charge renders a charge outcome as "pi_… succeeded 19.99 USD".
 func charge(c orders.ChargeResult) string {
-	return c.PaymentIntentID + " " + c.Status + " " + activities.FormatAmount(c.AmountMinor, c.Currency)
+	return c.PaymentIntentID + " " + c.Status + " " + orders.FormatAmount(c.AmountMinor, c.Currency)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
@@ -25,7 +25,7 @@ func TestReconcilePrintsRefundFindings(t *testing.T) {
 	const secret = "sk_test_reconcile_refunds_0123456789"
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1", "STRIPE_SECRET_KEY": secret, "STRIPE_API_BASE": srv.URL}
 	ctx := context.Background()
-	sc, err := activities.NewStripeClient(secret, srv.URL, srv.Client())
+	sc, err := stripestep.NewClient(secret, srv.URL, srv.Client())
 	require.NoError(t, err)
 	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(1999), Currency: stripe.String("usd"),
 		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}

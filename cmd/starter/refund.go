@@ -12,10 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/internal/config"
-	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -92,7 +91,7 @@ func runRefund(ctx context.Context, e *env, args []string) error {
 		}
 		res := refundResult{TenantID: in.TenantID, OrderID: in.OrderID, RefundID: in.RefundID, AmountMinor: in.AmountMinor,
 			Currency: o.Currency, Requested: created, WorkflowID: in.WorkflowID()}
-		startRefund(ctx, cfg, tc, store, in, o.Currency, &res)
+		startRefund(ctx, cfg, tc, in, o.Currency, &res)
 		if *asJSON {
 			return writeJSON(e.stdout, res)
 		}
@@ -120,12 +119,12 @@ func refundRefusal(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 // startRefund starts the refund run the way the worker's relay would (the
 // same starter and options), which only saves the relay's poll: both land
 // on the same workflow ID and collapse. A failure leaves it queued.
-func startRefund(ctx context.Context, cfg *config.Config, tc client.Client, store *orders.Store, in refunds.RefundInput, currency string, res *refundResult) {
+func startRefund(ctx context.Context, cfg *config.Config, tc client.Client, in refunds.RefundInput, currency string, res *refundResult) {
 	req, err := refunds.StartRequest(in, currency)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, refundStartTimeout)
 		defer cancel()
-		starter := fxapp.TemporalStarter(tc, store, &workflows.StartOpts{TaskQueue: cfg.Temporal.TaskQueue})
+		starter := pipeline.Starter(tc, nil, cfg.Temporal.TaskQueue, workflows.Pipelines())
 		st, serr := starter.Start(ctx, req)
 		if serr == nil {
 			res.RunID, res.Start = st.RunID, "new"
@@ -142,7 +141,7 @@ func startRefund(ctx context.Context, cfg *config.Config, tc client.Client, stor
 
 func printRefund(w io.Writer, res refundResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	line := fmt.Sprintf("%s of order %s/%s  %s", res.RefundID, res.TenantID, res.OrderID, activities.FormatAmount(res.AmountMinor, res.Currency))
+	line := fmt.Sprintf("%s of order %s/%s  %s", res.RefundID, res.TenantID, res.OrderID, orders.FormatAmount(res.AmountMinor, res.Currency))
 	if res.Requested {
 		line += "  (requested)"
 	} else {

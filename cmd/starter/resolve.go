@@ -15,13 +15,14 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 func runResolve(ctx context.Context, e *env, args []string) error {
@@ -109,7 +110,7 @@ func decisionOf(key, as, reason, result, by string, resultSet, unverified bool) 
 	if resultSet {
 		d.Result = json.RawMessage(result)
 	}
-	var outcome activities.Outcome
+	var outcome step.Outcome
 	if err == nil {
 		d.Step = stepOfKey(k)
 		outcome = declaredOutcome(d.Step)
@@ -148,12 +149,14 @@ func stepOfKey(k effects.Key) string {
 	return parts[len(parts)-1]
 }
 
-// declaredOutcome returns the declared Outcome of the order or refund
-// step named step, or nil for a step neither pipeline declares.
-func declaredOutcome(step string) activities.Outcome {
-	for _, d := range append(activities.Declarations(), refunds.Declarations()...) {
-		if d.Step == step {
-			return d.Outcome
+// declaredOutcome returns the declared Outcome of the step named step in
+// any pipeline, or nil for a step none declares.
+func declaredOutcome(name string) step.Outcome {
+	for _, s := range workflows.Pipelines() {
+		for _, d := range s.Steps {
+			if d.Step == name {
+				return d.Outcome
+			}
 		}
 	}
 	return nil
@@ -204,7 +207,7 @@ func failureMessage(err error) string {
 }
 
 // resolveRecord applies d to k's record when no run waits for it, with a
-// pipeline.Decider over both pipelines' checks (asking Stripe and SendGrid
+// pipeline.Decider over every pipeline's checks (asking Stripe and SendGrid
 // when their keys are configured), and returns the record after
 // it. A refused decision, a record that cannot be resolved and a missing
 // one are usage errors.
@@ -232,15 +235,15 @@ func resolveRecord(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, 
 // RECEIPT_FROM is not set: it only looks messages up and never sends.
 const lookupOnlyFrom = "keyed-resolve@localhost.invalid"
 
-// newDecider returns a Decider over the order and refund pipelines'
-// checks, with a Stripe client when STRIPE_SECRET_KEY is set and a
+// newDecider returns a Decider over every pipeline's checks, with a Stripe
+// client when STRIPE_SECRET_KEY is set and a
 // SendGrid client when SENDGRID_API_KEY is: without one, the checks that
 // need it find the provider unverifiable, naming the missing setting.
 func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store) (*pipeline.Decider, error) {
 	var sc *stripeclient.API
 	if key := string(cfg.Stripe.SecretKey); key != "" {
 		var err error
-		if sc, err = activities.NewStripeClient(key, cfg.Stripe.APIBase, nil); err != nil {
+		if sc, err = stripestep.NewClient(key, cfg.Stripe.APIBase, nil); err != nil {
 			return nil, usagef("STRIPE_SECRET_KEY, STRIPE_API_BASE: %v", err)
 		}
 	}
@@ -253,27 +256,20 @@ func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, sto
 			return nil, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
 		}
 	}
-	deps := activities.CheckDeps{DB: pool, Orders: store, Stripe: sc, Sender: sender}
-	orderChecks, err := activities.Checks(deps)
-	if err != nil {
-		return nil, err
+	d := pipeline.Deps{DB: pool, Effects: fxc}
+	if sc != nil {
+		d.Providers = append(d.Providers, sc)
 	}
-	refundChecks, err := refunds.Checks(deps)
-	if err != nil {
-		return nil, err
+	if sender != nil {
+		d.Providers = append(d.Providers, sender)
 	}
-	return pipeline.NewDecider(fxc, append(orderChecks, refundChecks...)...)
+	return pipeline.NewDeciderOf(workflows.Pipelines(), d)
 }
 
 // runOfKey returns the workflow ID of the run whose step makes the effect
-// k, and that step, as the pipeline that owns k's shape derives it: an
-// order's (orders.WorkflowIDOfKey) or a refund's
-// (refunds.WorkflowIDOfKey). ok is false for any other key.
-func runOfKey(k effects.Key) (id, step string, ok bool) {
-	if id, step, ok := orders.WorkflowIDOfKey(k); ok {
-		return id, step, true
-	}
-	return refunds.WorkflowIDOfKey(k)
+// k, and that step, as the pipeline that owns k's shape derives it.
+func runOfKey(k effects.Key) (id, stepName string, ok bool) {
+	return pipeline.RunOfKey(workflows.Pipelines(), k)
 }
 
 // printDecision prints a decision the waiting run applied, or err.

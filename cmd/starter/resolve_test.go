@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/keyedhq/keyed/activities"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // runOfKey finds the run of an order's and a refund's step from the key
@@ -73,7 +74,7 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/charge"})
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("key_reused", "the key came back with other inputs")))
-	sc, err := activities.NewStripeClient("sk_test_resolve", srv.URL, nil)
+	sc, err := stripestep.NewClient("sk_test_resolve", srv.URL, nil)
 	require.NoError(t, err)
 	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(2500), Currency: stripe.String("eur"),
 		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
@@ -111,7 +112,7 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 	reserve := effects.MustKey("acme", "order", "p1", "refund", "r1", "refund_reserve")
 	cl, err = fxc.Claim(ctx, effects.ClaimParams{Key: reserve, Owner: "refund:acme:p1:r1/refund_reserve"})
 	require.NoError(t, err)
-	require.NoError(t, fxc.Fail(ctx, cl, &activities.Error{Type: activities.ErrTypeInvalidState, Message: "order is pending, not paid: nothing to refund"}))
+	require.NoError(t, fxc.Fail(ctx, cl, &step.Error{Type: step.ErrTypeInvalidState, Message: "order is pending, not paid: nothing to refund"}))
 	code, _, errOut = starter(t, env, "resolve", "--key", reserve.String(), "--as", "done", "--by", "ops", "--reason", "x", "--unverified",
 		"--result", `{"amount_minor":500,"currency":"eur","refunded_minor":500,"charged_minor":500}`)
 	require.Equal(t, 2, code, errOut)

@@ -13,7 +13,9 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // queryTimeout bounds the workflow query of show: it needs a worker, and
@@ -32,6 +34,9 @@ type showResult struct {
 	Refunds       []shownRefund `json:"refunds"`
 	RefundedMinor int64         `json:"refunded_minor"`
 	ReservedMinor int64         `json:"reserved_minor"`
+	// Runs are the other runs whose steps made the order's effects (its
+	// refunds'), as their pipelines map keys to runs, each with its view.
+	Runs []workflowView `json:"runs,omitempty"`
 }
 
 // shownRefund is a refund as show prints it: how far it got, as State
@@ -44,8 +49,8 @@ type shownRefund struct {
 }
 
 type workflowView struct {
-	WorkflowID string              `json:"workflow_id"`
-	Steps      []orders.StepStatus `json:"steps,omitempty"`
+	WorkflowID string                `json:"workflow_id"`
+	Steps      []pipeline.StepStatus `json:"steps,omitempty"`
 	// Error says why the workflow's view is missing: no run, no worker to
 	// answer the query, Temporal unreachable.
 	Error string `json:"error,omitempty"`
@@ -85,7 +90,8 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		res := showResult{Order: o, Effects: recs, Workflow: queryWorkflow(ctx, tc, orders.WorkflowID(*tenant, *order))}
+		id := orders.WorkflowID(*tenant, *order)
+		res := showResult{Order: o, Effects: recs, Workflow: queryWorkflow(ctx, tc, id), Runs: queryRuns(ctx, tc, recs, id)}
 		if res.Effects == nil {
 			res.Effects = []*effects.Record{}
 		}
@@ -99,11 +105,34 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	}, &pool, &store, &fxc, &tc)
 }
 
+// queryRuns returns the view of each run, other than the order's own
+// (except), that made one of recs, in the order of recs, within one
+// queryTimeout for all of them.
+func queryRuns(ctx context.Context, tc client.Client, recs []*effects.Record, except string) []workflowView {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var out []workflowView
+	seen := map[string]bool{except: true}
+	for _, r := range recs {
+		k, err := effects.ParseKey(r.Key)
+		if err != nil {
+			continue
+		}
+		id, _, ok := pipeline.RunOfKey(workflows.Pipelines(), k)
+		if !ok || seen[id] {
+			continue
+		}
+		seen[id] = true
+		out = append(out, queryWorkflow(ctx, tc, id))
+	}
+	return out
+}
+
 func queryWorkflow(ctx context.Context, tc client.Client, workflowID string) workflowView {
 	view := workflowView{WorkflowID: workflowID}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	val, err := tc.QueryWorkflow(ctx, workflowID, "", orders.QueryStatus)
+	val, err := tc.QueryWorkflow(ctx, workflowID, "", pipeline.QueryStatus)
 	if err == nil {
 		err = val.Get(&view.Steps)
 	}
@@ -146,14 +175,24 @@ func printShow(w io.Writer, res showResult) error {
 		return err
 	}
 
-	fmt.Fprintf(w, "\nworkflow %s\n", clean(res.Workflow.WorkflowID))
-	if res.Workflow.Error != "" {
-		fmt.Fprintf(w, "  query unavailable: %s\n", clean(res.Workflow.Error))
+	for _, v := range append([]workflowView{res.Workflow}, res.Runs...) {
+		if err := printWorkflow(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printWorkflow prints a run's view of its steps.
+func printWorkflow(w io.Writer, v workflowView) error {
+	fmt.Fprintf(w, "\nworkflow %s\n", clean(v.WorkflowID))
+	if v.Error != "" {
+		fmt.Fprintf(w, "  query unavailable: %s\n", clean(v.Error))
 		return nil
 	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  STEP\tSTATE\tEFFECT KEY\tERROR\n")
-	for _, s := range res.Workflow.Steps {
+	for _, s := range v.Steps {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", clean(s.Step), clean(s.State), clean(s.EffectKey), clean(s.Error))
 	}
 	return tw.Flush()

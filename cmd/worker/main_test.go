@@ -26,7 +26,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 func TestMissingConfigurationIsOneMessage(t *testing.T) {
@@ -135,7 +135,7 @@ func TestSIGTERMDrainsAnInFlightActivity(t *testing.T) {
 	defer tc.Close()
 
 	deps.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 3 * time.Second})
-	_, err = workflows.Start(ctx, tc, orders.NewOrderInput("acme", "drain-1"), &workflows.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
+	_, err = startOrder(ctx, tc, orders.NewOrderInput("acme", "drain-1"), &orderflow.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return deps.Stripe.Requests() > 0 }, 30*time.Second, 20*time.Millisecond, "the charge reaches Stripe")
 

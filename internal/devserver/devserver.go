@@ -20,12 +20,21 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/workflows"
 )
 
-// SearchAttributes are registered on every dev server this package starts,
-// so that order runs can be found by tenant and order in the Web UI, and
-// runs waiting for an operator's decision by KeyedAttention.
-var SearchAttributes = []string{"TenantID=Keyword", "OrderID=Keyword", "KeyedAttention=Keyword"}
+// SearchAttributes returns what every dev server this package starts
+// registers, as "Name=Type": every pipeline's search attributes
+// (pipeline.SearchAttributes).
+func SearchAttributes() []string {
+	var out []string
+	for _, sa := range pipeline.SearchAttributes(workflows.Pipelines()) {
+		out = append(out, sa.Name+"="+sa.Type)
+	}
+	return out
+}
 
 // ErrNoBinary means the Temporal CLI binary was not found.
 var ErrNoBinary = errors.New("temporal CLI not found: run `make tools` (it builds bin/temporal), or set KEYED_TEMPORAL_BIN")
@@ -149,7 +158,7 @@ func start(ctx context.Context, bin string, opts *Opts) (s *Server, exited bool,
 		args = append(args, "--ui-port", strconv.Itoa(ui))
 		s.uiAddr = "http://" + net.JoinHostPort(ip, strconv.Itoa(ui))
 	}
-	for _, sa := range SearchAttributes {
+	for _, sa := range SearchAttributes() {
 		args = append(args, "--search-attribute", sa)
 	}
 	if opts.DBFile != "" {

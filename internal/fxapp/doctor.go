@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // doctorTimeout bounds each report of the worker's.
@@ -45,6 +46,7 @@ type doctorIn struct {
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
 	Logger     *slog.Logger
+	Pipelines  []pipeline.Spec
 	Every      DoctorEvery `optional:"true"`
 }
 
@@ -59,7 +61,7 @@ func startDoctor(in doctorIn) error {
 	}
 	d := &doctorLoop{deps: doctor.Deps{Pool: in.Pool, Temporal: in.Client}, opts: DoctorOpts(in.Config, in.Pool),
 		metrics: m, logger: in.Logger.With("component", "doctor"), last: map[[2]string]doctor.Status{}}
-	d.opts.Checks, d.opts.Gatherer = doctor.CheapChecks, in.Gatherer
+	d.opts.Checks, d.opts.Gatherer, d.opts.Pipelines = doctor.CheapChecks, in.Gatherer, in.Pipelines
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	in.Lifecycle.Append(fx.Hook{

@@ -9,15 +9,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // runOrders creates n orders, starts each run twice from 32 concurrent
@@ -39,7 +37,7 @@ func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				_, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
+				_, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
 				errs <- err
 			})
 		}
@@ -115,18 +113,6 @@ func TestPoolNeeds(t *testing.T) {
 	require.EqualValues(t, 5, def)
 	least, _ = fxapp.PoolNeeds(&config.Config{Role: config.Starter})
 	require.EqualValues(t, 1, least, "every starter command runs on one connection (cmd/starter TestEveryCommandOnOneConnection)")
-}
-
-func TestRetryWindowCoversEveryAttempt(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, workflows.StepScheduleToClose, workflows.RetryWindow(workflows.ActivityOptions(orders.StepCharge, "")))
-	// 10 attempts of 1 min, backoffs 1+2+4+8+16+30+30+30+30 s.
-	capped := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 10}}
-	require.Equal(t, 10*time.Minute+151*time.Second, workflows.RetryWindow(capped))
-	capped.ScheduleToCloseTimeout = 5 * time.Minute
-	require.Equal(t, 5*time.Minute, workflows.RetryWindow(capped))
-	require.Equal(t, 4*workflows.StepScheduleToClose, workflows.LongestRun())
 }
 
 // requireOneEach checks at the fakes that no order was charged or mailed

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/workflows"
 )
 
 // startTimeout bounds the start hooks: connecting, migrating, first poll.
@@ -73,6 +74,7 @@ func base(cfg *config.Config, logger *slog.Logger) fx.Option {
 			return fl
 		}),
 		fx.StartTimeout(startTimeout),
+		fx.Provide(workflows.Pipelines),
 		ConfigModule,
 		TracingModule,
 	)

@@ -10,7 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
-	"github.com/keyedhq/keyed/activities"
+	ordersteps "github.com/keyedhq/keyed/activities/order"
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
@@ -25,9 +26,19 @@ const providerTimeout = config.ProviderTimeout
 // COLLAPSE_WINDOW). On start the sender probes SendGrid's Email Activity
 // API in the background and logs a warning when the key cannot use it: lost
 // answers could then not be settled from SendGrid's record.
+// Each provider client also joins the "providers" group, which the worker
+// hands its steps (pipeline.Provider). A new provider is its constructor
+// and one provider[T]() line.
 var ProvidersModule = fx.Module("providers",
 	fx.Provide(newStripe, newSender),
+	provider[*stripeclient.API](),
+	provider[*notify.Sender](),
 )
+
+// provider puts the graph's T into the "providers" group.
+func provider[T any]() fx.Option {
+	return fx.Provide(fx.Annotate(func(c T) any { return c }, fx.ResultTags(`group:"providers"`)))
+}
 
 type stripeIn struct {
 	fx.In
@@ -36,7 +47,7 @@ type stripeIn struct {
 }
 
 func newStripe(in stripeIn) (*stripeclient.API, error) {
-	return activities.NewStripeClient(string(in.Config.SecretKey), in.Config.APIBase,
+	return stripestep.NewClient(string(in.Config.SecretKey), in.Config.APIBase,
 		tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer))
 }
 
@@ -59,7 +70,7 @@ func newSender(in senderIn) (*notify.Sender, error) {
 		BaseURL:        sg.APIBase,
 		From:           rc.From,
 		CollapseWindow: rc.CollapseWindow,
-		Policies:       map[string]notify.Policy{activities.ReceiptTemplate: notify.Policy(rc.Policy)},
+		Policies:       map[string]notify.Policy{ordersteps.ReceiptTemplate: notify.Policy(rc.Policy)},
 		HTTPClient:     tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer),
 		LookupLag:      sg.LookupLag,
 		LookupGiveUp:   sg.LookupGiveUp,

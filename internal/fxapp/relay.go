@@ -10,10 +10,8 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/internal/config"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/outbox/temporalstart"
-	"github.com/keyedhq/keyed/workflows"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // RelayModule runs the outbox relay: it moves committed outbox rows to
@@ -35,6 +33,7 @@ type relayIn struct {
 	Client     client.Client
 	Temporal   config.Temporal
 	Logger     *slog.Logger
+	Pipelines  []pipeline.Spec
 	Registerer prometheus.Registerer `optional:"true"`
 	Opts       *outbox.RelayOpts     `optional:"true"`
 }
@@ -56,11 +55,7 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 	}
 	wake := make(chan struct{}, 1)
 	opts.Wake = wake
-	store, err := orders.NewStore(in.Pool)
-	if err != nil {
-		return nil, err
-	}
-	r, err := outbox.NewRelay(in.Pool, TemporalStarter(in.Client, store, &workflows.StartOpts{TaskQueue: in.Temporal.TaskQueue}), &opts)
+	r, err := outbox.NewRelay(in.Pool, pipeline.Starter(in.Client, in.Pool, in.Temporal.TaskQueue, in.Pipelines), &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -87,17 +82,4 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 		},
 	})
 	return r, nil
-}
-
-// TemporalStarter returns the relay's outbox.Starter: a temporalstart.Starter
-// on opts.TaskQueue (orders.TaskQueue when empty) configured with
-// workflows.ConfigureOutboxStart(store), so that an order run started from
-// the outbox gets the search attributes and summary workflows.Start gives
-// it. store may be nil; it is only read for a row that carries no amount.
-func TemporalStarter(c client.Client, store *orders.Store, opts *workflows.StartOpts) outbox.Starter {
-	queue := orders.TaskQueue
-	if opts != nil && opts.TaskQueue != "" {
-		queue = opts.TaskQueue
-	}
-	return temporalstart.New(c, &temporalstart.Opts{TaskQueue: queue, Configure: workflows.ConfigureOutboxStart(store)})
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/retention"
-	"github.com/keyedhq/keyed/workflows"
 )
 
 // RetentionModule prunes finished effect records (older than
@@ -38,6 +38,7 @@ type prunerIn struct {
 	Temporal  config.Temporal
 	Client    client.Client
 	Logger    *slog.Logger
+	Pipelines []pipeline.Spec
 }
 
 func newPruner(in prunerIn) (*retention.Pruner, error) {
@@ -54,7 +55,8 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 	}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			if err := CheckRetention(ctx, in.Client, in.Temporal.Namespace, w.EffectsRetention, w.DecisionTimeout); err != nil {
+			run := pipeline.LongestRun(in.Pipelines) + w.DecisionTimeout
+			if err := CheckRetention(ctx, in.Client, in.Temporal.Namespace, w.EffectsRetention, run); err != nil {
 				return err
 			}
 			return p.Start(ctx)
@@ -65,28 +67,22 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 }
 
 // CheckRetention refuses an effects retention under which a retry could
-// outlive its record: EFFECTS_RETENTION must cover the namespace's workflow
-// retention (a closed run can be reset and re-run until then) plus the
-// longest an order run can keep retrying (workflows.LongestRun) and wait
-// for an operator's decision (decisionTimeout), and the
-// API's Idempotency-Key retention (api.Retention: a request retried while
-// its key is kept replays a response about effects that must still be on
-// record). The outbox needs nothing more: a row is pruned only after its run
-// started, and a sent row never starts again. It returns an error naming the
-// figures and the least retention that would do, or the error of
-// DescribeNamespace.
-func CheckRetention(ctx context.Context, c client.Client, namespace string, retention, decisionTimeout time.Duration) error {
+// outlive its record: it must cover the namespace's workflow retention (a
+// closed run can be reset and re-run until then) plus the longest run
+// (pipeline.LongestRun and the decision timeout), and the API's
+// Idempotency-Key retention (api.Retention). It returns an error naming the
+// figures and the least retention that would do, or DescribeNamespace's.
+func CheckRetention(ctx context.Context, c client.Client, namespace string, retention, longestRun time.Duration) error {
 	resp, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
 	if err != nil {
 		return fmt.Errorf("describe namespace %q to check EFFECTS_RETENTION: %w", namespace, err)
 	}
 	nsRetention := resp.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
-	run := workflows.LongestRun() + decisionTimeout
-	need := max(nsRetention+run, api.Retention)
+	need := max(nsRetention+longestRun, api.Retention)
 	if retention < need {
 		return configErrorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest run %s "+
 			"(retries and DECISION_TIMEOUT; or the API's Idempotency-Key retention %s): a reset or retry could outlive "+
-			"its effect record and act again; set it to at least %s", retention, namespace, nsRetention, run, api.Retention,
+			"its effect record and act again; set it to at least %s", retention, namespace, nsRetention, longestRun, api.Retention,
 			need.Round(time.Hour)+time.Hour)
 	}
 	return nil

@@ -37,7 +37,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // proxyServerName is the only name in the proxy's certificate, so a client
@@ -210,7 +210,7 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 	})
 	require.NoError(t, err)
 	in := orders.NewOrderInput("acme", "tls-1")
-	st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
+	st, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
 	require.NoError(t, err)
 	var res orders.OrderResult
 	require.NoError(t, w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &res))

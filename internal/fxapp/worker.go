@@ -6,58 +6,25 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	stripeclient "github.com/stripe/stripe-go/v76/client"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
-	"github.com/keyedhq/keyed/notify"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
-	"github.com/keyedhq/keyed/refunds"
-	"github.com/keyedhq/keyed/workflows"
 )
 
-// WorkerModule provides the order activities, the refund activities and a
-// Temporal worker on the configured task queue with the order and refund
-// workflows and every activity registered, ApplyDecision (an operator's
-// decide update) included. The worker starts
-// polling in OnStart, after Postgres is up and migrated; in OnStop it stops
-// polling and waits up to WORKER_STOP_TIMEOUT for in-flight activities, which
-// then see their context cancelled. A fatal worker error (such as the
-// namespace disappearing) shuts the app down with exit code 1 instead of
-// leaving a process that polls nothing.
+// WorkerModule provides a Temporal worker on the configured task queue
+// with every pipeline's workflow and steps registered, ApplyDecision
+// included, over the database, the effects client and the providers. The
+// worker starts polling in OnStart; in OnStop it stops polling and waits up
+// to WORKER_STOP_TIMEOUT for in-flight activities. A fatal worker error
+// shuts the app down with exit code 1.
 var WorkerModule = fx.Module("worker",
-	fx.Provide(newActivities, newRefundActivities, newWorker),
+	fx.Provide(newWorker),
 	fx.Invoke(func(worker.Worker) {}),
 )
-
-type activitiesIn struct {
-	fx.In
-	Pool    *pgxpool.Pool
-	Effects *effects.Client
-	Orders  *orders.Store
-	Stripe  *stripeclient.API
-	Sender  *notify.Sender
-	Logger  *slog.Logger
-}
-
-func newActivities(in activitiesIn) (*activities.Activities, error) {
-	return activities.New(activities.Deps{
-		DB: in.Pool, Effects: in.Effects, Orders: in.Orders, Stripe: in.Stripe, Sender: in.Sender,
-		Logger: in.Logger.With("component", "activities"),
-	})
-}
-
-func newRefundActivities(in activitiesIn) (*refunds.Activities, error) {
-	return refunds.New(refunds.Deps{
-		DB: in.Pool, Effects: in.Effects, Orders: in.Orders, Stripe: in.Stripe, Sender: in.Sender,
-		Logger: in.Logger.With("component", "refunds"),
-	})
-}
 
 type workerIn struct {
 	fx.In
@@ -66,10 +33,11 @@ type workerIn struct {
 	Client     client.Client
 	Temporal   config.Temporal
 	Tuning     config.WorkerTuning
-	Activities *activities.Activities
-	Refunds    *refunds.Activities
+	Pool       *pgxpool.Pool
 	Effects    *effects.Client
 	Logger     *slog.Logger
+	Pipelines  []pipeline.Spec
+	Providers  []any `group:"providers"`
 }
 
 // WorkerOptions returns the Temporal worker options of t: the activity
@@ -92,19 +60,11 @@ func newWorker(in workerIn) (worker.Worker, error) {
 		_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
 	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
-	workflows.RegisterWithOpts(w, &workflows.WorkflowOpts{DecisionTimeout: in.Tuning.DecisionTimeout})
-	steps := append(in.Activities.Definitions(), in.Refunds.Definitions()...)
-	// The decider checks an operator's "done" with every step's declared
-	// outcome and its Verify against the provider.
-	decider, err := pipeline.NewDecider(in.Effects, steps...)
-	if err != nil {
-		return nil, fmt.Errorf("decision activity: %w", err)
-	}
-	refunds.RegisterWithOpts(w, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout})
-	// One Register call for both pipelines, so that it refuses a name or an
-	// effect key step that an order and a refund activity both claim.
-	if err := activities.Register(w, append(steps, decider.Definition())...); err != nil {
-		return nil, fmt.Errorf("register activities: %w", err)
+	deps := pipeline.Deps{DB: in.Pool, Effects: in.Effects, Logger: in.Logger.With("component", "steps"), Providers: in.Providers}
+	// One registration for every pipeline, so that no two steps claim one
+	// name or key step, and one Decider that checks each step's "done".
+	if err := pipeline.Register(w, in.Pipelines, deps, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout}); err != nil {
+		return nil, fmt.Errorf("register the pipelines: %w", err)
 	}
 	in.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {

@@ -14,7 +14,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/retention"
-	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // TestWorkerAppRunsAnOrder starts the real worker app against a dev
@@ -33,7 +33,7 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	in := orders.NewOrderInput("acme", "smoke-1")
-	st, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
+	st, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
 	require.NoError(t, err)
 	require.True(t, st.Created)
 	require.Equal(t, in.WorkflowID(), st.WorkflowID)
@@ -92,7 +92,7 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.Contains(t, string(body), "keyed_sdk_metrics_dropped_total 0\n", "no SDK sample was dropped")
 
 	// A duplicate start after success starts nothing and charges nothing.
-	again, err := workflows.Start(ctx, w.Client, in, &workflows.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})
+	again, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})
 	require.NoError(t, err)
 	require.False(t, again.Created)
 	require.Equal(t, st.RunID, again.RunID)

@@ -20,7 +20,7 @@
 //	})
 //	relay, err := outbox.NewRelay(pool, starter, nil)
 //
-// workflows.ConfigureOutboxStart is the ConfigureFunc of keyed's order
+// orderflow.ConfigureOutboxStart is the ConfigureFunc of keyed's order
 // pipeline.
 package temporalstart
 
@@ -77,13 +77,7 @@ func New(c client.Client, opts *Opts) *Starter {
 // workflow receives it as its typed input. It reports Created=true when
 // this call created the run, and Created=false with the existing run's ID
 // when a run of the ID is going or the reuse policy refused a new one (by
-// default, after a success).
-//
-// The SDK does not say whether a start with conflict policy USE_EXISTING
-// created the run, so Start sends conflict policy FAIL with
-// WorkflowExecutionErrorWhenAlreadyStarted and lets the server decide in
-// one atomic call: success means this call created the run; a
-// WorkflowExecutionAlreadyStarted error carries the existing run's ID.
+// default, after a success; see Execute).
 //
 // It returns an error wrapping outbox.ErrInvalid for a request without a
 // workflow type or ID, or with no task queue to go to, before calling
@@ -110,15 +104,25 @@ func (s *Starter) Start(ctx context.Context, req outbox.Request) (*outbox.Starte
 	}
 	// What the relay's guarantee rests on, whatever Configure did.
 	o.ID = req.WorkflowID
+	return Execute(ctx, s.client, o, req.WorkflowType, req.Payload)
+}
+
+// Execute starts workflow with arg under o and says whether this call
+// created the run: it sends conflict policy FAIL with
+// WorkflowExecutionErrorWhenAlreadyStarted, so that the server decides in
+// one atomic call, and reports a run already going (or one the reuse policy
+// kept, by default after a success) as Created=false with that run's ID. It
+// returns the client's other errors.
+func Execute(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, arg any) (*outbox.Started, error) {
 	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	o.WorkflowExecutionErrorWhenAlreadyStarted = true
-	run, err := s.client.ExecuteWorkflow(ctx, o, req.WorkflowType, req.Payload)
+	run, err := c.ExecuteWorkflow(ctx, o, workflow, arg)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return &outbox.Started{WorkflowID: o.ID, RunID: already.RunId, Created: false}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("start %s %s: %w", req.WorkflowType, req.WorkflowID, err)
+		return nil, fmt.Errorf("start %s %s: %w", workflow, o.ID, err)
 	}
 	return &outbox.Started{WorkflowID: run.GetID(), RunID: run.GetRunID(), Created: true}, nil
 }

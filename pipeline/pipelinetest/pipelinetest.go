@@ -3,6 +3,7 @@ package pipelinetest
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +17,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/keyedhq/keyed/activities"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 )
 
 // queryMetadata is the SDK's built-in query answered with the run's
@@ -40,14 +40,14 @@ func NewEnv(t testing.TB) *testsuite.TestWorkflowEnvironment {
 	return env
 }
 
-// Status returns the run's answer to the status query (orders.QueryStatus).
+// Status returns the run's answer to the status query (pipeline.QueryStatus).
 // It fails the test when the query fails or its answer does not decode.
-func Status(t testing.TB, env *testsuite.TestWorkflowEnvironment) []orders.StepStatus {
+func Status(t testing.TB, env *testsuite.TestWorkflowEnvironment) []pipeline.StepStatus {
 	t.Helper()
-	val, err := env.QueryWorkflow(orders.QueryStatus)
-	require.NoError(t, err, "query %s", orders.QueryStatus)
-	var st []orders.StepStatus
-	require.NoError(t, val.Get(&st), "decode %s", orders.QueryStatus)
+	val, err := env.QueryWorkflow(pipeline.QueryStatus)
+	require.NoError(t, err, "query %s", pipeline.QueryStatus)
+	var st []pipeline.StepStatus
+	require.NoError(t, val.Get(&st), "decode %s", pipeline.QueryStatus)
 	return st
 }
 
@@ -60,7 +60,7 @@ func States(t testing.TB, env *testsuite.TestWorkflowEnvironment) []string {
 
 // StepStates returns each step of st as "step=state", in order, and nil for
 // no steps.
-func StepStates(st []orders.StepStatus) []string {
+func StepStates(st []pipeline.StepStatus) []string {
 	var out []string
 	for _, s := range st {
 		out = append(out, s.Step+"="+s.State)
@@ -233,18 +233,63 @@ func RequireRefused(t testing.TB, d *pipeline.Decider, in pipeline.DecisionInput
 	require.Equal(t, unverifiable, refused.Unverifiable, "unverifiable: %v", err)
 }
 
-// RequireVerified fails the test unless every definition a pipeline's
-// worker registers (defs) and each of its Checks' (checks, the same steps
-// in the same order) declares an Outcome and has a Verify, and checks'
-// have no function, so that they cannot be registered.
-func RequireVerified(t testing.TB, defs, checks []activities.Definition) {
+// RequireVerified fails the test unless every step of spec, bound to a
+// zero pipeline.Deps, declares an Outcome and has a Verify, in the order of
+// its declarations.
+func RequireVerified(t testing.TB, spec pipeline.Spec) {
 	t.Helper()
-	require.Len(t, checks, len(defs))
+	defs, err := spec.Activities(pipeline.Deps{})
+	require.NoError(t, err)
+	require.Len(t, defs, len(spec.Steps))
 	for i, def := range defs {
+		require.Equal(t, spec.Steps[i], def.Declaration)
 		require.NotNil(t, def.Outcome, "%s declares the rule for a done outcome", def.Name)
 		require.NotNil(t, def.Verify, "%s checks a done at its provider", def.Name)
-		require.Equal(t, def.Declaration, checks[i].Declaration)
-		require.NotNil(t, checks[i].Verify, def.Name)
-		require.Nil(t, checks[i].Fn, "%s: Checks' definitions cannot be registered", def.Name)
 	}
+}
+
+// Register registers with env every spec's workflow, configured by opts,
+// every declared step under its name (bound to a zero pipeline.Deps: tests
+// mock them) and ApplyDecision, for OnActivity and MockRest.
+func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment, opts *pipeline.Opts, specs ...pipeline.Spec) {
+	t.Helper()
+	defs, err := pipeline.Definitions(specs, pipeline.Deps{})
+	require.NoError(t, err)
+	for _, s := range specs {
+		s.Register(env, opts)
+	}
+	var d *pipeline.Decider
+	require.NoError(t, step.Register(env, append(defs, d.Definition())...))
+}
+
+// MockRest mocks every declared step of specs to succeed with its zero
+// outcome, any number of times, behind the test's own mocks: call it after
+// them, before ExecuteWorkflow, so that a step added to a workflow does not
+// break the tests that do not mock it.
+func MockRest(env *testsuite.TestWorkflowEnvironment, specs ...pipeline.Spec) {
+	for _, d := range Stubs(specs, nil) {
+		env.OnActivity(d.Name, mock.Anything, mock.Anything).Return(d.Fn).Maybe()
+	}
+}
+
+// Stubs returns every declared step of specs bound to a function that
+// succeeds with its zero outcome, or to fns[name], a function of the
+// step's type, when given: for a real worker in a test whose steps must
+// not touch a database or a provider.
+func Stubs(specs []pipeline.Spec, fns map[string]any) []step.Definition {
+	defs, err := pipeline.Definitions(specs, pipeline.Deps{})
+	if err != nil {
+		panic(err)
+	}
+	for i, d := range defs {
+		if fn, ok := fns[d.Name]; ok {
+			defs[i].Fn = fn
+			continue
+		}
+		fn := reflect.TypeOf(d.Fn)
+		defs[i].Fn = reflect.MakeFunc(fn, func([]reflect.Value) []reflect.Value {
+			return []reflect.Value{reflect.Zero(fn.Out(0)), reflect.Zero(fn.Out(1))}
+		}).Interface()
+	}
+	return defs
 }

@@ -10,19 +10,18 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/keyedhq/keyed/activities"
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/pipeline/pipelinetest"
+	"github.com/keyedhq/keyed/step"
 )
 
 // waitOnce is a stand-in for a pipeline run, so that each helper is checked
 // against what it reads alone: it starts "Ping", then waits for one decide
 // update while its status, current details and KeyedAttention say so.
 func waitOnce(ctx workflow.Context) (string, error) {
-	status := []orders.StepStatus{{Step: "ping", State: pipeline.StateWaiting}}
-	if err := workflow.SetQueryHandler(ctx, orders.QueryStatus, func() ([]orders.StepStatus, error) { return status, nil }); err != nil {
+	status := []pipeline.StepStatus{{Step: "ping", State: pipeline.StateWaiting}}
+	if err := workflow.SetQueryHandler(ctx, pipeline.QueryStatus, func() ([]pipeline.StepStatus, error) { return status, nil }); err != nil {
 		return "", err
 	}
 	decided := false
@@ -83,14 +82,14 @@ func TestHelpersReadTheRun(t *testing.T) {
 	require.Equal(t, []string{"Ping"}, started.Names())
 	require.Equal(t, "Ping", started.Info("Ping").ActivityType.Name)
 	require.Zero(t, started.Info("Pong"))
-	require.Equal(t, []orders.StepStatus{{Step: "ping", State: pipeline.StateDone}}, pipelinetest.Status(t, env))
+	require.Equal(t, []pipeline.StepStatus{{Step: "ping", State: pipeline.StateDone}}, pipelinetest.Status(t, env))
 	require.Equal(t, "done", pipelinetest.Details(t, env))
 }
 
 func TestStepStates(t *testing.T) {
 	t.Parallel()
 	require.Nil(t, pipelinetest.StepStates(nil))
-	require.Equal(t, []string{"charge=done", "receipt=skipped"}, pipelinetest.StepStates([]orders.StepStatus{
+	require.Equal(t, []string{"charge=done", "receipt=skipped"}, pipelinetest.StepStates([]pipeline.StepStatus{
 		{Step: "charge", State: pipeline.StateDone}, {Step: "receipt", State: pipeline.StateSkipped, Error: "x"}}))
 }
 
@@ -108,7 +107,7 @@ func TestMockApplyDecisionKeepsWhatItWasGiven(t *testing.T) {
 	env := pipelinetest.NewEnv(t)
 	env.RegisterWorkflow(applyOnce)
 	var d *pipeline.Decider
-	require.NoError(t, activities.Register(env, d.Definition()))
+	require.NoError(t, step.Register(env, d.Definition()))
 	applied := pipelinetest.MockApplyDecision(env, 4)
 	env.ExecuteWorkflow(applyOnce)
 

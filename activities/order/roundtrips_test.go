@@ -1,0 +1,89 @@
+package order_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/migrations"
+)
+
+// statementCounter is a pgx.QueryTracer that records every statement sent,
+// BEGIN and COMMIT included: each is one round trip to Postgres.
+type statementCounter struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sqls = append(c.sqls, strings.Join(strings.Fields(d.SQL), " "))
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the statements recorded since the last take and forgets them.
+func (c *statementCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.sqls
+	c.sqls = nil
+	return out
+}
+
+// countedPool returns a pool on a fresh migrated schema whose statements
+// counter records.
+func countedPool(t *testing.T, counter *statementCounter) *pgxpool.Pool {
+	t.Helper()
+	_, url := effectstest.NewSchema(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Apply(context.Background(), pool)
+	require.NoError(t, err)
+	return pool
+}
+
+// TestStatementsPerStep pins the SQL statements (round trips) each step of
+// an order sends to Postgres, on the first run and on a repeat that finds
+// the step done. Fewer is better; a change here is a change in cost.
+func TestStatementsPerStep(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
+	in := b.order(t, "rt1", "pm_card_visa")
+	steps := []struct {
+		name        string
+		run         func() error
+		first, next int
+	}{
+		{"charge", func() error { _, err := b.charge(t, in); return err }, 3, 2},
+		{"mark_paid", func() error { _, err := b.markPaid(t, in); return err }, 6, 3},
+		{"receipt", func() error { _, err := b.receipt(t, in); return err }, 4, 2},
+	}
+	total := 0
+	for _, s := range steps {
+		counter.take()
+		require.NoError(t, s.run(), s.name)
+		first := counter.take()
+		require.NoError(t, s.run(), s.name+" again")
+		next := counter.take()
+		t.Logf("%s: %d statements first, %d on a repeat:\n  %s\n  repeat:\n  %s", s.name, len(first), len(next),
+			strings.Join(first, "\n  "), strings.Join(next, "\n  "))
+		require.Len(t, first, s.first, "%s, first run:\n%s", s.name, strings.Join(first, "\n"))
+		require.Len(t, next, s.next, "%s, repeat:\n%s", s.name, strings.Join(next, "\n"))
+		total += len(first)
+	}
+	t.Logf("%d statements per order", total)
+}

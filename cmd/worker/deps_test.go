@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBinariesLinkNoTestTooling walks the dependencies of the shipped
+// binaries and fails on a package that only tests need: the dev server,
+// the provider fakes, the fault injector, the Postgres cluster, the test
+// helpers.
+func TestBinariesLinkNoTestTooling(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}",
+		"github.com/keyedhq/keyed/cmd/worker", "github.com/keyedhq/keyed/cmd/starter").CombinedOutput()
+	require.NoError(t, err, "go list: %s", out)
+	const module = "github.com/keyedhq/keyed/"
+	forbidden := []string{"internal/devserver", "internal/fake", "internal/pgcluster", "internal/dbtest", "test"}
+	var checked int
+	for _, path := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(path, module)
+		if !ok {
+			continue
+		}
+		checked++
+		for _, f := range forbidden {
+			last := rel[strings.LastIndex(rel, "/")+1:]
+			require.False(t, strings.HasPrefix(rel, f) || (f == "test" && strings.HasSuffix(last, "test")),
+				"a shipped binary links %s", rel)
+		}
+	}
+	require.Greater(t, checked, 10)
+}

@@ -1,0 +1,61 @@
+package order_test
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/step"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
+)
+
+// survey declares a step added after the receipt, for the tests of adding
+// a step to a workflow with runs in flight.
+var survey = step.Declaration{Name: "SendSurvey", Class: effects.ClassIrreversibleSend, Step: "survey", Policy: notify.AtMostOnce}
+
+func replay(r worker.WorkflowReplayer, file string) error {
+	return r.ReplayWorkflowHistoryFromJSONFile(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), file)
+}
+
+// TestReplayCatchesAStepAddedWithoutGetVersion replays a finished run
+// recorded before a step was added after the receipt: added bare, the
+// replay schedules an activity the history does not have and fails; added
+// behind workflow.GetVersion (as README, "Adding a keyed activity", says),
+// it replays.
+func TestReplayCatchesAStepAddedWithoutGetVersion(t *testing.T) {
+	t.Parallel()
+	bare := worker.NewWorkflowReplayer()
+	orderflow.RegisterWithStepAfterReceipt(bare, survey, "")
+	require.ErrorContains(t, replay(bare, "testdata/order_happy.json"), "nondeterministic")
+
+	versioned := worker.NewWorkflowReplayer()
+	orderflow.RegisterWithStepAfterReceipt(versioned, survey, "send-survey")
+	require.NoError(t, replay(versioned, "testdata/order_happy.json"))
+}
+
+// TestReplay replays histories recorded on a Temporal dev server with the
+// real activities against the fake Stripe and SendGrid: a change to
+// OrderWorkflow that would break runs in flight (a step added, removed or
+// reordered without workflow.GetVersion) fails here. To record a new one,
+// run the workflow on bin/temporal and save
+// `bin/temporal workflow show --workflow-id ID --output json`.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	// order_declined.json predates marking a declined order failed and
+	// replays without it (workflow.DefaultVersion of the change
+	// "mark-failed-on-decline"); order_declined_v1.json runs MarkFailed.
+	// order_receipt_decided_v1.json waits on an ambiguous receipt
+	// (version 1 of "wait-for-decision"), takes a "done" decide update,
+	// runs ApplyDecision and the receipt again, and completes.
+	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
+		"testdata/order_receipt_decided_v1.json"} {
+		r := worker.NewWorkflowReplayer()
+		orderflow.Register(r, nil)
+		require.NoError(t, replay(r, file), file)
+	}
+}
