@@ -91,12 +91,10 @@ func (e *SendError) Code() string { return e.code }
 // Unwrap returns ErrRejected, ErrUnavailable or ErrUnconfirmed.
 func (e *SendError) Unwrap() error { return e.kind }
 
-// LookupError describes an attempt that found an earlier attempt's
-// unfinished claim and could not yet settle it from SendGrid's Email
-// Activity API. Key is the effect key. Since is how long ago the earlier
-// attempt's POST started (or, when its row has aged out, its claim). Status is the HTTP status of a
-// failed look-up, or 0; Reason is the look-up's error, empty when the
-// look-up answered but found nothing. Neither contains the API key.
+// LookupError describes an attempt that could not yet settle an earlier
+// unfinished claim from SendGrid's Email Activity API: Key, Since (how long
+// ago the earlier POST, or its claim, started), Status (of a failed look-up,
+// or 0) and Reason (empty when nothing was found). Neither holds the API key.
 type LookupError struct {
 	Key    string
 	Since  time.Duration
