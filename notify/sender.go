@@ -56,19 +56,12 @@ const (
 	// is nil or has no Timeout.
 	DefaultTimeout = 30 * time.Second
 	// DefaultLookupLag is how long an accepted message may take to appear in
-	// SendGrid's Email Activity index. SendGrid publishes no bound; keyed
-	// assumes the usual delay is seconds and a loaded SendGrid's a couple of
-	// minutes, and takes five minutes as the margin. It fits, with the send
-	// timeout and DefaultLookupGiveUp, in the default collapse window (see
-	// SenderOpts.LookupLag). The wait is paid only when nothing is found:
-	// by an email whose request never reached SendGrid.
+	// SendGrid's Email Activity index (SendGrid publishes no bound).
 	DefaultLookupLag = 5 * time.Minute
 	// DefaultLookupTimeout bounds one Email Activity request.
 	DefaultLookupTimeout = 10 * time.Second
-	// DefaultLookupGiveUp is how long past the lag window a failing look-up
-	// is retried before the policy decides. With DefaultTimeout and
-	// DefaultLookupLag it ends 9.5 minutes after the POST started, inside
-	// the default collapse window, whose row dates the POST.
+	// DefaultLookupGiveUp is how long past the lag window a failing look-up is
+	// retried before the policy decides.
 	DefaultLookupGiveUp = 4 * time.Minute
 )
 
@@ -100,13 +93,11 @@ type SenderOpts struct {
 	// Its Timeout (DefaultTimeout if zero) also bounds each mail send
 	// request, which dates the latest moment SendGrid may have accepted it.
 	HTTPClient *http.Client
-	// LookupLag is how long SendGrid's Email Activity index may take to show
-	// an accepted message. A retry whose earlier attempt's request may have
-	// been accepted less than LookupLag ago (its POST started less than the
-	// send timeout plus LookupLag ago), and finds nothing under the key,
-	// waits (returns a transient error) instead of sending. Zero means
+	// LookupLag is how long SendGrid's index may take to show an accepted
+	// message: a retry whose earlier POST started less than the send timeout plus
+	// LookupLag ago, finding nothing, waits instead of sending. Zero means
 	// DefaultLookupLag. The send timeout plus LookupLag must not exceed the
-	// collapse window, whose row dates the POST.
+	// collapse window.
 	LookupLag time.Duration
 	// LookupTimeout bounds one Email Activity request. Zero means
 	// DefaultLookupTimeout.
