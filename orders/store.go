@@ -144,10 +144,9 @@ func NewStore(db effects.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// Create inserts the order, or returns the existing one if an identical
-// order already exists (so a retried create is harmless). It returns
-// created=false in that case, an error wrapping ErrConflict when the
-// existing order differs, and a *ValidationError for bad input.
+// Create inserts the order, or returns an identical existing one with
+// created=false. It returns an error wrapping ErrConflict when the existing
+// order differs, and a *ValidationError for bad input.
 func (s *Store) Create(ctx context.Context, o NewOrder) (*Order, bool, error) {
 	return create(ctx, s.db, o)
 }
