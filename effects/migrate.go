@@ -35,9 +35,8 @@ type Migration struct {
 	SQL string
 }
 
-// Migrations returns the effects migrations in version order, for teams that
-// run SQL through their own migration tool. Such a tool must run them in
-// order, each once; Migrator does that and records them.
+// Migrations returns the effects migrations in version order, for a team's
+// own migration tool, which must run each once, in order.
 func Migrations() []Migration {
 	return slices.Clone(embedded)
 }

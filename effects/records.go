@@ -81,9 +81,8 @@ func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
 	return list(ctx, c.db, prefix)
 }
 
-// ListTx is List inside the caller's transaction: use it for a read that
-// belongs to the transaction, so that the transaction never waits for a
-// second pooled connection.
+// ListTx is List inside the caller's transaction, which then never waits for
+// a second pooled connection.
 func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, prefix Key) ([]*Record, error) {
 	return list(ctx, tx, prefix)
 }
