@@ -449,9 +449,8 @@ func reason(body string) string {
 	return out
 }
 
-// recipientDigest is the SHA-256 of the tenant and the lower-cased address:
-// enough to recognise a recipient in the collapse window, without storing
-// the address.
+// recipientDigest is the SHA-256 of the tenant and the lower-cased address,
+// which recognises a recipient in the collapse window without storing it.
 func recipientDigest(tenant, addr string) []byte {
 	h := sha256.Sum256([]byte(tenant + "\x00" + strings.ToLower(strings.TrimSpace(addr))))
 	return h[:]
