@@ -191,7 +191,7 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 // waited on it reads as no row at all, and the caller tries again. A new
 // claim returns only its generation, attempts, lease and creation time, with
 // placeholders in the other columns: returning the whole record it has just
-// written cost Postgres CPU on every claim (README, Benchmark).
+// written cost Postgres CPU on every claim (docs/benchmarks.md).
 //
 // When $7 is true the statement's transaction, the statement alone in
 // Claim, commits with synchronous_commit off (ClaimParams.AsyncCommit).
