@@ -65,7 +65,7 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 		Resolution: effects.ResolveDone, Result: result, By: "ada", Reason: "found in SendGrid by custom_args"})
 	require.NoError(t, err)
 	require.Equal(t, string(effects.StateSucceeded), res.State)
-	// The second decision goes through the CLI, as the README shows.
+	// The second decision goes through the CLI, as docs/operating.md shows.
 	bin, err := devserver.FindBinary()
 	require.NoError(t, err)
 	out, err := exec.CommandContext(b.ctx, bin, "workflow", "update", "execute", "--address", temporalAddr,

@@ -14,18 +14,22 @@ import (
 	"github.com/keyedhq/keyed/workflows"
 )
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite README's table of declarations from the pipelines' declarations")
+var updateREADME = flag.Bool("update-readme", false, "rewrite the table of declarations in "+activityPage+" from the pipelines' declarations")
 
-// readmeSection returns the README's section that starts with heading, up
-// to the next section of the same level.
-func readmeSection(t *testing.T, heading string) string {
+const (
+	// activityPage holds the walkthrough, its compiled code and the table
+	// of declarations.
+	activityPage = "../docs/adding-an-activity.md"
+	// operatingPage holds the table of done outcomes.
+	operatingPage = "../docs/operating.md"
+)
+
+// readPage returns the text of a manual page.
+func readPage(t *testing.T, path string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	_, sec, ok := strings.Cut(string(b), "\n"+heading+"\n")
-	require.True(t, ok, "README has no %q", heading)
-	sec, _, _ = strings.Cut(sec, "\n## ")
-	return sec
+	return string(b)
 }
 
 // goBlocks returns the section's ```go blocks, without the indentation of a
@@ -53,7 +57,7 @@ func declarations() []step.Declaration {
 	return append(out, pipeline.DeclDecision)
 }
 
-// declarationsTable renders declarations as the README's table.
+// declarationsTable renders declarations as activityPage's table.
 func declarationsTable() string {
 	var b strings.Builder
 	b.WriteString("| activity | effect class | key step | delivery policy | per attempt | heartbeat | all attempts |\n")
@@ -73,28 +77,27 @@ func declarationsTable() string {
 	return b.String()
 }
 
-// TestREADMEListsTheDeclarations checks README's table of the declared
-// activities against the pipelines' declarations; with -update-readme it rewrites it.
+// TestREADMEListsTheDeclarations checks activityPage's table of the
+// declared activities against the pipelines' declarations; with
+// -update-readme it rewrites it.
 func TestREADMEListsTheDeclarations(t *testing.T) {
 	t.Parallel()
-	sec := readmeSection(t, "## Adding a keyed activity")
-	_, table, ok := strings.Cut(sec, "<!-- declarations -->\n")
-	require.True(t, ok, "README's section has no <!-- declarations --> table")
+	page := readPage(t, activityPage)
+	_, table, ok := strings.Cut(page, "<!-- declarations -->\n")
+	require.True(t, ok, "%s has no <!-- declarations --> table", activityPage)
 	table, _, _ = strings.Cut(table, "<!-- /declarations -->")
 	if *updateREADME && table != declarationsTable() {
-		b, err := os.ReadFile("../README.md")
-		require.NoError(t, err)
 		marked := "<!-- declarations -->\n" + table + "<!-- /declarations -->"
-		require.Equal(t, 1, strings.Count(string(b), marked))
-		b = []byte(strings.Replace(string(b), marked, "<!-- declarations -->\n"+declarationsTable()+"<!-- /declarations -->", 1))
-		require.NoError(t, os.WriteFile("../README.md", b, 0o644))
+		require.Equal(t, 1, strings.Count(page, marked))
+		page = strings.Replace(page, marked, "<!-- declarations -->\n"+declarationsTable()+"<!-- /declarations -->", 1)
+		require.NoError(t, os.WriteFile(activityPage, []byte(page), 0o644))
 		return
 	}
-	require.Equal(t, declarationsTable(), table, "README's table of declarations; run go test ./workflows/ -run TestREADME -update-readme")
+	require.Equal(t, declarationsTable(), table, "%s's table of declarations; run go test ./workflows/ -run TestREADME -update-readme", activityPage)
 }
 
-// outcomesTable renders each declared step's done result as the README's
-// table.
+// outcomesTable renders each declared step's done result as
+// operatingPage's table.
 func outcomesTable() string {
 	var b strings.Builder
 	b.WriteString("  | step | `result` with `done` |\n")
@@ -105,25 +108,23 @@ func outcomesTable() string {
 	return b.String()
 }
 
-// TestREADMEListsTheOutcomes checks README's table of the result a done
-// decision carries for each declared step against the declarations'
+// TestREADMEListsTheOutcomes checks operatingPage's table of the result a
+// done decision carries for each declared step against the declarations'
 // Outcome.
 func TestREADMEListsTheOutcomes(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	_, table, ok := strings.Cut(string(b), "<!-- outcomes -->\n")
-	require.True(t, ok, "README has no <!-- outcomes --> table")
+	_, table, ok := strings.Cut(readPage(t, operatingPage), "<!-- outcomes -->\n")
+	require.True(t, ok, "%s has no <!-- outcomes --> table", operatingPage)
 	table, _, _ = strings.Cut(table, "  <!-- /outcomes -->")
-	require.Equal(t, outcomesTable(), table, "README's table of done outcomes")
+	require.Equal(t, outcomesTable(), table, "%s's table of done outcomes", operatingPage)
 }
 
-// TestREADMEExampleIsCompiled checks that the code README's "Adding a keyed
-// activity" shows is the code in the tree: the activity, runAddedStep and
-// the second-run test.
+// TestREADMEExampleIsCompiled checks that the code activityPage shows is
+// the code in the tree: the activity, runAddedStep and the second-run
+// test.
 func TestREADMEExampleIsCompiled(t *testing.T) {
 	t.Parallel()
-	blocks := goBlocks(readmeSection(t, "## Adding a keyed activity"))
+	blocks := goBlocks(readPage(t, activityPage))
 	require.Len(t, blocks, 4)
 	for _, c := range []struct {
 		block int
@@ -131,6 +132,6 @@ func TestREADMEExampleIsCompiled(t *testing.T) {
 	}{{0, "../activities/order/example_survey_test.go"}, {2, "../pipeline/run.go"}, {3, "../activities/order/example_test.go"}} {
 		src, err := os.ReadFile(c.file)
 		require.NoError(t, err)
-		require.Contains(t, string(src), blocks[c.block], "README's block %d is not in %s", c.block, c.file)
+		require.Contains(t, string(src), blocks[c.block], "%s's block %d is not in %s", activityPage, c.block, c.file)
 	}
 }

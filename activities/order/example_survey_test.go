@@ -1,7 +1,7 @@
 package order
 
-// This file is README's "Adding a keyed activity", compiled: a keyed
-// activity written exactly as the README says. It is a test file only so
+// This file is docs/adding-an-activity.md's example, compiled: a keyed
+// activity written exactly as that page says. It is a test file only so
 // that the order pipeline does not send surveys; DemoDefinitions registers
 // it in the tests as Definitions registers a real one.
 

@@ -8,8 +8,8 @@ import (
 	ordersteps "github.com/keyedhq/keyed/activities/order"
 )
 
-// The second-run tests of the example activities (README, "Adding a keyed
-// activity").
+// The second-run tests of the example activities
+// (docs/adding-an-activity.md).
 
 func TestSendSurveyTwiceSendsOnce(t *testing.T) {
 	t.Parallel()

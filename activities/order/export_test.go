@@ -10,8 +10,8 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// DemoDefinitions returns the activities of the example files (README,
-// "Adding a keyed activity") bound to a, for the tests to register beside
+// DemoDefinitions returns the activities of the example files
+// (docs/adding-an-activity.md) bound to a, for the tests to register beside
 // Definitions.
 func DemoDefinitions(a *Activities) []step.Definition {
 	return []step.Definition{

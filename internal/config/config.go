@@ -119,7 +119,7 @@ const (
 	// DefaultDecisionTimeout is DECISION_TIMEOUT's default: a week.
 	DefaultDecisionTimeout = 7 * 24 * time.Hour
 	// DefaultPollers is WORKER_POLLERS's default, chosen with make
-	// bench-pipeline (see README, "Performance").
+	// bench-pipeline (see docs/benchmarks.md).
 	DefaultPollers          = 8
 	DefaultEffectsRetention = effects.DefaultRetention
 	DefaultPruneEvery       = time.Hour

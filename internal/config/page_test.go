@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -146,11 +147,11 @@ func TestREADMEsLeaveSettingsToThePage(t *testing.T) {
 	for i := range Settings {
 		families[family(Settings[i].Env)] = true
 	}
-	for _, path := range []string{"../../README.md", "../../deploy/README.md", "../../api/README.md"} {
+	for _, path := range manuals(t) {
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
 		md := string(b)
-		require.True(t, path == "../../api/README.md" || strings.Contains(md, "docs/configuration.md"), "%s links the configuration page", path)
+		require.True(t, path == "../../api/README.md" || strings.Contains(md, "configuration.md"), "%s links the configuration page", path)
 		variables := false // inside a table whose header is "variable"
 		for _, line := range strings.Split(md, "\n") {
 			first, _, _ := strings.Cut(strings.TrimPrefix(line, "|"), "|")
@@ -168,6 +169,23 @@ func TestREADMEsLeaveSettingsToThePage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// manuals returns the README, the package manuals and every page under
+// docs/ but the generated one that names a setting.
+func manuals(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	out := []string{"../../README.md", "../../deploy/README.md", "../../api/README.md"}
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		if filepath.Clean(p) != filepath.Clean(pagePath) && settingName.Match(b) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // family returns the first two words of a variable's name.

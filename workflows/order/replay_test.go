@@ -25,7 +25,7 @@ func replay(r worker.WorkflowReplayer, file string) error {
 // TestReplayCatchesAStepAddedWithoutGetVersion replays a finished run
 // recorded before a step was added after the receipt: added bare, the
 // replay schedules an activity the history does not have and fails; added
-// behind workflow.GetVersion (as README, "Adding a keyed activity", says),
+// behind workflow.GetVersion (as docs/adding-an-activity.md says),
 // it replays.
 func TestReplayCatchesAStepAddedWithoutGetVersion(t *testing.T) {
 	t.Parallel()
