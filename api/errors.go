@@ -76,12 +76,8 @@ func writeError(w http.ResponseWriter, e *Error) {
 }
 
 // unavailable reports whether err means the database could not serve the
-// request now (down, unreachable, shutting down, overloaded, or too slow
-// for the request's deadline), so that a retry may succeed: 503, not 500.
-// It is effects.IsInfrastructure, the one classification keyed uses
-// everywhere; a cancelled context (the client of a GET went away) counts
-// too. An error the server reported for the statement itself, such as a
-// missing table, does not.
+// request now, so a retry may succeed (503, not 500): effects.IsInfrastructure
+// or a cancelled context. An error reported for the statement itself does not.
 func unavailable(err error) bool {
 	return effects.IsInfrastructure(err)
 }

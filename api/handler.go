@@ -472,16 +472,12 @@ func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant str
 	})
 }
 
-// idempotent runs do under the request's Idempotency-Key (hash being the
-// request's fingerprint), for every POST: a replay answers the stored
-// response (its body rendered again by render from the stored outcome and
-// this request, see outcome), another body under the key 422, a running
-// request 409. do returns the response to store and send, a refusal
-// (*Error: nothing was written, the key is released), or a failure
-// (released, 503/500, or 409 when the request lost its key). Every
-// database call shares one deadline and runs to the end even if the client
-// goes away, so that its retry finds the response stored rather than a
-// claim to wait out.
+// idempotent runs do under the request's Idempotency-Key (hash: the request's
+// fingerprint): a replay answers the stored response rendered again from its
+// outcome, another body under the key 422, a running request 409. do returns
+// the response to store, a refusal (*Error: the key is released) or a failure
+// (released; 503/500, or 409 when the key was lost). Database calls share one
+// deadline and finish even if the client goes away.
 func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string, render renderer,
 	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
 	ikey, err := requestKey(tenant, key)
@@ -545,11 +541,9 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key
 	}
 }
 
-// release frees owner's claim on key after a failure that wrote nothing,
-// so that the retry a 503 invites runs at once instead of getting 409 until
-// the lease runs out. It uses a fresh context bounded by ReleaseTimeout:
-// the request's own may be the one that ran out. A failed release is
-// logged; the key then frees when its lease ends.
+// release frees owner's claim on key after a failure that wrote nothing, on a
+// fresh context bounded by ReleaseTimeout. A failed release is logged; the key
+// then frees when its lease ends.
 func (h *Handler) release(ctx context.Context, key effects.Key, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
@@ -777,11 +771,9 @@ func (h *Handler) orderDetail(ctx context.Context, tx pgx.Tx, tenant, id string,
 // writes. A read-only transaction never fails to serialize.
 var readOnly = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 
-// readTx runs fn in one read-only transaction, so that a GET takes one
-// connection for all its reads instead of queueing for the pool once per
-// read (under load, once is what keeps another tenant's GET fast), and its
-// reads see one snapshot: an order's refunds and what they sum to agree.
-// A DB without BeginTx gets a transaction of its defaults.
+// readTx runs fn in one read-only transaction: one connection and one
+// snapshot for all of a GET's reads. A DB without BeginTx gets a transaction
+// of its defaults.
 func (h *Handler) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if db, ok := h.db.(interface {
 		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)

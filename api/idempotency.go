@@ -56,15 +56,10 @@ type stored struct {
 	outcome *outcome
 }
 
-// storedJSON is a stored response as kept in the effect record:
-// {"status":201,"body":{"v":1,"order":{…}}}, where Body is the outcome
-// (outcome: what the server decided, no personal data), from which a
-// replay renders the body again. Records written before outcomes hold the
-// whole body as a JSON string instead, which a replay sends as it is
-// (jsonb would reorder raw JSON's members); they age out with Retention.
-// Body is an object, not a string, so that a binary of the earlier form
-// refuses the record (500, the client retries) rather than replay an empty
-// body during a rolling deploy.
+// storedJSON is a stored response as kept in the effect record,
+// {"status":201,"body":{"v":1,"order":{…}}}, Body being the outcome a replay
+// renders again. Older records hold the whole body as a JSON string, replayed
+// as it is until they age out.
 type storedJSON struct {
 	Status int             `json:"status"`
 	Body   json.RawMessage `json:"body"`
@@ -195,13 +190,10 @@ type PruneOpts struct {
 	BatchSize int
 }
 
-// Prune deletes idempotency records (effect records of kind KindAPIRequest)
-// older than the retention: finished requests by their finish time, and
-// claims abandoned by a dead holder by their lease. It returns how many it
-// deleted, and an error for a retention under Retention or from the
-// database. The workers' prune of all effect records (EFFECTS_RETENTION) may
-// delete them too, never sooner than Retention: the worker refuses a shorter
-// EFFECTS_RETENTION (fxapp.CheckRetention).
+// Prune deletes idempotency records (kind KindAPIRequest) older than the
+// retention, finished ones by finish time and abandoned claims by lease, and
+// returns how many. It returns an error for a retention under Retention or
+// from the database.
 func Prune(ctx context.Context, db effects.DB, opts *PruneOpts) (int64, error) {
 	claims, err := effects.NewClient(db, &effects.ClientOpts{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

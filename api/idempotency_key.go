@@ -26,26 +26,13 @@ func idempotencyKey(r *http.Request) (string, *Error) {
 	return key, nil
 }
 
-// parseIdempotencyKey returns the key an Idempotency-Key field value
-// carries, or what is wrong with it. Leading and trailing spaces and tabs
-// are not part of a field value (RFC 9110 §5.5). Two forms carry a key,
-// so that abc and "abc" are one key:
-//
-//   - a value starting with a double quote is an RFC 8941 String (§3.3.3),
-//     as the IETF httpapi Idempotency-Key draft sends it: the key is what
-//     lies between the quotes, with \" and \\ unescaped. Only printable
-//     ASCII (0x20 to 0x7E, so spaces too) may appear, a backslash may only
-//     escape " or \, and nothing may follow the closing quote. That
-//     refuses parameters ("abc";x=1): the draft defines the field as a
-//     bare sf-string and no parameters, and ignoring unknown ones would
-//     make "abc";x=1 and "abc";x=2 one key without saying so. Refusing
-//     them can be relaxed later without changing what any key means;
-//   - any other value is a bare token, as Stripe sends it: the key is the
-//     value itself, printable ASCII without spaces.
-//
-// Either way the key is 1 to MaxIdempotencyKeyLen bytes (unquoted). The
-// problem is a phrase that follows "Idempotency-Key"; it never quotes the
-// value.
+// parseIdempotencyKey returns the key an Idempotency-Key field value carries,
+// or what is wrong with it. Surrounding spaces and tabs are trimmed. A value
+// starting with a double quote is an RFC 8941 String (printable ASCII, \" and
+// \\ unescaped, nothing after the closing quote, so no parameters); any other
+// is a bare token of printable ASCII without spaces. abc and "abc" are one
+// key, of 1 to MaxIdempotencyKeyLen bytes. problem follows "Idempotency-Key"
+// and never quotes the value.
 func parseIdempotencyKey(v string) (key, problem string) {
 	v = strings.Trim(v, " \t")
 	if v == "" {

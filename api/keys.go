@@ -33,11 +33,9 @@ var ErrNoKeys = errors.New("no API keys configured")
 // errors name the entry by its position and tenant, never by the key.
 var ErrBadKeys = errors.New("bad API key configuration")
 
-// Keys maps bearer API keys to tenants. It keeps only SHA-256 digests of the
-// keys, and Tenant compares a presented key against every digest in
-// constant time, so neither memory dumps nor response timing reveal a key.
-// A tenant may have several keys, for rotation. Keys is safe for concurrent
-// use.
+// Keys maps bearer API keys to tenants, keeping only SHA-256 digests and
+// comparing in constant time. A tenant may have several keys. Keys is safe
+// for concurrent use.
 type Keys struct {
 	entries []keyEntry
 }
@@ -52,13 +50,11 @@ type keyEntry struct {
 	tenant string
 }
 
-// ParseKeys parses a key list: entries "tenant=key" separated by commas or
-// newlines, with surrounding spaces, blank lines and lines starting with #
-// ignored. Tenants must be valid effect-key parts (printable ASCII, no
-// spaces or ':') of at most MaxTenantLen bytes; keys must be at least MinKeyLen bytes of printable ASCII
-// without spaces or commas. It returns an error wrapping ErrBadKeys for a
-// malformed entry or a key given to two tenants, and ErrNoKeys for a list
-// without entries.
+// ParseKeys parses "tenant=key" entries separated by commas or newlines
+// (spaces, blank lines and # lines ignored). Tenants are effect-key parts of
+// at most MaxTenantLen bytes; keys at least MinKeyLen bytes of printable ASCII
+// without spaces or commas. It returns an error wrapping ErrBadKeys for a bad
+// entry or a key given to two tenants, and ErrNoKeys for no entries.
 func ParseKeys(s string) (*Keys, error) {
 	k := &Keys{}
 	seen := map[[sha256.Size]byte]string{}

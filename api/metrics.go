@@ -16,12 +16,8 @@ type Metrics struct {
 	idempotency *prometheus.CounterVec
 }
 
-// NewMetrics creates the API's collectors and registers them with reg. It
-// returns an error if any is already registered there.
-//
-// Requests are labelled by route pattern, such as "POST /v1/orders", never
-// by raw path, so an order ID never becomes a label. The idempotency
-// counter's "replayed" outcome is the API's duplicate-suppression rate.
+// NewMetrics creates the API's collectors, labelled by route pattern, and
+// registers them with reg. It returns an error if any is already registered.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -18,11 +18,8 @@ import (
 const outcomeVersion = 1
 
 // outcome is what an Idempotency-Key record keeps of a POST's response in
-// place of its body: what the server decided, never what the request
-// carried. A replay renders the body again from the outcome and the
-// retried request, which the record's fingerprint proves identical to the
-// first, so the customer's email (and a refund's free-text reason) never
-// enter keyed_effects. One member is set, by route.
+// place of its body: what the server decided, never what the request carried
+// (no email, no refund reason). One member is set, by route.
 type outcome struct {
 	V      int            `json:"v"`
 	Order  *orderOutcome  `json:"order,omitempty"`

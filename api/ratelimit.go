@@ -9,14 +9,10 @@ import (
 	"time"
 )
 
-// RateLimit is a per-tenant limit on the /v1 routes: a token bucket per
-// tenant that holds Burst requests and refills at Rate a second. A request
-// of a tenant whose bucket is empty gets 429 rate_limited with Retry-After,
-// before anything else is looked at: it writes nothing and claims no
-// Idempotency-Key, so its retry runs as if it were the first. The buckets
-// live in the Handler's memory: each API replica limits on its own, so a
-// tenant may send Rate a second to each. The zero value turns the limit
-// off.
+// RateLimit is a per-tenant token bucket on the /v1 routes (Burst requests,
+// refilled at Rate a second, per API replica). An empty bucket gets 429
+// rate_limited with Retry-After before anything else: nothing written, no
+// Idempotency-Key claimed. The zero value turns the limit off.
 type RateLimit struct {
 	// Rate is how many requests a second a tenant may send, sustained.
 	// Zero turns the limit off.

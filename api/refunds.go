@@ -327,9 +327,8 @@ func setRefundState(v *RefundView, ref refunds.Refund) {
 // codeProviderRejected is the code of a step Stripe refused.
 var codeProviderRejected = step.CodeProviderRejected
 
-// unknownOutcome reports whether a failed record's code says its outcome
-// is unknown (Ambiguous, KeyReused), so that its run waits for an
-// operator's decision (as package pipeline decides) instead of failing.
+// unknownOutcome reports whether a failed record's code says its outcome is
+// unknown (Ambiguous, KeyReused), so that its run waits for a decision.
 func unknownOutcome(code string) bool {
 	typ, _ := step.ErrorType(&effects.TerminalError{Code: code})
 	return typ == step.ErrTypeAmbiguous || typ == step.ErrTypeKeyReused

@@ -13,11 +13,8 @@ import (
 var createMembers = []string{"order_id", "amount_minor", "currency", "customer_email", "payment_method"}
 
 // checkMembers refuses what encoding/json lets through in a JSON object: a
-// member sent twice (json keeps the last) is 400 duplicate_field, and a
-// member spelled in another case than its name (json matches names without
-// regard to case) is 400 unknown_field. Both name the member. Anything
-// malformed is left to the decoder, which reports it; so is a member that
-// is unknown in every case.
+// member sent twice (400 duplicate_field) or in another case than its name
+// (400 unknown_field), naming the member. The rest is left to the decoder.
 func checkMembers(body []byte, known []string) *Error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {

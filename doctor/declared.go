@@ -7,11 +7,9 @@ import (
 	"github.com/keyedhq/keyed/pipeline"
 )
 
-// Activity is a declared activity as the checks see it: its name, effect
-// class and key step, the workflow that runs it ("" for ApplyDecision,
-// which every workflow runs), its options, and the shape of its effect
-// keys ("" for ApplyDecision, which claims no key of its own), such as
-// "{tenant}:order:{order}:charge".
+// Activity is a declared activity as the checks see it: name, effect class,
+// key step, workflow ("" for ApplyDecision, which every workflow runs),
+// options and effect key shape, such as "{tenant}:order:{order}:charge".
 type Activity struct {
 	Name     string
 	Class    effects.Class

@@ -1,42 +1,10 @@
 // Package doctor checks a live keyed deployment against the hardening
-// checklist every job that touches money or an inbox should meet, and
-// reports each check as pass, warn or fail with its evidence and its fix.
-//
-// Run connects to the deployment's Postgres and Temporal (Deps) and runs
-// the checks named in Opts.Checks, all of them by default:
-//
-//   - CheckClassified: every declared activity has an effect class and a
-//     key step, and a sample of its recent claims in keyed_effects carries
-//     keys of the declared shape.
-//   - CheckTimeouts: each activity's start-to-close timeout against the p99
-//     of its measured claim-to-finish time (single-attempt records): a
-//     warning below 3×, a failure below 1×.
-//   - CheckLease: the claim lease against the heartbeat interval at which
-//     effects.Do renews it (or, with no heartbeat, the start-to-close
-//     timeout).
-//   - CheckRetention: EFFECTS_RETENTION against the namespace's retention
-//     and the longest run (Opts.CheckRetention, fxapp.CheckRetention in
-//     production), the Idempotency-Key retention against the published 24
-//     hours, and the outbox's retention against the relay's longest
-//     backoff.
-//   - CheckSearchAttributes: the pipelines' search attributes are
-//     registered on the namespace with their types.
-//   - CheckPool: the worker's database pool against what its activity
-//     slots, relay, listener and prune need (Opts.Pool).
-//   - CheckDeadLetters: runs waiting for a decision and runs failed in the
-//     window whose order is not final, their age; and alert rules on them
-//     in the deployed rules file.
-//   - CheckSuppression: activity retries Temporal reports (read from the
-//     histories of recent runs) against the retries the effect guard saw
-//     (records claimed more than once) and the duplicates it suppressed
-//     (keyed_effect_duplicates_suppressed_total, when metrics are given).
-//   - CheckReconcile: the last successful reconciliation with Stripe,
-//     recorded by package reconcile, is within its period.
-//
-// A check that cannot be made (a query or call failed) has StatusError.
-// Report.ExitCode maps the worst status to the command's exit code. Package
-// doctor imports no fx: cmd/starter's doctor command and the worker's
-// start-up report (internal/fxapp) wire it.
+// checklist every job that touches money or an inbox should meet, and reports
+// each check as pass, warn, fail or error with its evidence and its fix. Run
+// connects through Deps and runs the checks named in Opts.Checks, all by
+// default; Report.ExitCode maps the worst status to an exit code. It imports
+// no fx: cmd/starter and internal/fxapp wire it. What each check compares is
+// listed in docs/design.md ("Notes moved from the code", doctor).
 package doctor
 
 import (

@@ -142,9 +142,8 @@ FROM keyed_effects WHERE created_at >= $1 AND kind = $2 AND attempts = 1 AND fin
 	return c
 }
 
-// heartbeatEvery is the interval at which effects.Do renews a claim's lease
-// and heartbeats, as the activities set it: a third of the heartbeat
-// timeout, at least 100ms.
+// heartbeatEvery is how often effects.Do renews a lease as the activities set
+// it: a third of the heartbeat timeout, at least 100ms.
 func heartbeatEvery(hb time.Duration) time.Duration { return max(hb/3, 100*time.Millisecond) }
 
 // lease compares the claim lease with how often it is renewed.

@@ -18,11 +18,9 @@ import (
 // suppressedMetric counts claims that found their effect already done.
 const suppressedMetric = "keyed_effect_duplicates_suppressed_total"
 
-// suppression compares, per keyed activity, the retries Temporal made in
-// the recent runs' histories with the retries the effect guard saw (records
-// claimed more than once) and, when metrics are given, the duplicates it
-// suppressed. Retries with neither are a warning: the activity may act
-// without claiming its key.
+// suppression compares, per keyed activity, Temporal's retries in recent
+// histories with the retries the effect guard saw and the duplicates it
+// suppressed. Retries with neither warn: the activity may not claim its key.
 func (r *run) suppression(ctx context.Context) []Check {
 	retries, runs, err := r.temporalRetries(ctx)
 	if err != nil {

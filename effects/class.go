@@ -1,7 +1,7 @@
 package effects
 
 // Class is an effect class: what a duplicate run of a step does to the
-// world, which decides how the step is made safe. See the package doc.
+// world, which decides how the step is made safe (docs/design.md, effects).
 type Class string
 
 // The effect classes.

@@ -160,16 +160,12 @@ func (c *Claim) Decode(v any) error {
 	return nil
 }
 
-// Claim claims p.Key with one statement: an atomic INSERT ... ON CONFLICT
-// DO NOTHING that, when a record already exists, reads it in the same round
-// trip. If a record already exists it branches on its state: a
-// succeeded record returns a Done claim with the stored result; a terminal
-// failure returns a *TerminalError; a live claim of another owner returns an
-// *InProgressError; an expired claim, a claim of the same owner, or a
-// transient failure is taken over with one conditional UPDATE, so that of
-// several racers exactly one wins. A fingerprint that differs from the stored
-// one returns a *KeyReusedError. Invalid params return an error wrapping
-// ErrInvalidKey or describing the missing field.
+// Claim claims p.Key in one round trip and branches on an existing record:
+// succeeded gives a Done claim with the stored result; terminal failure a
+// *TerminalError; a live claim of another owner an *InProgressError; an
+// expired claim, the same owner or a transient failure is taken over (one
+// racer wins). A different fingerprint gives a *KeyReusedError; invalid
+// params an error wrapping ErrInvalidKey or naming the missing field.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) (*Claim, error) {
 	return c.claim(ctx, c.db, p)
 }
@@ -185,16 +181,10 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 	return c.claim(ctx, tx, p)
 }
 
-// claimSQL inserts the claim or, when the key has a record, reads that
-// record, in one round trip: the first column says which. The read sees the
-// statement's snapshot, so a record committed by a racer while the insert
-// waited on it reads as no row at all, and the caller tries again. A new
-// claim returns only its generation, attempts, lease and creation time, with
-// placeholders in the other columns: returning the whole record it has just
-// written cost Postgres CPU on every claim (docs/benchmarks.md).
-//
-// When $7 is true the statement's transaction, the statement alone in
-// Claim, commits with synchronous_commit off (ClaimParams.AsyncCommit).
+// claimSQL inserts the claim or, when the key has a record, reads it, in one
+// round trip; the first column says which. A racer's record committed while
+// the insert waited reads as no row, and the caller tries again. $7 turns
+// synchronous_commit off for the statement's transaction (AsyncCommit).
 const claimSQL = `
 WITH ins AS (
 	INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
@@ -322,12 +312,10 @@ func (c *Client) log(ctx context.Context, level slog.Level, msg string, p ClaimP
 	c.logger.Log(ctx, level, msg, append([]any{"effect_key", p.Key.String(), "kind", p.Kind, "owner", p.Owner}, args...)...)
 }
 
-// Complete records that the claimed effect happened and stores result, its
-// outcome (an ID, a status, an amount: never card data, message bodies or
-// secrets), as JSON. It returns ErrLeaseLost if the claim was taken over or
-// released, ErrResultTooLarge if the JSON exceeds MaxResultBytes (or the
-// claim's ClaimParams.MaxResultBytes), and an error if the claim was not
-// acquired.
+// Complete stores result, the claimed effect's outcome (IDs, statuses,
+// amounts; never secrets), as JSON. It returns ErrLeaseLost if the claim was
+// taken over or released, ErrResultTooLarge over MaxResultBytes, and an error
+// if the claim was not acquired.
 func (c *Client) Complete(ctx context.Context, claim *Claim, result any) error {
 	return c.complete(ctx, c.db, claim, result)
 }
@@ -369,12 +357,10 @@ WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'`, claim.
 	return nil
 }
 
-// Fail records that the claimed effect failed. An error marked with
-// Transient is stored as a transient failure, which the next claim takes
-// again; any other error is stored as terminal, and later claims return it
-// as a *TerminalError. The stored code comes from the first Coded error in
-// cause's chain. It returns ErrLeaseLost if the claim was taken over or
-// released.
+// Fail records that the claimed effect failed: as transient (claimed again
+// next time) if cause is marked Transient, else as terminal (later claims get
+// a *TerminalError), with the code of the first Coded error in cause. It
+// returns ErrLeaseLost if the claim was taken over or released.
 func (c *Client) Fail(ctx context.Context, claim *Claim, cause error) error {
 	return c.fail(ctx, c.db, claim, cause)
 }

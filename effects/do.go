@@ -26,20 +26,12 @@ type DoOpts struct {
 	Heartbeat func(ctx context.Context)
 }
 
-// Do runs fn as the keyed effect p.Key, exactly once across any number of
-// calls with the same key, and returns its outcome.
-//
-// If the effect already succeeded, Do returns the stored outcome without
-// calling fn. If fn runs, its context is cancelled with ErrLeaseLost should
-// another owner take the claim over; while fn runs Do renews the lease. When
-// fn succeeds its result is stored with Complete; when it fails the error is
-// recorded with Fail (terminal unless marked Transient) and returned as it
-// is. Errors from claiming are returned as Claim returns them: check
-// ErrInProgress (retry later), ErrTerminal, ErrKeyReused and ErrAmbiguous
-// with errors.Is, or call IsTransient.
-//
-// The result type T must survive a JSON round trip, because a replay decodes
-// it from the record. Keep it to outcomes: IDs, statuses, amounts.
+// Do runs fn as the keyed effect p.Key, once across any number of calls with
+// the same key, and returns its outcome; a stored outcome is returned without
+// calling fn. While fn runs Do renews the lease, and cancels fn's context with
+// ErrLeaseLost if another owner takes the claim. fn's error is recorded with
+// Fail and returned as is; claim errors are returned as Claim returns them.
+// T must survive a JSON round trip.
 func Do[T any](ctx context.Context, c *Client, p ClaimParams, fn func(ctx context.Context, claim *Claim) (T, error), opts *DoOpts) (T, error) {
 	var zero T
 	if opts == nil {
@@ -126,12 +118,10 @@ func (c *Client) keepLease(ctx context.Context, claim *Claim, lease time.Duratio
 	}
 }
 
-// DoTx runs fn as the keyed effect p.Key inside the caller's transaction:
-// the claim, fn's database writes and the completed record commit or roll
-// back together, so the effect and its record can never disagree. Racers for
-// the same key wait for the transaction. If the effect already succeeded,
-// DoTx returns the stored outcome without calling fn. When fn fails DoTx
-// returns its error and records nothing: roll the transaction back.
+// DoTx runs fn as the keyed effect p.Key inside tx: the claim, fn's writes and
+// the completed record commit or roll back together. A stored outcome is
+// returned without calling fn. When fn fails DoTx records nothing and returns
+// its error: roll tx back.
 func DoTx[T any](ctx context.Context, c *Client, tx pgx.Tx, p ClaimParams, fn func(ctx context.Context, tx pgx.Tx, claim *Claim) (T, error)) (T, error) {
 	var zero T
 	claim, err := c.ClaimTx(ctx, tx, p)

@@ -91,11 +91,9 @@ type transientError struct{ err error }
 func (e *transientError) Error() string { return e.err.Error() }
 func (e *transientError) Unwrap() error { return e.err }
 
-// Transient marks err as transient: a timeout, a reset connection, a 429 or a
-// 5xx, after which another attempt may succeed. Fail records a transient
-// failure so that the next claim takes the key again. Errors that are not
-// marked are terminal: an unclassified error surfaces instead of looping.
-// Transient(nil) returns nil.
+// Transient marks err as transient (a timeout, a reset, a 429, a 5xx): Fail
+// stores it so that the next claim takes the key again. Unmarked errors are
+// terminal. Transient(nil) returns nil.
 func Transient(err error) error {
 	if err == nil {
 		return nil
@@ -103,11 +101,9 @@ func Transient(err error) error {
 	return &transientError{err: err}
 }
 
-// IsTransient reports whether err, or any error it wraps, was marked with
-// Transient, is an *InProgressError (another owner may still finish), or is
-// an infrastructure failure (see IsInfrastructure): a lost connection, a
-// timeout or a shutdown says nothing about the request, so another attempt
-// with the same key may pass.
+// IsTransient reports whether err wraps an error marked Transient, an
+// *InProgressError or an infrastructure failure (IsInfrastructure): cases
+// where another attempt with the same key may pass.
 func IsTransient(err error) bool {
 	var t *transientError
 	return errors.As(err, &t) || errors.Is(err, ErrInProgress) || IsInfrastructure(err)

@@ -11,15 +11,10 @@ import (
 	"github.com/jackc/puddle/v2"
 )
 
-// IsInfrastructure reports whether err is a failure of the infrastructure
-// under a request rather than of the request itself: a lost or refused
-// connection, a connection closed mid-query, a timeout or cancelled context,
-// a pool that is shutting down, or a Postgres error of a class that another
-// attempt may pass (08 connection exception, 40 serialization failure or
-// deadlock, 53 insufficient resources, 57 operator intervention such as
-// admin shutdown, "cannot connect now" or a statement timeout, and 55P03
-// lock not available). IsTransient includes it: such a failure is retried
-// with the same key, never stored as terminal.
+// IsInfrastructure reports whether err is a failure under the request rather
+// than of it: a lost, refused or closed connection, a timeout or cancelled
+// context, a closing pool, or a Postgres error of class 08, 40, 53, 57 or
+// code 55P03. IsTransient includes it.
 func IsInfrastructure(err error) bool {
 	if err == nil {
 		return false

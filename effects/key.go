@@ -41,14 +41,10 @@ func (e *KeyError) Error() string {
 // Unwrap returns ErrInvalidKey.
 func (e *KeyError) Unwrap() error { return ErrInvalidKey }
 
-// Key names one effect: a tenant plus business parts, such as tenant "acme"
-// with parts "order", "9f3a", "charge". Its string form, "acme:order:9f3a:charge",
-// is what is stored in Postgres and sent to providers as their idempotency key.
-//
-// A key must be derived from the business event, never from a message ID, a
-// delivery attempt number or a UUID generated inside the handler: those
-// change from one attempt to the next, which is exactly the case a key exists
-// to recognise. The zero Key is invalid and is refused by the Client.
+// Key names one effect: a tenant plus business parts; its string form,
+// "acme:order:9f3a:charge", is stored and sent to providers as their
+// idempotency key. Derive it from the business event, never from a message
+// ID, an attempt number or a fresh UUID. The zero Key is invalid.
 type Key struct {
 	s      string
 	tenant string

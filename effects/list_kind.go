@@ -7,12 +7,10 @@ import (
 	"time"
 )
 
-// ListKind returns every record of kind, such as "charge", created at or
-// after from and before to, ordered by creation time and key. It reads
-// across tenants, for an operator's job such as reconciliation against a
-// provider: each record carries its TenantID, and nothing here filters by
-// it. It returns an error for an empty kind, a window whose to is not after
-// from, or a failed query.
+// ListKind returns every record of kind created in [from, to), ordered by
+// creation time and key, across tenants (for operator jobs such as
+// reconciliation). It returns an error for an empty kind, an empty window or
+// a failed query.
 func (c *Client) ListKind(ctx context.Context, kind string, from, to time.Time) ([]*Record, error) {
 	if kind == "" {
 		return nil, errors.New("list effects by kind: kind is empty")

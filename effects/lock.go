@@ -7,17 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// LockEntityTx serializes work on one entity, such as an order, without
-// serializing anything else: it takes a Postgres advisory lock on entity's
-// key for the life of tx, waiting while another transaction holds it. The
-// lock goes when tx commits or rolls back, or when its connection dies, so
-// it needs no cleanup and cannot outlive a crashed holder. Two jobs on
-// different entities run side by side.
-//
-// Use it where two different effects on one entity must not interleave
-// (claims already keep one effect from running twice). It returns
-// ErrInvalidKey for the zero key and the database error otherwise,
-// including ctx's cancellation while waiting.
+// LockEntityTx takes a transaction-scoped Postgres advisory lock on entity's
+// key, waiting while another transaction holds it; it goes with tx's commit,
+// rollback or dead connection. Use it where two different effects on one
+// entity must not interleave. It returns ErrInvalidKey for the zero key and
+// the database error otherwise, including ctx's cancellation.
 func LockEntityTx(ctx context.Context, tx pgx.Tx, entity Key) error {
 	if entity.IsZero() {
 		return fmt.Errorf("lock entity: %w: key is empty", ErrInvalidKey)

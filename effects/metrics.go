@@ -22,11 +22,6 @@ type Metrics struct {
 
 // NewMetrics creates keyed's effect collectors and registers them with reg.
 // It returns an error if any is already registered there.
-//
-// The suppression counter, keyed_effect_duplicates_suppressed_total, is the
-// one to watch: a low steady rate means duplicates are arriving and costing
-// nothing; a climb means a producer started double-sending or a timeout is
-// now shorter than the work.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	kind := []string{"kind"}
 	m := &Metrics{

@@ -35,9 +35,8 @@ type Migration struct {
 	SQL string
 }
 
-// Migrations returns the effects migrations in version order, for teams that
-// run SQL through their own migration tool. Such a tool must run them in
-// order, each once; Migrator does that and records them.
+// Migrations returns the effects migrations in version order, for a team's
+// own migration tool, which must run each once, in order.
 func Migrations() []Migration {
 	return slices.Clone(embedded)
 }
@@ -82,12 +81,10 @@ type MigratorOpts struct {
 	Logger *slog.Logger
 }
 
-// Migrator creates and upgrades the tables effects needs (keyed_effects) in
-// the current schema, and records each applied version in
-// keyed_effects_migrations under MigrationLine. It is safe for concurrent
-// use, and several processes may migrate at once: a transaction-scoped
-// advisory lock per schema lets one apply the pending versions while the
-// others wait and then find nothing to do.
+// Migrator creates and upgrades keyed_effects in the current schema and
+// records applied versions in keyed_effects_migrations under MigrationLine.
+// It is safe for concurrent use, across processes too (an advisory lock per
+// schema).
 type Migrator struct {
 	db         MigratorDB
 	logger     *slog.Logger
@@ -114,10 +111,8 @@ func NewMigrator(db MigratorDB, opts *MigratorOpts) (*Migrator, error) {
 }
 
 // Migrate applies every pending migration in one transaction and returns the
-// versions it applied, in order (none when the schema is current). On error
-// nothing is applied; the error names the version that failed and wraps the
-// database error, or it is the error from beginning or committing the
-// transaction.
+// versions applied, in order. On error nothing is applied; the error names the
+// failed version and wraps the database error.
 func (m *Migrator) Migrate(ctx context.Context) ([]int, error) {
 	var applied []int
 	err := pgx.BeginFunc(ctx, m.db, func(tx pgx.Tx) error {

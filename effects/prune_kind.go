@@ -39,15 +39,10 @@ const pruneKindWhere = `(
 	(state <> 'claimed' AND finished_at < now() - $2 * interval '1 microsecond')
 	OR ($3 AND state = 'claimed' AND lease_until < now() - $2 * interval '1 microsecond'))`
 
-// PruneKind deletes the records of one kind that finished longer than the
-// retention ago, in batches, and returns how many it deleted: for a kind kept
-// shorter than the rest, such as stored HTTP responses. With ExpiredClaims
-// it also deletes that kind's long-expired claims. Like Prune it walks
-// records by creation time, reading the kind from the same index, so each
-// run reads the index entries of every record created before the cutoff:
-// run it as often as the retention calls for, not more. It returns an
-// error for an empty kind, a retention under one hour, or a failed DELETE,
-// together with what it deleted before the failure.
+// PruneKind deletes, in batches, the records of kind that finished longer than
+// the retention ago (and with ExpiredClaims its long-expired claims), and
+// returns how many it deleted. It returns an error for an empty kind, a
+// retention under one hour or a failed DELETE, with the count so far.
 func (c *Client) PruneKind(ctx context.Context, kind string, opts *PruneKindOpts) (int64, error) {
 	if kind == "" {
 		return 0, errors.New("prune kind: kind is empty")

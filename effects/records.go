@@ -10,11 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// DefaultRetention is how long Prune keeps finished records. It must cover
-// the longest retry window (a Temporal activity retried for days, a workflow
-// re-run after a failure) plus the time a failed run can wait for a manual
-// replay. Thirty days is four weekends of dead-letter backlog; Stripe keeps
-// its own idempotency keys for only 24 hours, so keyed is the longer guard.
+// DefaultRetention is how long Prune keeps finished records: longer than the
+// longest retry window plus the wait for a manual replay.
 const DefaultRetention = 30 * 24 * time.Hour
 
 // Record is an effect record as stored. It holds outcomes, never payloads.
@@ -77,18 +74,15 @@ func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error)
 	return rec, nil
 }
 
-// List returns every record of prefix's tenant whose key starts with
-// prefix's string form followed by the separator, in key order: for the
-// prefix acme:order:9f3a, the order's charge, mark_paid and receipt records.
-// It never returns another tenant's records. The prefix scan runs on the
-// primary key (keys are in the "C" collation and begin with the tenant).
+// List returns, in key order, every record of prefix's tenant whose key
+// extends prefix (for acme:order:9f3a: its charge, mark_paid, receipt). It
+// never returns another tenant's records.
 func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
 	return list(ctx, c.db, prefix)
 }
 
-// ListTx is List inside the caller's transaction: use it for a read that
-// belongs to the transaction, so that the transaction never waits for a
-// second pooled connection.
+// ListTx is List inside the caller's transaction, which then never waits for
+// a second pooled connection.
 func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, prefix Key) ([]*Record, error) {
 	return list(ctx, tx, prefix)
 }
@@ -124,15 +118,9 @@ type PruneOpts struct {
 	BatchSize int
 }
 
-// Prune deletes finished records (succeeded or failed) whose finish is older
-// than the retention, in batches, and returns how many it deleted. It never
-// deletes a claimed record, live or expired: an expired claim may still be
-// doing its effect, and only a takeover or an operator may end it.
-//
-// It walks records by creation time (keyed_effects_created_idx): a record
-// finishes after it is created, so the created_at bound only narrows the
-// scan. No index covers finished_at or state, which keeps Complete, Fail and
-// takeovers HOT updates.
+// Prune deletes, in batches, finished records whose finish is older than the
+// retention, and returns how many it deleted. It never deletes a claim, live
+// or expired: only a takeover or an operator ends one.
 func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if opts == nil {
 		opts = &PruneOpts{}

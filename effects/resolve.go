@@ -43,14 +43,11 @@ type ResolveParams struct {
 	Reason string
 }
 
-// Resolve lets an operator settle an effect whose outcome keyed cannot know:
-// an at-most-once send that failed as ambiguous, a terminal failure that a
-// fix has since made retryable, or a claim whose owner died and never came
-// back. Only failed records and claims with an expired lease can be
-// resolved; a live claim or a succeeded record returns ErrNotResolvable, and
-// a missing one ErrNotFound. The change bumps the generation, so an owner
-// that wakes up later gets ErrLeaseLost. After ResolveRetry, re-running the
-// workflow acts again; after ResolveDone, it replays the outcome.
+// Resolve lets an operator settle a failed record or an expired claim:
+// ResolveRetry makes the next run act again, ResolveDone replays an outcome.
+// It bumps the generation, so a late owner gets ErrLeaseLost. It returns
+// ErrNotResolvable for a live claim or a succeeded record, ErrNotFound for a
+// missing one.
 func (c *Client) Resolve(ctx context.Context, key Key, p ResolveParams) (*Record, error) {
 	if key.IsZero() {
 		return nil, fmt.Errorf("resolve: %w: key is empty", ErrInvalidKey)

@@ -16,34 +16,27 @@ var (
 	// malformed one. Nothing was claimed or sent.
 	ErrInvalidMessage = errors.New("invalid message")
 
-	// ErrRejected means SendGrid refused the message with a 4xx other than
-	// 429: a bad address, a bad API key, a malformed request. Retrying the
-	// same request will not help. The concrete error is a *SendError.
+	// ErrRejected means SendGrid refused the message with a 4xx other than 429;
+	// a retry will not help. The concrete error is a *SendError.
 	ErrRejected = errors.New("email rejected by provider")
 
-	// ErrUnavailable means SendGrid could not be reached or answered 429 or
-	// 5xx, and the message was not accepted. It is marked transient, so a
-	// later attempt sends. The concrete error is a *SendError.
+	// ErrUnavailable means SendGrid was unreachable or answered 429 or 5xx and
+	// did not accept the message. Transient; a *SendError.
 	ErrUnavailable = errors.New("email provider unavailable")
 
-	// ErrUnconfirmed means the connection failed after the mail send request
-	// may have been written (a timeout, a reset, a lost response): SendGrid
-	// may have accepted the message. It is marked transient; the retry looks
-	// the effect key up before it sends. The concrete error is a *SendError.
+	// ErrUnconfirmed means the connection failed after the request may have been
+	// written: SendGrid may have accepted it. Transient (the retry looks the key
+	// up first); a *SendError.
 	ErrUnconfirmed = errors.New("email send unconfirmed")
 
-	// ErrLookupPending means an earlier attempt may have posted the message
-	// less than LookupLag ago and SendGrid's Email Activity index does not
-	// show it yet. It is marked transient: a later attempt looks again and
-	// sends only once the lag window has passed with no match. The concrete
-	// error is a *LookupError.
+	// ErrLookupPending means an earlier attempt may have posted the message less
+	// than LookupLag ago and SendGrid's index does not show it yet. Transient; a
+	// *LookupError.
 	ErrLookupPending = errors.New("waiting for SendGrid's activity index")
 
-	// ErrLookupFailed means the Email Activity look-up failed (unreachable,
-	// timeout, 429, 5xx, or 401/403 for a key without the Email Activity
-	// scope) while an earlier attempt may have posted the message less than
-	// LookupLag+LookupGiveUp ago. It is marked transient. The concrete error
-	// is a *LookupError.
+	// ErrLookupFailed means the Email Activity look-up failed while an earlier
+	// attempt may have posted the message less than LookupLag+LookupGiveUp ago.
+	// Transient; a *LookupError.
 	ErrLookupFailed = errors.New("SendGrid email activity look-up failed")
 )
 
@@ -55,15 +48,12 @@ const (
 	CodeUnavailable = "send_unavailable"
 	// CodeUnconfirmed is stored (as a transient failure) for ErrUnconfirmed.
 	CodeUnconfirmed = "send_unconfirmed"
-	// CodeLookupPending is stored (as a transient failure) for
-	// ErrLookupPending.
+	// CodeLookupPending is stored (transient) for ErrLookupPending.
 	CodeLookupPending = "lookup_pending"
-	// CodeLookupFailed is stored (as a transient failure) for
-	// ErrLookupFailed.
+	// CodeLookupFailed is stored (transient) for ErrLookupFailed.
 	CodeLookupFailed = "lookup_failed"
-	// CodeAmbiguous is stored, terminally, when an at-most-once send may
-	// have gone out and SendGrid could not be asked within the bound; it is
-	// the same code effects.Do stores for an abandoned at-most-once claim.
+	// CodeAmbiguous is stored, terminally, when an at-most-once send may have
+	// gone out and SendGrid could not be asked in time (effects.CodeAmbiguous).
 	CodeAmbiguous = effects.CodeAmbiguous
 )
 
@@ -91,12 +81,10 @@ func (e *SendError) Code() string { return e.code }
 // Unwrap returns ErrRejected, ErrUnavailable or ErrUnconfirmed.
 func (e *SendError) Unwrap() error { return e.kind }
 
-// LookupError describes an attempt that found an earlier attempt's
-// unfinished claim and could not yet settle it from SendGrid's Email
-// Activity API. Key is the effect key. Since is how long ago the earlier
-// attempt's POST started (or, when its row has aged out, its claim). Status is the HTTP status of a
-// failed look-up, or 0; Reason is the look-up's error, empty when the
-// look-up answered but found nothing. Neither contains the API key.
+// LookupError describes an attempt that could not yet settle an earlier
+// unfinished claim from SendGrid's Email Activity API: Key, Since (how long
+// ago the earlier POST, or its claim, started), Status (of a failed look-up,
+// or 0) and Reason (empty when nothing was found). Neither holds the API key.
 type LookupError struct {
 	Key    string
 	Since  time.Duration

@@ -49,13 +49,10 @@ func newLookupOpts(opts *SenderOpts, window, sendTimeout time.Duration) (lookupO
 	return o, nil
 }
 
-// settle runs when an attempt finds an earlier attempt's unfinished claim
-// (claim mode reentry, takeover or retry), before it may send. It returns
-// done with the result when SendGrid's index shows a message under the key;
-// done false and no error when sending is safe under policy; or the error to
-// record: a transient *LookupError while the index may still lag or the
-// look-up fails, an ambiguous one when the look-up failed for too long at
-// most once.
+// settle runs when an attempt finds an earlier unfinished claim, before it may
+// send. It returns done with the result when SendGrid shows a message under
+// the key; done false and no error when sending is safe under policy; else the
+// error to record (a transient *LookupError, or an ambiguous one at most once).
 func (s *Sender) settle(ctx context.Context, m Message, policy Policy, rcpt []byte, log *slog.Logger) (Result, bool, error) {
 	id, lerr := s.find(ctx, m.Key)
 	if lerr == nil && id != "" {
@@ -211,16 +208,12 @@ func (s *Sender) findAll(ctx context.Context, key effects.Key) ([]string, error)
 // one: the message did not go out under that key. See Sender.Confirm.
 var ErrNotSent = errors.New("SendGrid shows no such message under the effect key")
 
-// Confirm asks SendGrid's Email Activity API whether the message whose
-// X-Message-Id is messageID (or whose msg_id, as the activity feed shows
-// it) went out under key, for an operator's decision that it did. It returns nil when SendGrid shows it; an error wrapping
-// ErrNotSent, naming what SendGrid shows instead, when it does not although
-// the key's effect record last changed at least LookupLag (plus the send
-// timeout) ago; an error wrapping ErrLookupPending when it does not and the
-// index may still lag; and an error wrapping ErrLookupFailed when the
-// look-up failed (unreachable, a timeout, 429, 5xx, and 401/403 for a key
-// without the Email Activity scope or an account without the add-on).
-// Errors never hold the API key.
+// Confirm asks SendGrid's Email Activity API whether messageID (X-Message-Id
+// or msg_id) went out under key, for an operator's "done". It returns nil when
+// SendGrid shows it; ErrNotSent, naming what SendGrid shows, when it does not
+// and the record is older than the send timeout plus LookupLag;
+// ErrLookupPending when the index may still lag; ErrLookupFailed when the
+// look-up failed. Errors never hold the API key.
 func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string) error {
 	ids, err := s.findAll(ctx, key)
 	if err != nil {
@@ -273,12 +266,10 @@ func xMessageID(msgID string) string {
 	return msgID
 }
 
-// CheckLookup makes one Email Activity request, for a key no message
-// carries, so that a worker can tell at start whether unfinished sends can
-// be settled: the API key needs the Email Activity scope and the account the
-// Email Activity add-on. It returns nil when SendGrid answers, and otherwise
-// an error wrapping ErrLookupFailed that names the HTTP status (403: no
-// scope or no add-on) but never the API key.
+// CheckLookup makes one Email Activity request for a key no message carries,
+// so a worker can tell at start whether unfinished sends can be settled. It
+// returns nil when SendGrid answers, else an error wrapping ErrLookupFailed
+// naming the HTTP status (403: no scope or no add-on), never the API key.
 func (s *Sender) CheckLookup(ctx context.Context) error {
 	probe, err := effects.NewKey("keyed", "lookup-check")
 	if err != nil {

@@ -56,19 +56,12 @@ const (
 	// is nil or has no Timeout.
 	DefaultTimeout = 30 * time.Second
 	// DefaultLookupLag is how long an accepted message may take to appear in
-	// SendGrid's Email Activity index. SendGrid publishes no bound; keyed
-	// assumes the usual delay is seconds and a loaded SendGrid's a couple of
-	// minutes, and takes five minutes as the margin. It fits, with the send
-	// timeout and DefaultLookupGiveUp, in the default collapse window (see
-	// SenderOpts.LookupLag). The wait is paid only when nothing is found:
-	// by an email whose request never reached SendGrid.
+	// SendGrid's Email Activity index (SendGrid publishes no bound).
 	DefaultLookupLag = 5 * time.Minute
 	// DefaultLookupTimeout bounds one Email Activity request.
 	DefaultLookupTimeout = 10 * time.Second
-	// DefaultLookupGiveUp is how long past the lag window a failing look-up
-	// is retried before the policy decides. With DefaultTimeout and
-	// DefaultLookupLag it ends 9.5 minutes after the POST started, inside
-	// the default collapse window, whose row dates the POST.
+	// DefaultLookupGiveUp is how long past the lag window a failing look-up is
+	// retried before the policy decides.
 	DefaultLookupGiveUp = 4 * time.Minute
 )
 
@@ -100,13 +93,11 @@ type SenderOpts struct {
 	// Its Timeout (DefaultTimeout if zero) also bounds each mail send
 	// request, which dates the latest moment SendGrid may have accepted it.
 	HTTPClient *http.Client
-	// LookupLag is how long SendGrid's Email Activity index may take to show
-	// an accepted message. A retry whose earlier attempt's request may have
-	// been accepted less than LookupLag ago (its POST started less than the
-	// send timeout plus LookupLag ago), and finds nothing under the key,
-	// waits (returns a transient error) instead of sending. Zero means
+	// LookupLag is how long SendGrid's index may take to show an accepted
+	// message: a retry whose earlier POST started less than the send timeout plus
+	// LookupLag ago, finding nothing, waits instead of sending. Zero means
 	// DefaultLookupLag. The send timeout plus LookupLag must not exceed the
-	// collapse window, whose row dates the POST.
+	// collapse window.
 	LookupLag time.Duration
 	// LookupTimeout bounds one Email Activity request. Zero means
 	// DefaultLookupTimeout.
@@ -136,12 +127,11 @@ type Sender struct {
 	sendTimeout time.Duration
 }
 
-// NewSender returns a Sender that claims its sends through the effects
-// client claims and keeps its collapse window in db, which must have keyed's
-// migrations applied. It returns an error if claims or db is nil, the API
-// key or From is missing, From is not an address, BaseURL is not an http(s)
-// URL, the window or a look-up duration is negative, the send timeout plus
-// LookupLag exceeds the collapse window, or a policy is unknown.
+// NewSender returns a Sender that claims its sends through claims and keeps
+// its collapse window in db (keyed's migrations applied). It returns an error
+// for a nil claims or db, a missing API key or From, a bad From or BaseURL, a
+// negative duration, a send timeout plus LookupLag over the collapse window,
+// or an unknown policy.
 func NewSender(claims *effects.Client, db effects.DB, opts *SenderOpts) (*Sender, error) {
 	if claims == nil {
 		return nil, errors.New("notify: NewSender: effects client is nil")
@@ -280,25 +270,15 @@ type Result struct {
 }
 
 // Send sends m once per effect key, under the template's policy and the
-// collapse window, and returns its outcome: on a repeat of a finished key,
-// the stored one, without sending.
-//
-// An attempt that finds an earlier attempt's unfinished claim first looks
-// the key up in SendGrid's Email Activity API (see the package doc): a
-// message found there completes the effect with its ID, without sending.
-//
-// It returns an error wrapping ErrInvalidMessage for a bad Message; a
-// transient *SendError wrapping ErrUnconfirmed (see effects.IsTransient)
-// when the connection failed after the request may have been written, so
-// that the retry looks the key up; a transient *LookupError wrapping
-// ErrLookupPending while SendGrid's index may still lag behind an earlier
-// attempt's request, or ErrLookupFailed while the look-up fails; a
-// *LookupError wrapping effects.ErrAmbiguous, at most once, when the look-up
-// kept failing past LookupLag+LookupGiveUp; a transient *SendError wrapping
-// ErrUnavailable when SendGrid answered 429 or 5xx or could not be reached;
-// a *SendError wrapping ErrRejected for any other 4xx; and the errors of
-// effects.Do (ErrInProgress, ErrTerminal with the stored failure,
-// ErrKeyReused, ErrLeaseLost) as they are.
+// collapse window, and returns its outcome; a finished key returns the stored
+// one without sending. An attempt finding an earlier unfinished claim first
+// looks the key up at SendGrid and completes with the message found there.
+// Errors: ErrInvalidMessage; transient *SendError wrapping ErrUnconfirmed (the
+// request may have been written) or ErrUnavailable (429, 5xx, unreachable);
+// *SendError wrapping ErrRejected (other 4xx); transient *LookupError wrapping
+// ErrLookupPending or ErrLookupFailed; *LookupError wrapping
+// effects.ErrAmbiguous once the look-up failed past LookupLag+LookupGiveUp;
+// and effects.Do's errors as they are.
 func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	if err := m.validate(); err != nil {
 		return Result{}, err
@@ -469,9 +449,8 @@ func reason(body string) string {
 	return out
 }
 
-// recipientDigest is the SHA-256 of the tenant and the lower-cased address:
-// enough to recognise a recipient in the collapse window, without storing
-// the address.
+// recipientDigest is the SHA-256 of the tenant and the lower-cased address,
+// which recognises a recipient in the collapse window without storing it.
 func recipientDigest(tenant, addr string) []byte {
 	h := sha256.Sum256([]byte(tenant + "\x00" + strings.ToLower(strings.TrimSpace(addr))))
 	return h[:]

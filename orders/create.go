@@ -19,14 +19,11 @@ const (
 	MetaCurrency    = "currency"
 )
 
-// CreateAndEnqueueTx creates the order and records the start of its order
-// run in the outbox (see EnqueueTx), both inside the caller's transaction:
-// they commit or roll back together. Like Create, an identical existing
-// order is returned with created=false, and the start request is recorded
-// only if it is not there yet. It returns a *ValidationError for bad input,
-// an error wrapping ErrConflict when the order exists with other details,
-// and the database error otherwise; on any error the caller must roll tx
-// back.
+// CreateAndEnqueueTx creates the order and enqueues its run's start (see
+// EnqueueTx) in tx, so both commit or roll back together; an identical
+// existing order returns created=false. It returns a *ValidationError for bad
+// input, an error wrapping ErrConflict for an existing order with other
+// details, and the database error otherwise; on error roll tx back.
 func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (order *Order, created bool, err error) {
 	if s == nil {
 		return nil, false, errors.New("create order: store is nil")
@@ -41,14 +38,11 @@ func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (
 	return order, created, nil
 }
 
-// EnqueueTx records, inside the caller's transaction, the request to start
-// in's order run: workflow type WorkflowName, workflow ID in.WorkflowID(),
-// in as the payload, and the starter's default task queue. When order is
-// in's order, its amount goes into the request's Meta (MetaAmountMinor,
-// MetaCurrency) for the run's summary; nil leaves it out. Enqueueing the
-// same order again is a no-op and returns enqueued=false. It returns an
-// error wrapping outbox.ErrInvalid when in does not validate, and the
-// database error otherwise.
+// EnqueueTx records in tx the start of in's order run (WorkflowName,
+// in.WorkflowID(), in as payload); a non-nil order puts its amount in Meta for
+// the run's summary. Enqueueing the same order again returns enqueued=false.
+// It returns an error wrapping outbox.ErrInvalid when in does not validate,
+// and the database error otherwise.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, in OrderInput, order *Order) (enqueued bool, err error) {
 	req, err := StartRequest(in, order)
 	if err != nil {
@@ -75,11 +69,10 @@ func StartRequest(in OrderInput, order *Order) (outbox.Request, error) {
 	return req, nil
 }
 
-// FromStartRequest reads back what StartRequest wrote: the run's input, and
-// the order with its amount when req's Meta carries one (nil otherwise; only
-// TenantID, ID, AmountMinor and Currency are set). It returns an error
-// wrapping outbox.ErrInvalid when req is not an order run's or its payload
-// does not decode to a valid input.
+// FromStartRequest reads back what EnqueueTx wrote: the run's input and, when
+// Meta carries an amount, a partial order (TenantID, ID, AmountMinor,
+// Currency). It returns an error wrapping outbox.ErrInvalid when req is not an
+// order run's or its payload is not a valid input.
 func FromStartRequest(req outbox.Request) (OrderInput, *Order, error) {
 	if req.WorkflowType != WorkflowName {
 		return OrderInput{}, nil, fmt.Errorf("%w: %s is a %s run, not an order run", outbox.ErrInvalid, req.WorkflowID, req.WorkflowType)

@@ -19,13 +19,9 @@ const (
 	maxLabelLen = 63
 )
 
-// ValidateEmail checks a customer email address against keyed's rule
-// (NewOrder.Validate's, so the API's and starter create's): at most
-// MaxEmailLen bytes of valid UTF-8 with no control, format, separator,
-// private-use or invisible character, a bare local@domain that net/mail
-// parses back unchanged, and a domain of at least two ASCII labels (see
-// docs/design.md, "The email rule"). It returns nil or a *ValidationError
-// for the field "customer_email".
+// ValidateEmail checks a customer email address against keyed's rule (the
+// API's and starter create's, see docs/design.md, "The email rule"). It
+// returns nil or a *ValidationError for the field "customer_email".
 func ValidateEmail(addr string) error {
 	if reason := emailProblem(addr); reason != "" {
 		return &ValidationError{Field: "customer_email", Reason: reason}
@@ -72,22 +68,9 @@ func emailProblem(addr string) string {
 const brailleBlank = '\u2800'
 
 // defaultIgnorable reports whether r has the Unicode property
-// Default_Ignorable_Code_Point: characters a renderer shows as nothing when
-// it does not support them. Go's unicode package has no table of this
-// derived property, so it is derived here as DerivedCoreProperties.txt
-// defines it, from tables the package does have:
-//
-//	  Other_Default_Ignorable_Code_Point
-//	+ Cf (format characters)
-//	+ Variation_Selector
-//	- White_Space
-//	- U+FFF9..U+FFFB (interlinear annotation format characters)
-//	- U+13430..U+13440 (Egyptian hieroglyph format characters)
-//	- Prepended_Concatenation_Mark (format characters that should be visible)
-//
-// TestDefaultIgnorableIsUnicodes compares it, code point by code point,
-// with the property's list in DerivedCoreProperties.txt of the Unicode
-// version of Go's tables (testdata/).
+// Default_Ignorable_Code_Point, derived from Go's tables as
+// DerivedCoreProperties.txt defines it (docs/design.md, orders);
+// TestDefaultIgnorableIsUnicodes checks it against that file.
 func defaultIgnorable(r rune) bool {
 	switch {
 	case unicode.Is(unicode.White_Space, r),

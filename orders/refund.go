@@ -20,8 +20,7 @@ const (
 )
 
 // WasPaid reports whether an order in status s was paid: paid, or refunded
-// in part or in full since. Steps of the order pipeline that need a paid
-// order (the receipt) accept all three, since a refund may run before them.
+// in part or in full since.
 func (s Status) WasPaid() bool {
 	return s == StatusPaid || s == StatusPartiallyRefunded || s == StatusRefunded
 }
@@ -30,9 +29,8 @@ func (s Status) WasPaid() bool {
 // it was paid and is not refunded in full.
 func (s Status) Refundable() bool { return s == StatusPaid || s == StatusPartiallyRefunded }
 
-// EventTransitionTx returns the status the order moved to for eventID,
-// inside the caller's transaction, and found=false when no transition was
-// recorded for that event: a step finds its own earlier transition with it.
+// EventTransitionTx returns, in tx, the status the order moved to for
+// eventID, or found=false when no transition was recorded for it.
 func (s *Store) EventTransitionTx(ctx context.Context, tx pgx.Tx, tenantID, id, eventID string) (to Status, found bool, err error) {
 	return eventTransition(ctx, tx, tenantID, id, eventID)
 }

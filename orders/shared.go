@@ -40,10 +40,8 @@ const (
 const OrderInputVersion = 1
 
 // OrderInput is the order workflow's input and every activity's input:
-// identifiers and a version, never a serialized order. Activities load the
-// order's current state when they run, so a run that starts Friday and
-// retries Monday sees Monday's row, and an input written by older code stays
-// readable.
+// identifiers and a version, never a serialized order; activities load the
+// order's current state when they run.
 type OrderInput struct {
 	V        int    `json:"v"`
 	TenantID string `json:"tenant_id"`

@@ -144,10 +144,9 @@ func NewStore(db effects.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// Create inserts the order, or returns the existing one if an identical
-// order already exists (so a retried create is harmless). It returns
-// created=false in that case, an error wrapping ErrConflict when the
-// existing order differs, and a *ValidationError for bad input.
+// Create inserts the order, or returns an identical existing one with
+// created=false. It returns an error wrapping ErrConflict when the existing
+// order differs, and a *ValidationError for bad input.
 func (s *Store) Create(ctx context.Context, o NewOrder) (*Order, bool, error) {
 	return create(ctx, s.db, o)
 }
@@ -213,12 +212,10 @@ func get(ctx context.Context, db effects.DB, tenantID, id string) (*Order, error
 	return o, nil
 }
 
-// TransitionTx moves the order from one status to another for eventID,
-// inside the caller's transaction, and records the transition under a
-// unique constraint on (order, from, to, event). A repeat of the same
-// transition for the same event is a no-op and returns changed=false. It
-// returns an error wrapping ErrBadTransition if the order is in another
-// state, and ErrNotFound if it does not exist.
+// TransitionTx moves the order from one status to another for eventID in tx,
+// recording the transition under a unique (order, from, to, event): a repeat
+// returns changed=false. It returns an error wrapping ErrBadTransition if the
+// order is in another state, and ErrNotFound if it does not exist.
 func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, tenantID, id string, from, to Status, eventID string) (changed bool, err error) {
 	// One round trip: the update runs only when the transition row was
 	// inserted. Both see one snapshot, and the order's row lock orders

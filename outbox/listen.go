@@ -17,11 +17,9 @@ import (
 // must not wake each other's relays: the full name is Channel(schema).
 const NotifyChannel = "keyed_outbox"
 
-// Channel returns the name of the channel on which EnqueueTx notifies, and
-// Listen listens, for the given schema: NotifyChannel, a dot, and the MD5 of
-// the schema name in hex, such as "keyed_outbox.4c9184f37cff01bcdc32dc486ec36961"
-// for "public". A hash rather than the name itself keeps every channel at 45
-// bytes, within Postgres's 63-byte limit, whatever the schema's length.
+// Channel returns the channel on which EnqueueTx notifies and Listen listens
+// for schema: NotifyChannel, a dot and the hex MD5 of the schema name (45
+// bytes, within Postgres's 63-byte limit, whatever the schema).
 func Channel(schema string) string {
 	sum := md5.Sum([]byte(schema))
 	return NotifyChannel + "." + hex.EncodeToString(sum[:])
@@ -30,14 +28,10 @@ func Channel(schema string) string {
 // channelSQL computes Channel(current_schema()) in SQL.
 const channelSQL = `'` + NotifyChannel + `.' || md5(current_schema())`
 
-// Listen holds one connection of pool listening on the outbox channel of
-// the pool's current schema until ctx is done, and sends on wake (without
-// blocking; one pending wake is enough) whenever a transaction that enqueued
-// a start commits. Pass the same
-// channel as RelayOpts.Wake, so that a start reaches Temporal milliseconds
-// after the commit instead of at the next poll. A lost connection is logged
-// and re-established with backoff; polling goes on meanwhile, so nothing
-// depends on a notification arriving. Listen returns when ctx is done.
+// Listen holds one connection of pool listening on the outbox channel of the
+// pool's current schema, and sends on wake (non-blocking) whenever an enqueue
+// commits; pass the same channel as RelayOpts.Wake. A lost connection is
+// logged and re-established with backoff. It returns when ctx is done.
 func Listen(ctx context.Context, pool *pgxpool.Pool, wake chan<- struct{}, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.Default()

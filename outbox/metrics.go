@@ -20,9 +20,6 @@ type Metrics struct {
 
 // NewMetrics creates the outbox collectors and registers them with reg. It
 // returns an error if any is already registered there.
-//
-// keyed_outbox_oldest_unsent_age_seconds is the one to alert on: it grows
-// when no relay runs or Temporal is unreachable, whatever the traffic.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{

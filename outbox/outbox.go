@@ -1,108 +1,13 @@
-// Package outbox starts workflows from a caller's own transaction.
+// Package outbox starts workflows from a caller's own transaction: EnqueueTx
+// writes the start request (workflow type, workflow ID, JSON payload) as a row
+// in the caller's transaction, so the business write and the request commit or
+// roll back together, and a Relay hands committed rows to a Starter
+// afterwards (outbox/temporalstart for Temporal). Relays split the work with
+// SKIP LOCKED leases, claim round-robin across tenants and back off on
+// failure; Prune deletes sent rows after DefaultRetention.
 //
-// A handler that writes a business row and then starts its workflow is two
-// systems without a shared transaction. Commit first and die before the
-// start, and the row sits unprocessed with nothing to alert on; start first
-// and roll back, and the workflow runs for a row nobody can find. The
-// outbox makes it one system: EnqueueTx writes the start request (workflow
-// type, workflow ID, JSON payload) as a row in the caller's transaction, so
-// the business write and the request commit or roll back together, and a
-// Relay hands committed rows to a Starter afterwards.
-//
-// The package knows nothing of any workflow: a Request is a workflow type,
-// a business-derived workflow ID, the input as JSON, and optionally a task
-// queue, a tenant and small metadata for the Starter. Package
-// outbox/temporalstart is the Starter for Temporal. The order pipeline's
-// own enqueue is orders.EnqueueTx, and orders.Store.CreateAndEnqueueTx writes
-// an order and the start of its run together. From a plain net/http
-// handler:
-//
-//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//		if err := createInvoice(ctx, tx, inv); err != nil {
-//			return err
-//		}
-//		payload, err := json.Marshal(InvoiceInput{TenantID: inv.TenantID, InvoiceID: inv.ID})
-//		if err != nil {
-//			return err
-//		}
-//		_, err = outbox.EnqueueTx(ctx, tx, outbox.Request{
-//			WorkflowType: "InvoiceWorkflow",
-//			WorkflowID:   "invoice:" + inv.TenantID + ":" + inv.ID,
-//			Payload:      payload,
-//			TenantID:     inv.TenantID,
-//		})
-//		return err
-//	})
-//
-// # The relay
-//
-// A Relay claims due rows with one UPDATE over a SELECT … FOR UPDATE SKIP
-// LOCKED, so several relays split the work and never claim the same row.
-// A claim is a lease: it moves the row's available_at past the lease, and a
-// relay that dies holding rows gives them back when the lease runs out. For
-// each row the relay has its Starter start the workflow under the row's
-// workflow ID, then marks the row sent. A relay that dies after the start
-// and before the mark starts it again later, which is harmless: a Starter
-// must make a second start of the same ID collapse into the first run, and
-// that relay marks the row.
-//
-// The relay keeps up under load:
-//
-//   - Starts run concurrently, up to RelayOpts.Concurrency per relay
-//     (DefaultConcurrency, chosen with the relay benchmark). Run claims only
-//     as many rows as it has free slots and claims again as soon as a start
-//     finishes, so a slow start holds up one slot, not a batch.
-//   - Each row's result is recorded as soon as its start returns, with a
-//     budget of its own (RelayOpts.RecordTimeout) counted from then, never
-//     from the claim: a batch of slow starts cannot make later marks time out.
-//   - A row whose start succeeded but whose mark failed is remembered and
-//     marked by the relay's next pass, before it claims more, instead of
-//     waiting out its lease to be started again.
-//   - A row carries what the start needs: Request.Meta holds what the
-//     enqueuer knew (the order pipeline puts the order's amount there for
-//     the run's static summary), so no business row is loaded per start.
-//   - A row carries the trace context of the request that enqueued it (when
-//     tracing is on), and the relay starts its run within that trace.
-//   - EnqueueTx notifies Channel(schema) on commit, and a relay fed by
-//     Listen claims at once rather than at its next poll; polling remains the
-//     safety net. The channel name is a hash of the schema, so any schema
-//     name fits Postgres's 63-byte limit.
-//
-// # Fairness
-//
-// Rows are claimed round-robin across tenants (Request.TenantID; rows
-// without one count as one tenant), so that one tenant's backlog cannot
-// starve another's rows. EnqueueTx gives each row a round: one after its
-// tenant's last unsent row, and never earlier than the round the relays are
-// at (the lowest round of the rows never claimed). A claim takes due rows in
-// round order, oldest first within a round. So a tenant with 10,000 rows
-// waiting holds one row in each round, and another tenant's first row joins
-// the current round: it is claimed after at most one row of every other
-// tenant, within one batch while fewer tenants than BatchSize have rows
-// waiting. A tenant that keeps enqueueing gets one row per round, as every
-// other tenant with rows waiting does (a few, when it enqueues from
-// concurrent transactions, which may share a round). The claim stays one statement, one
-// index scan that stops after the batch, whatever the backlog or the number
-// of tenants.
-//
-// A failed start pushes its row back by an exponential backoff with full
-// jitter, and the relay itself backs off the same way before its next claim
-// (starts already in flight finish), so an unreachable Temporal sees a
-// trickle of retries, not a stampede.
-//
-// # Metrics
-//
-// NewMetrics registers the outbox depth (unsent rows) and the age of the
-// oldest unsent row as gauges, plus counters of starts and failures and a
-// histogram of enqueue-to-start latency. Watch the age: a depth of 10,000
-// that drains in seconds is healthy, a depth of 3 whose oldest row is an
-// hour old is an outage.
-//
-// # Retention
-//
-// Sent rows are kept for DefaultRetention so that an operator can see when
-// each start happened and under which run ID; Prune, which the relay runs
-// hourly, deletes them after that. Unsent rows are never pruned.
+// The relay's design, fairness and metrics are described in docs/design.md
+// ("Notes moved from the code", outbox).
 package outbox
 
 import (
@@ -168,17 +73,12 @@ func (req Request) validate() error {
 	return nil
 }
 
-// EnqueueTx records req inside the caller's transaction. The request commits
-// or rolls back with tx: if tx rolls back, no workflow is ever started. The
-// row also records the trace context of ctx when it carries a span (see
-// internal/tracing), so that the relay's start joins the enqueueing
-// request's trace. Enqueueing the same workflow ID again is a no-op and
-// returns enqueued=false, whatever the rest of req. A new request also
-// notifies the schema's outbox channel (see Channel and Listen), which
-// Postgres delivers on commit, so that listening relays start it at once.
-// It returns an error wrapping ErrInvalid when req has no workflow type, no
-// workflow ID or a payload that is not JSON, and the database error
-// otherwise; on an error the caller must roll tx back.
+// EnqueueTx records req in tx, with ctx's trace context, and notifies the
+// schema's outbox channel on commit; if tx rolls back, nothing starts.
+// Enqueueing a workflow ID again is a no-op returning enqueued=false. It
+// returns an error wrapping ErrInvalid for a missing workflow type or ID or a
+// payload that is not JSON, and the database error otherwise; on an error the
+// caller must roll tx back.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, req Request) (enqueued bool, err error) {
 	if tx == nil {
 		return false, errors.New("enqueue workflow start: tx is nil")
@@ -211,11 +111,9 @@ ON CONFLICT (workflow_id) DO NOTHING`,
 	return true, nil
 }
 
-// fairRoundSQL is the round of a new row of tenant $5 (see "Fairness" in
-// the package doc): one after the tenant's last unsent row, but no earlier
-// than the lowest round of the rows never claimed, the round the relays are
-// at. Both are one index probe (migration 0016). Concurrent enqueues of one
-// tenant may share a round.
+// fairRoundSQL is the round of a new row of tenant $5: one after the tenant's
+// last unsent row, but no earlier than the lowest round never claimed. Both
+// are one index probe (migration 0016).
 const fairRoundSQL = `greatest(
 	(SELECT max(fair_round) + 1 FROM keyed_outbox WHERE sent_at IS NULL AND coalesce(tenant_id, '') = $5),
 	(SELECT min(fair_round) FROM keyed_outbox WHERE sent_at IS NULL AND attempts = 0),

@@ -45,13 +45,10 @@ type Started struct {
 }
 
 // Starter starts the workflow of one outbox row. It must start under
-// req.WorkflowID so that a repeated start collapses into the first run and
-// returns Created=false rather than an error, and it must be safe for
-// concurrent use: a relay runs up to RelayOpts.Concurrency starts at once.
-// The context carries the enqueueing request's trace context, when the row
-// has one, and is bounded by RelayOpts.StartTimeout. An error makes the
-// relay retry the row with backoff. Package outbox/temporalstart is the
-// implementation for Temporal; tests wrap it to count or fail starts.
+// req.WorkflowID so that a repeated start returns Created=false rather than an
+// error, and be safe for concurrent use. The context carries the row's trace
+// context and RelayOpts.StartTimeout. An error makes the relay retry the row
+// with backoff.
 type Starter interface {
 	Start(ctx context.Context, req Request) (*Started, error)
 }
@@ -506,11 +503,9 @@ type claimed struct {
 	token     string
 }
 
-// claimSQL leases up to $1 due rows for $2 microseconds to the claim token
-// $3, taking them round-robin across tenants: by round, then by due time
-// (see "Fairness" in the package doc). The scan of keyed_outbox_fair_idx
-// stops after the batch, and SKIP LOCKED lets relays claiming at once take
-// different rows.
+// claimSQL leases up to $1 due rows for $2 microseconds to claim token $3,
+// round-robin across tenants (by round, then due time); the index scan stops
+// after the batch and SKIP LOCKED keeps concurrent relays apart.
 const claimSQL = `
 UPDATE keyed_outbox o
 SET available_at = now() + $2 * interval '1 microsecond', attempts = o.attempts + 1, claimed_by = $3
@@ -563,16 +558,12 @@ func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
 	return batch, nil
 }
 
-// Poll marks the rows a previous pass started but could not mark, claims
-// one batch of due rows, starts their workflows (up to Concurrency at once)
-// and marks each sent as soon as its start returns, and returns how many
-// rows it marked sent. A failed start reschedules its row with a jittered
-// backoff and stops further starts: the rest of the batch is given back, and
-// Poll returns the start's error. A row whose workflow started but whose
-// mark failed is kept for the next pass to mark, and its error returned too,
-// without stopping the batch. When ctx ends mid-batch, the rows not yet
-// started are given back. Poll is for tests and for callers with their own
-// loop; Run keeps Concurrency starts in flight without waiting for batches.
+// Poll marks the rows a previous pass started but could not mark, claims one
+// batch, starts it (up to Concurrency at once) and marks each row as its start
+// returns; it returns how many rows it marked. A failed start reschedules its
+// row, gives the rest back and returns the error; a failed mark keeps the row
+// for the next pass and returns that error. Poll is for tests and callers
+// with their own loop.
 func (r *Relay) Poll(ctx context.Context) (int, error) {
 	flushed, err := r.flushUnmarked(ctx)
 	if err != nil {
@@ -630,12 +621,9 @@ func (r *Relay) Poll(ctx context.Context) (int, error) {
 	return flushed + sent, errors.Join(errs...)
 }
 
-// handle starts one claimed row and records the result, with a budget of
-// its own for the write: the row marked sent, rescheduled after a failure,
-// or given back when ctx ended first. It reports whether the row was marked
-// sent, and returns the start's error, or the mark's when the workflow
-// started but the row could not be marked; such a row is kept for the next
-// pass to mark.
+// handle starts one claimed row and records the result with a budget of its
+// own. It reports whether the row was marked sent, and returns the start's
+// error, or the mark's (the row is then kept for the next pass).
 func (r *Relay) handle(ctx context.Context, c claimed) (bool, error) {
 	st, err := r.startOne(ctx, c)
 	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
@@ -696,11 +684,9 @@ func (r *Relay) remember(u unmarked) {
 	r.unmarked = append(r.unmarked, u)
 }
 
-// flushUnmarked marks sent, in one statement, the rows this relay started
-// but could not mark, and returns how many it marked. A row whose lease has
-// run out is left to the relay that claims it next: its start collapses into
-// the run and that relay marks it. On failure the rows are kept for the next
-// try and the database error is returned.
+// flushUnmarked marks sent, in one statement, the rows this relay started but
+// could not mark, and returns how many; a row whose lease ran out is left to
+// its next claimer. On failure the rows are kept and the error is returned.
 func (r *Relay) flushUnmarked(ctx context.Context) (int, error) {
 	r.unmarkedMu.Lock()
 	pending := r.unmarked

@@ -133,13 +133,11 @@ func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (Decision
 }
 
 // Apply resolves in.EffectKey with effects.Resolve, idempotently: "done"
-// stores the outcome, "retry" lets the next attempt act again; the record
-// keeps who decided, why and how the outcome was checked. A "done" is
-// refused (*RefusedError) without a record, for a refusal
-// (step.RefusedForGood), for a result that is not the step's outcome, when
-// the step's Verify contradicts it, and when the record cannot be read
-// unless in.Unverified. Other errors wrap effects.ErrNotResolvable (a live
-// claim, a retry of a succeeded record), a bad key or the database's.
+// stores the outcome, "retry" lets the next attempt act again, and the record
+// keeps who decided and why. A "done" is refused (*RefusedError) for a
+// refusal, a result that is not the step's outcome, a contradicting Verify,
+// or an unreadable provider record unless in.Unverified. Other errors wrap
+// effects.ErrNotResolvable, a bad key or the database's.
 func (d *Decider) Apply(ctx context.Context, in DecisionInput) (DecisionResult, error) {
 	out := DecisionResult{Step: in.Step, EffectKey: in.EffectKey, Resolution: string(in.Resolution)}
 	key, err := effects.ParseKey(in.EffectKey)

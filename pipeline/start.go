@@ -12,21 +12,12 @@ import (
 	"github.com/keyedhq/keyed/outbox/temporalstart"
 )
 
-// Start starts a run of workflow with input in under o, the pipeline's
-// start options, and says whether this call created it. Every pipeline's
-// starts go through it, and the relay's through the same
-// temporalstart.Execute:
-//
-//   - a run of o.ID already going, or one the reuse policy keeps (by
-//     default after a success), is not started again: Start returns its IDs
-//     with Created=false instead of an error;
-//   - concurrent calls for one workflow ID, client and task queue in this
-//     process share one request: one reports Created, the others share its
-//     outcome.
-//
-// It returns an error wrapping in's validation error, when in has a
-// Validate method, before calling Temporal, and the client's error
-// otherwise.
+// Start starts a run of workflow with input in under o and says whether this
+// call created it. A run of o.ID already going, or one the reuse policy keeps,
+// is not started again: Start returns its IDs with Created=false. Concurrent
+// calls for one workflow ID, client and task queue in this process share one
+// request. It returns in's validation error (when in has a Validate method)
+// before calling Temporal, and the client's error otherwise.
 func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, in any) (*outbox.Started, error) {
 	if v, ok := in.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {

@@ -179,12 +179,10 @@ type Reconciler struct {
 }
 
 // New returns a Reconciler reading effect records through claims, the
-// database clock through db (so that leases are judged by the clock that
-// set them), the refund ledger through db, and PaymentIntents and refunds
-// through stripe, a client built by stripestep.NewClient. It returns
-// an error for a nil claims client, db or stripe (or one without a PaymentIntents or
-// Refunds client), a page size outside 1 to 100, a negative refund grace,
-// or collectors already registered with opts.Registerer.
+// database clock and refund ledger through db, and Stripe through stripe (a
+// stripestep.NewClient). It returns an error for a nil claims, db or stripe
+// (or one without PaymentIntents or Refunds), a page size outside 1 to 100, a
+// negative refund grace, or collectors already registered.
 func New(claims *effects.Client, db effects.DB, stripe *stripeclient.API, opts *Opts) (*Reconciler, error) {
 	switch {
 	case claims == nil:
@@ -221,20 +219,13 @@ func New(claims *effects.Client, db effects.DB, stripe *stripeclient.API, opts *
 	return r, nil
 }
 
-// Run compares the charge records created in w with the PaymentIntents
-// carrying an effect key that Stripe created in w, and the refunds reserved
-// in refund_ledger in w with the refunds carrying an effect key that Stripe
-// created in w, and returns every disagreement. A record whose PaymentIntent
-// falls outside w (or is not yet searchable) is looked up at Stripe by ID,
-// and a PaymentIntent whose record falls outside w is looked up in keyed by
-// key, so a charge straddling a boundary is not reported as missing; a
-// refund's Stripe refunds are listed by its payment intent, and a Stripe
-// refund's ledger row is read by key, likewise. Findings are also logged and, with a
-// Registerer, counted. It returns an error wrapping ErrInvalidWindow for a
-// bad window, and a wrapped error when Postgres or Stripe fails; it never
-// returns a partial report. A successful run is recorded in
-// keyed_reconcile_runs (see Last); a failure to record it is logged, not
-// returned, since the report itself is complete.
+// Run compares the charge records and refund_ledger rows created in w with the
+// PaymentIntents and refunds carrying an effect key that Stripe created in w,
+// and returns every disagreement; a side that falls outside w is looked up by
+// ID or key, so nothing straddling a boundary reads as missing. It returns an
+// error wrapping ErrInvalidWindow for a bad window and a wrapped Postgres or
+// Stripe error, never a partial report. A successful run is recorded (see
+// Last); failing to record it is only logged.
 func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 	if err := w.Validate(); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)

@@ -203,11 +203,9 @@ func (r *Reconciler) refundsMadeIn(ctx context.Context, w Window) (made map[stri
 	return made, outside, nil
 }
 
-// refundsOutsideKeyed returns a KindUnrecordedRefund finding for each
-// keyed charge that Stripe refunded, in refunds without an effect key: made
-// outside keyed, from the Dashboard or the API. The charge is keyed's when
-// its PaymentIntent carries an effect key; pis, the charge pass's, spare a
-// request for most.
+// refundsOutsideKeyed returns a KindUnrecordedRefund finding for each keyed
+// charge (its PaymentIntent carries an effect key; pis spares most requests)
+// that Stripe refunded without an effect key, from the Dashboard or the API.
 func (r *Reconciler) refundsOutsideKeyed(ctx context.Context, outside []*stripe.Refund, pis map[string][]*stripe.PaymentIntent) ([]Finding, error) {
 	known := map[string]*stripe.PaymentIntent{}
 	for _, list := range pis {
@@ -275,11 +273,9 @@ func (r *Reconciler) sideOf(ctx context.Context, key string, made []*stripe.Refu
 	return s, nil
 }
 
-// complete reads the rest of s: the refund_stripe step's record, the
-// order's charged payment intent and every Stripe refund under s.key, made
-// (those Stripe made in the window) and those on the payment intents the
-// refund may be on. listed caches the refunds of each payment intent listed
-// so far.
+// complete reads the rest of s: the refund_stripe record, the order's charged
+// payment intent and every Stripe refund under s.key, among made and on the
+// payment intents the refund may be on; listed caches refunds per intent.
 func (r *Reconciler) complete(ctx context.Context, s *refundSide, made []*stripe.Refund,
 	pis map[string][]*stripe.PaymentIntent, listed map[string][]*stripe.Refund) error {
 	var err error

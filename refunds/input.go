@@ -39,16 +39,11 @@ const (
 	MaxRefundIDBytes = 64
 )
 
-// RefundInput is the refund workflow's input and every refund activity's
-// input: the order, the refund's own ID (the business event, unique per
-// order), and what to refund. Unlike orders.OrderInput it carries the
-// amount and reason, because a refund has no row before Reserve writes its
-// ledger row: they are the event's immutable parameters, like a request
-// body under an idempotency key. Reserve copies them into the ledger, and
-// every later step reads the ledger row, never the input. The Reserve
-// claim's fingerprint holds them, so the same refund ID started again with
-// another amount or reason fails with KeyReused instead of refunding
-// something else.
+// RefundInput is the refund workflow's input and every refund activity's: the
+// order, the refund's own ID (unique per order) and what to refund. Reserve
+// copies the amount and reason into the ledger and later steps read the
+// ledger; the Reserve claim's fingerprint holds them, so the same refund ID
+// with another amount or reason fails with KeyReused.
 type RefundInput struct {
 	V           int    `json:"v"`
 	TenantID    string `json:"tenant_id"`
@@ -108,11 +103,9 @@ func ParseWorkflowID(id string) (RefundInput, bool) {
 	return in, in.WorkflowID() == id
 }
 
-// WorkflowIDOfKey returns the workflow ID of the refund run whose step
-// makes the effect k, and that step, when k is a refund step's key:
-// "acme:order:9f3a:refund:r1:refund_email" gives "refund:acme:9f3a:r1" and
-// "refund_email". ok is false for any other key (an order's, another
-// pipeline's).
+// WorkflowIDOfKey returns the refund run's workflow ID and the step that
+// makes k: "acme:order:9f3a:refund:r1:refund_email" gives
+// "refund:acme:9f3a:r1" and "refund_email". ok is false for other keys.
 func WorkflowIDOfKey(k effects.Key) (id, step string, ok bool) {
 	in, step, ok := RefundOfKey(k)
 	if !ok {

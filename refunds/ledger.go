@@ -61,12 +61,10 @@ type Release struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-// Ledger reads and appends to the refund ledger (refund_ledger), its
-// releases (refund_releases) and the refunds' Stripe outcomes
-// (refund_stripe_outcomes). It never updates or deletes a row. What an
-// order's refunds hold of its charge (ReservedTx) is the sum of its ledger
-// rows minus the sum of its releases; what it has refunded (ConfirmedTx)
-// is the sum of the refunds whose Stripe refund is recorded.
+// Ledger reads and appends to refund_ledger, refund_releases and
+// refund_stripe_outcomes; it never updates or deletes a row. ReservedTx is
+// ledger minus releases; ConfirmedTx the refunds whose Stripe refund is
+// recorded.
 type Ledger struct {
 	db effects.DB
 }
@@ -79,20 +77,13 @@ func NewLedger(db effects.DB) (*Ledger, error) {
 	return &Ledger{db: db}, nil
 }
 
-// ReserveTx appends e to the ledger inside tx unless the order's refunds
-// would then exceed chargedMinor, and returns what the order's refunds hold
-// with e (ReservedTx): its ledger's sum minus its releases' (see
-// ReleaseTx), refunds in flight included, so a released refund's amount can
-// be reserved again and two refunds in flight never exceed the charge. It first takes the order's lock (effects.LockEntityTx on
-// "<tenant>:order:<order>") for the rest of tx, so that concurrent
-// reservations of one order are summed one after the other and together
-// never exceed the charge. A refund already in the ledger with the same
-// amount and reason is not added again (the call is a repeat).
-//
-// It returns an *ExceedsError (wrapping ErrExceedsCharge) when the refund
-// does not fit, an error wrapping ErrConflict when e.RefundID is in the
-// ledger with another amount or reason, an error wrapping orders.ErrNotFound
-// when the order does not exist, and database errors, wrapped.
+// ReserveTx appends e to the ledger in tx, under the order's lock
+// (effects.LockEntityTx), unless the order's refunds (ReservedTx, in flight
+// included) would exceed chargedMinor, and returns what they hold with e. A
+// repeat with the same amount and reason adds nothing. It returns an
+// *ExceedsError (ErrExceedsCharge) when e does not fit, ErrConflict when
+// e.RefundID has another amount or reason, orders.ErrNotFound for a missing
+// order, and database errors, wrapped.
 func (l *Ledger) ReserveTx(ctx context.Context, tx pgx.Tx, e Entry, chargedMinor int64) (refundedMinor int64, err error) {
 	orderKey, err := orders.OrderKey(e.TenantID, e.OrderID)
 	if err != nil {
@@ -183,11 +174,9 @@ WHERE tenant_id = $1 AND order_id = $2 ORDER BY created_at, refund_id`, tenantID
 // to, as a bigint.
 const releasedSum = `(SELECT coalesce(sum(amount_minor), 0) FROM refund_releases WHERE tenant_id = $1 AND order_id = $2)::bigint`
 
-// ReservedTx returns what the order's refunds hold of its charge, inside
-// the caller's transaction: the sum of its refunds in the ledger minus the
-// sum of their releases, in flight or confirmed by Stripe alike. It is what
-// a new refund must fit beside (ReserveTx, RequestTx), not what the order
-// has refunded (ConfirmedTx).
+// ReservedTx returns, in tx, what the order's refunds hold of its charge: the
+// ledger's sum minus the releases', in flight or confirmed alike. A new refund
+// must fit beside it; what was refunded is ConfirmedTx.
 func (l *Ledger) ReservedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
 	var sum int64
 	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint - `+releasedSum+` FROM refund_ledger
@@ -198,11 +187,9 @@ WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).Scan(&sum)
 	return sum, nil
 }
 
-// ConfirmedTx returns what the order has refunded, inside the caller's
-// transaction: the sum of its refunds whose Stripe refund is recorded in
-// refund_stripe_outcomes. A refund still in flight does not count, and a
-// released one never does (ReleaseTx refuses a refund Stripe made), so the
-// sum only grows. It returns the database error, wrapped.
+// ConfirmedTx returns, in tx, what the order has refunded: the sum of the
+// refunds whose Stripe refund is recorded. The sum only grows. It returns the
+// database error, wrapped.
 func (l *Ledger) ConfirmedTx(ctx context.Context, tx pgx.Tx, tenantID, orderID string) (int64, error) {
 	var sum int64
 	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0)::bigint FROM refund_stripe_outcomes
@@ -255,16 +242,11 @@ WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, r
 // reservation holds money that went out and cannot be released.
 var ErrRefunded = errors.New("refund was made at Stripe")
 
-// ReleaseTx appends r to refund_releases inside tx, for the whole amount
-// of r's refund in the ledger, and returns the release as stored and what
-// the order's refunds hold of its charge after it (ReservedTx: ledger minus
-// releases). It first takes
-// the order's lock (effects.LockEntityTx), as ReserveTx does. A refund
-// already released is not released again: the stored release comes back.
-//
-// It returns an error wrapping ErrNotFound when the refund is not in the
-// ledger, ErrRefunded when its Stripe refund is recorded, and database
-// errors, wrapped.
+// ReleaseTx appends r to refund_releases in tx, for the refund's whole amount,
+// under the order's lock, and returns the release as stored and ReservedTx
+// after it; a repeat returns the stored release. It returns an error wrapping
+// ErrNotFound when the refund is not in the ledger, ErrRefunded when its
+// Stripe refund is recorded, and database errors, wrapped.
 func (l *Ledger) ReleaseTx(ctx context.Context, tx pgx.Tx, r Release) (Release, int64, error) {
 	orderKey, err := orders.OrderKey(r.TenantID, r.OrderID)
 	if err != nil {

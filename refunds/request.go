@@ -62,23 +62,14 @@ func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
 	return in, req.Meta[MetaCurrency], nil
 }
 
-// RequestTx checks in against its order and the ledger and records the
-// start of its refund run in the outbox (StartRequest), inside the caller's
-// transaction, so that the refund request and whatever else tx writes (an
-// API's stored response) commit together. It returns the order and
-// created=true when it recorded the start, or created=false when the same
-// refund (same ID, amount and reason) was requested already, in which case
-// it writes nothing: the request collapses into the first.
-//
-// The checks are a courtesy to the caller, made without the order's lock:
-// Reserve makes them again under it and is the authority. It returns an
-// error wrapping ErrInvalidInput (or the key's) for an input that does not
-// Validate, orders.ErrNotFound for an unknown order, ErrConflict when the
-// refund ID was requested with another amount or reason, ErrNotRefundable
-// for an order that is not paid or is refunded in full, an *ExceedsError
-// when the amount is more than the order's amount minus what its refunds
-// hold (Ledger.ReservedTx, refunds in flight included),
-// and database errors, wrapped. On an error the caller must roll tx back.
+// RequestTx checks in against its order and the ledger and enqueues its refund
+// run's start in tx; created=false when the same refund was requested already
+// (nothing written). The checks run without the order's lock; Reserve repeats
+// them and is the authority. It returns errors wrapping ErrInvalidInput (or
+// the key's), orders.ErrNotFound, ErrConflict (same ID, other amount or
+// reason), ErrNotRefundable (not paid, or refunded in full), an *ExceedsError
+// (over the amount minus ReservedTx), and database errors. On an error roll tx
+// back.
 func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInput) (order *orders.Order, created bool, err error) {
 	if err := in.Validate(); err != nil {
 		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)

@@ -1,15 +1,7 @@
-// Package retention prunes keyed's tables on a schedule that is keyed by
-// interval, so that any number of worker replicas run each window's prune
-// exactly once.
-//
-// In-process cron on three replicas fires three times; an autoscaler or a
-// rolling deploy across the top of the hour adds more. Here every replica
-// ticks, but each tick claims the effect key of the window it covers, such
-// as "keyed:schedule:prune:20261129T2000Z", through effects.Do. The first
-// replica runs the jobs and stores what each deleted; the others find the
-// claim in progress or done and do nothing. The window is computed from the
-// tick time truncated to the interval, never from when the work happens to
-// run, so a late or repeated tick covers the same window.
+// Package retention prunes keyed's tables on a schedule keyed by interval:
+// every replica ticks, and each tick claims the effect key of the window it
+// covers through effects.Do, so each window's prune runs once however many
+// replicas there are (docs/design.md, "Notes moved from the code").
 package retention
 
 import (

@@ -138,12 +138,10 @@ type Effect[In Input, T any] struct {
 }
 
 // Run runs e as a keyed step of in with r: it validates in, derives the
-// effect key from the declared step and the owner from the workflow ID,
-// runs e.Check, then claims the key as the declared class requires (an
-// external create through effects.Do with lease renewal and heartbeats, a
-// write through effects.DoTx in one transaction, a send through
-// notify.Sender inside e.Do) and logs the outcome. A second run returns the
-// stored outcome. Errors come back through ToTemporal.
+// effect key and owner, runs e.Check, claims the key as the declared class
+// requires (Do for external creates, DoTx for writes, e.Do's sender for sends)
+// and logs the outcome. A second run returns the stored outcome. Errors come
+// back through ToTemporal.
 func (k Keyed[In, T]) Run(ctx context.Context, r Runner, in In, e Effect[In, T]) (T, error) {
 	res, err := k.run(ctx, r, in, e)
 	return res, ToTemporal(err)

@@ -11,16 +11,12 @@ import (
 )
 
 // MarkFailed moves the order from pending to failed, once, after its charge
-// failed for good (a decline, a payment left incomplete); the result
-// carries the charge's stored error code.
-//
-// Effect class: absolute write, guarded by a unique state transition, in
-// one transaction as MarkPaid's.
-//
-// Errors: InvalidInput, OrderNotFound and InvalidState (no charge that
-// failed terminally, one that may have happened, or an order neither
-// pending nor failed by this step) are terminal; Transient and InProgress
-// retry.
+// failed for good; the result carries the charge's stored error code.
+// Effect class: absolute write, guarded by a unique state transition, in one
+// transaction as MarkPaid's.
+// Errors: InvalidInput, OrderNotFound and InvalidState (no charge that failed
+// terminally, one that may have happened, or an order neither pending nor
+// failed by this step) are terminal; Transient and InProgress retry.
 func (a *Activities) MarkFailed(ctx context.Context, in orders.OrderInput) (orders.MarkFailedResult, error) {
 	var o *orders.Order
 	return DeclMarkFailed.Run(ctx, a.run, in, step.Effect[orders.OrderInput, orders.MarkFailedResult]{

@@ -12,13 +12,11 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// MarkRefunded moves the order to the status its refunds confirmed by
-// Stripe say, once per refund: refunded when they sum to its amount,
-// partially_refunded otherwise; the last mark sets the final status.
-//
+// MarkRefunded moves the order, once per refund, to the status its refunds
+// confirmed by Stripe say: refunded when they sum to its amount,
+// partially_refunded otherwise.
 // Effect class: absolute write, guarded by a unique state transition under
 // the order's lock, in one transaction with the claim.
-//
 // Errors: InvalidInput, OrderNotFound and InvalidState (no ledger row or no
 // Stripe refund recorded, or an unpaid order) are terminal; Transient and
 // InProgress retry.

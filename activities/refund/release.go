@@ -14,13 +14,10 @@ import (
 )
 
 // ReleaseRefund gives back what the refund reserved, once, after Stripe
-// refused it for good: it appends the ledger's amount and Stripe's code to
-// refund_releases and corrects a status an earlier keyed set from
-// reservations.
-//
+// refused it for good: it appends the amount and Stripe's code to
+// refund_releases and corrects a status set from reservations.
 // Effect class: absolute write (an append under the order's lock, in one
 // transaction with the claim).
-//
 // Errors: InvalidInput and InvalidState (no ledger row, a recorded Stripe
 // refund, or no refusal) are terminal; Transient and InProgress retry.
 func (a *Activities) ReleaseRefund(ctx context.Context, in refunds.RefundInput) (refunds.ReleaseResult, error) {

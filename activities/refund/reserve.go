@@ -11,16 +11,13 @@ import (
 	"github.com/keyedhq/keyed/step"
 )
 
-// Reserve appends the refund to the order's ledger, once, if what is left
-// of the charge covers it.
-//
+// Reserve appends the refund to the order's ledger, once, if what is left of
+// the charge covers it.
 // Effect class: absolute write (a ledger append under the order's lock, in
-// one transaction with the claim); its fingerprint is the amount and
-// reason, and a refusal is recorded for good.
-//
-// Errors: InvalidInput, OrderNotFound, InvalidState (not paid, or more than
-// is left: nothing written, no Stripe call) and KeyReused are terminal;
-// Transient and InProgress retry.
+// one transaction with the claim); fingerprint: amount and reason.
+// Errors: InvalidInput, OrderNotFound, InvalidState (not paid, or more than is
+// left: nothing written) and KeyReused are terminal; Transient and InProgress
+// retry.
 func (a *Activities) Reserve(ctx context.Context, in refunds.RefundInput) (refunds.ReserveResult, error) {
 	return DeclReserve.Run(ctx, a.run, in, effect[refunds.ReserveResult]{
 		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(in.AmountMinor, 10), in.Reason} },

@@ -1,24 +1,11 @@
 // Command demo runs keyed's order pipeline end to end on this machine: a
 // Temporal dev server with its Web UI, Postgres, the real worker binary, and
 // fake Stripe and SendGrid (or the real ones when their keys are set). It
-// creates a handful of orders, fires duplicate starts at them, refunds two
-// of them (one in part, one in full) and refuses a third refund, and prints
-// what happened. Run it through `make demo`.
-//
-// With -keep (make demo KEEP=1) everything stays up until Ctrl-C, and the
-// settings the starter CLI needs to reach it are printed and written to
-// .demo/env, a file a shell can source:
-//
-//	source .demo/env
-//	bin/starter show --tenant "$KEYED_DEMO_TENANT" --order A-…
-//
-// Without -keep the servers stop when the report is printed, so it links to
-// none of them.
-//
-// Each demo has an ID, and its own Postgres schema (keyed_demo_ID) and task
-// queue (keyed-demo-ID), so that demos, and the tests, can run side by
-// side on one Postgres. When it exits it drops its schema, and removes
-// .demo/env if the file is still its own.
+// creates orders, fires duplicate starts, refunds two (one in part, one in
+// full), refuses a third refund, and prints what happened. Run it through
+// `make demo`; with -keep (make demo KEEP=1) everything stays up until Ctrl-C
+// and the starter's settings are written to .demo/env (`source .demo/env`).
+// Each demo has its own schema (keyed_demo_ID) and task queue, dropped on exit.
 package main
 
 import (

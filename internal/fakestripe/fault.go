@@ -44,21 +44,13 @@ const (
 // refuses any other.
 var faultKinds = []FaultKind{FaultDropResponse, FaultServerError, FaultRateLimit, FaultLatency, FaultHoldResponse, FaultRefuseRefund}
 
-// Inject queues f for the next f.Times matching create requests
-// (POST /v1/payment_intents and POST /v1/refunds); 0 means 1. If f.Match is
-// set, only requests whose subject "METHOD PATH IDEMPOTENCY-KEY" contains
-// it match: a part of a key ("order-7") matches by key, "POST /v1/refunds"
-// only refunds and "POST /v1/payment_intents" only charges. GET requests
-// take no fault. Faults are consumed in the order they were injected; one
-// request takes at most one. For every kind, f.Delay is slept with the
-// request already in flight (after the charge or refund for
-// FaultHoldResponse, before it otherwise). A fault with f.Rate set is a
-// rate fault instead: it stays queued and applies to each matching request
-// with probability f.Rate (see fakefault.Fault), so that
-//
-//	s.Inject(Fault{Kind: FaultDropResponse, Rate: 0.10})
-//
-// charges or refunds and then drops the response of about 10% of requests.
+// Inject queues f for the next f.Times (0 means 1) matching create requests,
+// POST /v1/payment_intents and POST /v1/refunds; with f.Match, only those
+// whose "METHOD PATH IDEMPOTENCY-KEY" contains it. GET requests take no fault;
+// faults apply in injection order, one per request. f.Delay is slept with the
+// request in flight (after acting for FaultHoldResponse, before otherwise).
+// With f.Rate set the fault stays queued and applies to each matching request
+// with that probability (fakefault.Fault).
 func (s *Server) Inject(f Fault) {
 	s.faults.Inject(f)
 }

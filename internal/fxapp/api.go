@@ -27,15 +27,11 @@ type APIConfig struct {
 	ServeMetrics bool
 }
 
-// APIModule serves keyed's HTTP API (package api) on APIConfig.Addr. OnStart
-// binds the port, so a taken port fails the start, and serves in the
-// background; OnStop stops accepting connections and waits for in-flight
-// requests within the stop timeout. The server prunes idempotency records
-// older than api.Retention hourly. When the app has a
-// prometheus.Registerer, request metrics are registered on it; when it has
-// a trace.TracerProvider, each request gets a span. Each tenant is held to
-// config.RateLimit (KEYED_API_RATE_LIMIT, KEYED_API_RATE_BURST) in this
-// process.
+// APIModule serves keyed's HTTP API on APIConfig.Addr: OnStart binds the port
+// (a taken port fails the start), OnStop drains within the stop timeout. It
+// prunes idempotency records hourly, registers request metrics and spans when
+// the app has a Registerer or TracerProvider, and applies config.RateLimit
+// per tenant in this process.
 var APIModule = fx.Module("api",
 	fx.Provide(newAPIHandler, newAPIServer),
 	fx.Invoke(func(*api.Server) {}),

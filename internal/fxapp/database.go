@@ -69,14 +69,11 @@ const (
 	maxActivityConns = 16
 )
 
-// PoolNeeds returns the fewest connections the process of cfg's role can
-// work with, and the default pool size when DATABASE_URL sets no
-// pool_max_conns. The worker needs its reserved connections plus one for
-// activities, and by default gets one per activity slot up to
-// maxActivityConns. The starter works on one: no command and no API
-// request holds a connection while it waits for another (each transaction
-// reads through itself), and serve's outbox listener takes its connection
-// out of the pool (it is hijacked); its default is a few per core.
+// PoolNeeds returns the fewest connections the process of cfg's role can work
+// with, and the default pool size when DATABASE_URL sets no pool_max_conns:
+// for the worker, its reserved connections plus one, by default one per
+// activity slot up to maxActivityConns; for the starter, one, by default a
+// few per core.
 func PoolNeeds(cfg *config.Config) (least, def int32) {
 	if cfg.Role == config.Worker {
 		slots := int32(min(max(cfg.Worker.MaxConcurrentActivities, 1), maxActivityConns))

@@ -19,16 +19,11 @@ import (
 
 const providerTimeout = config.ProviderTimeout
 
-// ProvidersModule provides the external providers the activities call: a
-// Stripe API client (STRIPE_SECRET_KEY, STRIPE_API_BASE) and the receipt
-// sender over SendGrid (SENDGRID_API_KEY, SENDGRID_API_BASE,
-// SENDGRID_LOOKUP_LAG, SENDGRID_LOOKUP_GIVE_UP, RECEIPT_FROM, RECEIPT_POLICY,
-// COLLAPSE_WINDOW). On start the sender probes SendGrid's Email Activity
-// API in the background and logs a warning when the key cannot use it: lost
-// answers could then not be settled from SendGrid's record.
-// Each provider client also joins the "providers" group, which the worker
-// hands its steps (pipeline.Provider). A new provider is its constructor
-// and one provider[T]() line.
+// ProvidersModule provides the external providers the activities call, a
+// Stripe client and the SendGrid receipt sender, each also in the "providers"
+// group the worker hands its steps (pipeline.Provider). On start the sender
+// probes the Email Activity API in the background and warns when the key
+// cannot use it. A new provider is its constructor and one provider[T]() line.
 var ProvidersModule = fx.Module("providers",
 	fx.Provide(newStripe, newSender),
 	provider[*stripeclient.API](),

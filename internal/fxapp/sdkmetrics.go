@@ -14,15 +14,11 @@ import (
 // sdkLatencyBuckets spans a fast poll to a slow provider call, in seconds.
 var sdkLatencyBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
-// newSDKMetrics returns a client.MetricsHandler that records the Temporal
-// SDK's metrics (polls, task latencies, activity failures, requests) on
-// reg: counters as <name>_total, gauges as <name>, timers as
-// <name>_seconds histograms, with the SDK's tags as labels.
-//
-// Prometheus needs one label set per metric name. The SDK keeps its tags
-// consistent per name; should a sample ever arrive with another label set,
-// it is dropped (and counted in keyed_sdk_metrics_dropped_total) rather
-// than breaking /metrics.
+// newSDKMetrics returns a client.MetricsHandler recording the Temporal SDK's
+// metrics on reg: counters as <name>_total, gauges as <name>, timers as
+// <name>_seconds histograms, tags as labels. A sample with a label set other
+// than its name's first is dropped and counted in
+// keyed_sdk_metrics_dropped_total rather than breaking /metrics.
 func newSDKMetrics(reg prometheus.Registerer) (client.MetricsHandler, error) {
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "keyed_sdk_metrics_dropped_total",

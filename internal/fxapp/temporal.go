@@ -15,16 +15,11 @@ import (
 	"github.com/keyedhq/keyed/internal/tracing"
 )
 
-// TemporalModule provides a Temporal client for the configured frontend and
-// namespace, secured as configured (TLS, mTLS client certificate, API key:
-// see config.Temporal). The client connects on first use, so building the
-// app never waits on the network (the worker checks the connection when it
-// starts; a refused or silent TLS handshake fails that first call within
-// the SDK's 5 s bound, naming the TLS error); it is closed on stop. When the app has a prometheus.Registerer
-// (MetricsModule), the SDK's own metrics (polls, task and activity
-// latencies, failures, requests) are recorded on it with a temporal_ prefix.
-// When the app has a trace.TracerProvider (TracingModule), the SDK's
-// OpenTelemetry interceptor traces starts, workflows and activities.
+// TemporalModule provides a Temporal client for the configured frontend,
+// namespace and security (config.Temporal), connecting on first use and
+// closed on stop. With a prometheus.Registerer the SDK's metrics are recorded
+// with a temporal_ prefix; with a trace.TracerProvider the SDK's OpenTelemetry
+// interceptor traces starts, workflows and activities.
 var TemporalModule = fx.Module("temporal",
 	fx.Provide(newTemporalClient),
 )

@@ -11,15 +11,10 @@ import (
 	"github.com/keyedhq/keyed/internal/tracing"
 )
 
-// TracingModule provides the app's trace.TracerProvider from the standard
-// OTEL_* variables (see internal/tracing): an OTLP/HTTP exporter when they
-// ask for traces, and a nil provider otherwise, which leaves everything
-// uninstrumented. With a provider, the API serves a span per request, the
-// Temporal client and worker carry the trace through workflow starts,
-// workflows and activities (the SDK's contrib/opentelemetry interceptor),
-// and the Stripe and SendGrid clients record a span per call. OnStop
-// flushes and shuts the exporter down. A test replaces the provider with
-// fx.Decorate.
+// TracingModule provides the app's trace.TracerProvider from the OTEL_*
+// variables (internal/tracing), nil when they ask for no traces. With a
+// provider the API, the Temporal client and worker, and the Stripe and
+// SendGrid clients record spans. OnStop flushes and shuts the exporter down.
 var TracingModule = fx.Module("tracing",
 	fx.Provide(newTracerProvider),
 )

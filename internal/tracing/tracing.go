@@ -1,24 +1,8 @@
-// Package tracing sets up OpenTelemetry tracing for keyed's programs from
-// the standard OTEL_* variables, and carries a trace across the outbox.
-//
-// Tracing is off by default: with none of the variables below set, New
-// returns a nil provider, nothing is instrumented (no middleware, no
-// transport wrapper, no Temporal interceptor), and nothing is exported.
-// It is on when OTEL_TRACES_EXPORTER is "otlp", or when it is unset and
-// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set;
-// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turns it off
-// whatever else is set. Spans go to an OTLP/HTTP (protobuf) exporter, which
-// reads the rest of its settings itself: OTEL_EXPORTER_OTLP_ENDPOINT,
-// OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, the certificate
-// variables and their _TRACES_ variants; OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES name the process, and OTEL_TRACES_SAMPLER(_ARG)
-// sample it (default: parent-based, always on).
-//
-// Across processes the context travels as W3C trace context (Propagator):
-// in HTTP headers, in Temporal headers (the SDK's contrib/opentelemetry
-// interceptor), and in the outbox row (Inject at enqueue, Extract at the
-// relay's start), so that one trace runs from the API request to the
-// Stripe and SendGrid calls.
+// Package tracing sets up OpenTelemetry tracing for keyed's programs from the
+// standard OTEL_* variables (off unless they ask for OTLP traces), and
+// carries W3C trace context across the outbox (Inject at enqueue, Extract at
+// the relay's start). docs/design.md ("Notes moved from the code", internal)
+// lists the variables.
 package tracing
 
 import (
@@ -70,15 +54,11 @@ func Enabled(lookup func(string) (string, bool)) bool {
 // otlp or none, or an OTLP protocol other than http/protobuf.
 var ErrExporter = errors.New("unsupported trace exporter")
 
-// New returns a tracer provider exporting over OTLP/HTTP, configured by the
-// OTEL_* variables of the process, for a service called serviceName unless
-// OTEL_SERVICE_NAME says otherwise; or nil, and no error, when Enabled is
-// false. Creating it makes no network call: spans are batched and sent in
-// the background. The caller must Shutdown it to flush the last spans. It
-// returns an error wrapping ErrExporter for an OTEL_TRACES_EXPORTER other
-// than otlp or none, or, when on, an OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL
-// other than http/protobuf; and the exporter's or resource's error for malformed
-// settings.
+// New returns a tracer provider exporting over OTLP/HTTP as the process's
+// OTEL_* variables say, for serviceName unless OTEL_SERVICE_NAME is set, or
+// nil and no error when Enabled is false. It makes no network call; the
+// caller must Shutdown it. It returns an error wrapping ErrExporter for an
+// unsupported exporter or protocol, and the exporter's or resource's error.
 func New(ctx context.Context, serviceName string) (*sdktrace.TracerProvider, error) {
 	if exp := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))); exp != "" && exp != "otlp" && exp != "none" {
 		return nil, fmt.Errorf("tracing: %w: OTEL_TRACES_EXPORTER=%q: want otlp or none", ErrExporter, exp)

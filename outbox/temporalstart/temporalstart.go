@@ -1,27 +1,9 @@
 // Package temporalstart is the outbox.Starter for Temporal: it starts the
 // workflow an outbox row names, under the row's workflow ID, with the row's
-// payload as the workflow's one argument.
-//
-// A start that finds a run of the ID already going, or a finished
-// successful one, collapses into it: Start returns that run's ID with
-// Created=false instead of an error, which is what lets a relay start a row
-// again after a crash without a second run. The conflict handling is fixed;
-// the reuse policy defaults to ALLOW_DUPLICATE_FAILED_ONLY (no second run
-// after a success, a deliberate re-run after a failure) and, like search
-// attributes, a memo, a summary or timeouts, can be set per start by a
-// ConfigureFunc:
-//
-//	starter := temporalstart.New(c, &temporalstart.Opts{
-//		TaskQueue: "invoices",
-//		Configure: func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
-//			o.StaticSummary = "invoice for " + req.TenantID
-//			return nil
-//		},
-//	})
-//	relay, err := outbox.NewRelay(pool, starter, nil)
-//
-// orderflow.ConfigureOutboxStart is the ConfigureFunc of keyed's order
-// pipeline.
+// payload as its one argument. A start that finds a run of the ID going, or
+// one the reuse policy keeps (default ALLOW_DUPLICATE_FAILED_ONLY), returns
+// that run with Created=false instead of an error. A ConfigureFunc sets search
+// attributes, memo, summary or timeouts per start (see Example).
 package temporalstart
 
 import (
@@ -37,13 +19,10 @@ import (
 	"github.com/keyedhq/keyed/outbox"
 )
 
-// ConfigureFunc adjusts the options of one start after Starter has filled
-// in the workflow ID, the task queue and the reuse policy: to add search
-// attributes, a memo, a static summary or timeouts, or to change the task
-// queue or reuse policy. It must not block for long: it runs within the
-// relay's start timeout. An error fails the start, which the relay retries
-// with backoff; wrap outbox.ErrInvalid when the request can never start.
-// The workflow ID and conflict handling it sets are overwritten.
+// ConfigureFunc adjusts the options of one start after Starter filled in the
+// workflow ID, task queue and reuse policy. It runs within the relay's start
+// timeout; its error fails the start (wrap outbox.ErrInvalid when the request
+// can never start). The workflow ID and conflict handling are overwritten.
 type ConfigureFunc func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error
 
 // Opts configures a Starter. A nil *Opts means all defaults.
@@ -71,17 +50,11 @@ func New(c client.Client, opts *Opts) *Starter {
 	return s
 }
 
-// Start starts req's workflow: type req.WorkflowType, ID req.WorkflowID,
-// task queue req.TaskQueue or else Opts.TaskQueue, and req.Payload as its
-// one argument, which the client's data converter sends as JSON, so the
-// workflow receives it as its typed input. It reports Created=true when
-// this call created the run, and Created=false with the existing run's ID
-// when a run of the ID is going or the reuse policy refused a new one (by
-// default, after a success; see Execute).
-//
-// It returns an error wrapping outbox.ErrInvalid for a request without a
-// workflow type or ID, or with no task queue to go to, before calling
-// Temporal; Configure's error; and the client's error otherwise.
+// Start starts req's workflow (req.TaskQueue or Opts.TaskQueue, req.Payload as
+// its one argument) and reports Created=true when this call created the run,
+// or Created=false with the existing run's ID (see Execute). It returns an
+// error wrapping outbox.ErrInvalid for a missing workflow type, ID or task
+// queue, Configure's error, and the client's error otherwise.
 func (s *Starter) Start(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
 	if s.client == nil {
 		return nil, errors.New("start workflow: client is nil")
@@ -107,12 +80,9 @@ func (s *Starter) Start(ctx context.Context, req outbox.Request) (*outbox.Starte
 	return Execute(ctx, s.client, o, req.WorkflowType, req.Payload)
 }
 
-// Execute starts workflow with arg under o and says whether this call
-// created the run: it sends conflict policy FAIL with
-// WorkflowExecutionErrorWhenAlreadyStarted, so that the server decides in
-// one atomic call, and reports a run already going (or one the reuse policy
-// kept, by default after a success) as Created=false with that run's ID. It
-// returns the client's other errors.
+// Execute starts workflow with arg under o in one atomic call (conflict
+// policy FAIL) and reports a run already going, or one the reuse policy kept,
+// as Created=false with its run ID. It returns the client's other errors.
 func Execute(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, arg any) (*outbox.Started, error) {
 	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	o.WorkflowExecutionErrorWhenAlreadyStarted = true
