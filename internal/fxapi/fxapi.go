@@ -1,4 +1,6 @@
-package fxapp
+// Package fxapi is the fx module that serves keyed's HTTP API. It is apart
+// from fxapp so that the worker, which serves no API, does not link package api.
+package fxapi
 
 import (
 	"errors"
@@ -14,10 +16,10 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 )
 
-// APIConfig is what APIModule needs beyond the shared configuration. The
+// Config is what Module needs beyond the shared configuration. The
 // program supplies it (fx.Supply), because the API keys are secrets read
 // from the environment by the command that serves.
-type APIConfig struct {
+type Config struct {
 	// Addr is the listen address, host:port; port 0 picks a free one.
 	Addr string
 	// Keys maps bearer API keys to tenants (api.KeysFrom).
@@ -27,7 +29,7 @@ type APIConfig struct {
 	ServeMetrics bool
 }
 
-// APIModule serves keyed's HTTP API (package api) on APIConfig.Addr. OnStart
+// Module serves keyed's HTTP API (package api) on Config.Addr. OnStart
 // binds the port, so a taken port fails the start, and serves in the
 // background; OnStop stops accepting connections and waits for in-flight
 // requests within the stop timeout. The server prunes idempotency records
@@ -36,14 +38,14 @@ type APIConfig struct {
 // a trace.TracerProvider, each request gets a span. Each tenant is held to
 // config.RateLimit (KEYED_API_RATE_LIMIT, KEYED_API_RATE_BURST) in this
 // process.
-var APIModule = fx.Module("api",
+var Module = fx.Module("api",
 	fx.Provide(newAPIHandler, newAPIServer),
 	fx.Invoke(func(*api.Server) {}),
 )
 
 type apiIn struct {
 	fx.In
-	Config     APIConfig
+	Config     Config
 	RateLimit  config.RateLimit
 	Pool       *pgxpool.Pool
 	Effects    *effects.Client
@@ -77,7 +79,7 @@ func newAPIHandler(in apiIn) (*api.Handler, error) {
 type apiServerIn struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	Config    APIConfig
+	Config    Config
 	Handler   *api.Handler
 	Logger    *slog.Logger
 	Tracer    trace.TracerProvider `optional:"true"`

@@ -1,0 +1,4 @@
+package pipeline
+
+// NewDecider is newDecider for the tests of package pipeline_test.
+var NewDecider = newDecider
