@@ -66,12 +66,12 @@ type Decider struct {
 	steps  map[string]step.Definition
 }
 
-// newDecider returns a Decider over claims that checks a "done" on a step
+// NewDecider returns a Decider over claims that checks a "done" on a step
 // of defs with the step's declared Outcome and its Verify. It returns an
 // error if claims is nil or two of defs declare one step.
-func newDecider(claims *effects.Client, defs ...step.Definition) (*Decider, error) {
+func NewDecider(claims *effects.Client, defs ...step.Definition) (*Decider, error) {
 	if claims == nil {
-		return nil, errors.New("pipeline: newDecider: effects client is nil")
+		return nil, errors.New("pipeline: NewDecider: effects client is nil")
 	}
 	steps := make(map[string]step.Definition, len(defs))
 	for _, def := range defs {
@@ -79,7 +79,7 @@ func newDecider(claims *effects.Client, defs ...step.Definition) (*Decider, erro
 			continue
 		}
 		if prev, ok := steps[def.Step]; ok {
-			return nil, fmt.Errorf("pipeline: newDecider: %q and %q both declare step %q", prev.Name, def.Name, def.Step)
+			return nil, fmt.Errorf("pipeline: NewDecider: %q and %q both declare step %q", prev.Name, def.Name, def.Step)
 		}
 		steps[def.Step] = def
 	}

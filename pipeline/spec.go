@@ -126,7 +126,7 @@ func Register(r Registry, specs []Spec, d Deps, opts *Opts) error {
 	if err != nil {
 		return err
 	}
-	decider, err := newDecider(d.Effects, defs...)
+	decider, err := NewDecider(d.Effects, defs...)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func NewDeciderOf(specs []Spec, d Deps) (*Decider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDecider(d.Effects, defs...)
+	return NewDecider(d.Effects, defs...)
 }
 
 // LongestRun returns the longest any spec's run can keep retrying its

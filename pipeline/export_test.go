@@ -1,4 +1,0 @@
-package pipeline
-
-// NewDecider is newDecider for the tests of package pipeline_test.
-var NewDecider = newDecider
