@@ -27,10 +27,11 @@ const providerTimeout = config.ProviderTimeout
 // API in the background and logs a warning when the key cannot use it: lost
 // answers could then not be settled from SendGrid's record.
 // Each provider client also joins the "providers" group, which the worker
-// hands its steps (pipeline.Provider). A new provider is its constructor
-// and one provider[T]() line.
+// hands its steps (pipeline.Provider). A new provider is its constructor,
+// which reads its settings from *config.Config and its HTTP client from
+// ProviderHTTP, in fx.Provide and one provider[T]() line.
 var ProvidersModule = fx.Module("providers",
-	fx.Provide(newStripe, newSender),
+	fx.Provide(newProviderHTTP, newStripe, newSender),
 	provider[*stripeclient.API](),
 	provider[*notify.Sender](),
 )
@@ -40,15 +41,29 @@ func provider[T any]() fx.Option {
 	return fx.Provide(fx.Annotate(func(c T) any { return c }, fx.ResultTags(`group:"providers"`)))
 }
 
+// ProviderHTTP returns a new HTTP client for a provider's API client: each
+// request times out after config.ProviderTimeout and, when the app has a
+// trace.TracerProvider, gets a span.
+type ProviderHTTP func() *http.Client
+
+type tracerIn struct {
+	fx.In
+	Tracer trace.TracerProvider `optional:"true"`
+}
+
+func newProviderHTTP(in tracerIn) ProviderHTTP {
+	return func() *http.Client { return tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer) }
+}
+
 type stripeIn struct {
 	fx.In
 	Config config.Stripe
-	Tracer trace.TracerProvider `optional:"true"`
+	HTTP   ProviderHTTP
 }
 
 func newStripe(in stripeIn) (*stripeclient.API, error) {
 	return stripestep.NewClient(string(in.Config.SecretKey), in.Config.APIBase,
-		tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer))
+		in.HTTP())
 }
 
 type senderIn struct {
@@ -59,7 +74,7 @@ type senderIn struct {
 	SendGrid  config.SendGrid
 	Receipt   config.Receipt
 	Logger    *slog.Logger
-	Tracer    trace.TracerProvider `optional:"true"`
+	HTTP      ProviderHTTP
 }
 
 func newSender(in senderIn) (*notify.Sender, error) {
@@ -71,7 +86,7 @@ func newSender(in senderIn) (*notify.Sender, error) {
 		From:           rc.From,
 		CollapseWindow: rc.CollapseWindow,
 		Policies:       map[string]notify.Policy{ordersteps.ReceiptTemplate: notify.Policy(rc.Policy)},
-		HTTPClient:     tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer),
+		HTTPClient:     in.HTTP(),
 		LookupLag:      sg.LookupLag,
 		LookupGiveUp:   sg.LookupGiveUp,
 		Logger:         logger,
