@@ -16,6 +16,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapi"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
@@ -44,10 +45,10 @@ func TestAPIAndRelayModulesServeAndStartWorkflows(t *testing.T) {
 	var srv *api.Server
 	reg := prometheus.NewRegistry()
 	app := fx.New(fxapp.Starter(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		fx.Supply(fxapp.APIConfig{Addr: "127.0.0.1:0", Keys: keys, ServeMetrics: true}),
+		fx.Supply(fxapi.Config{Addr: "127.0.0.1:0", Keys: keys, ServeMetrics: true}),
 		fx.Provide(func() testRegistry { return testRegistry{Registerer: reg, Gatherer: reg} }),
 		fx.Supply(&outbox.RelayOpts{PollInterval: 20 * time.Millisecond, StatsInterval: 20 * time.Millisecond}),
-		fxapp.APIModule,
+		fxapi.Module,
 		fxapp.RelayModule,
 		fx.Populate(&srv),
 	))
@@ -80,6 +81,6 @@ func TestAPIAndRelayModulesServeAndStartWorkflows(t *testing.T) {
 
 	// No keys: the app refuses to build, naming the variables.
 	bad := fx.New(fxapp.Starter(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		fx.Supply(fxapp.APIConfig{Addr: "127.0.0.1:0"}), fxapp.APIModule))
+		fx.Supply(fxapi.Config{Addr: "127.0.0.1:0"}), fxapi.Module))
 	require.ErrorContains(t, fxapp.RootCause(bad.Err()), api.EnvKeys)
 }

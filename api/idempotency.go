@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 )
 
 // Retention is how long a stored response stays replayable: 24 hours, as
 // at Stripe. Prune never deletes a record younger than this, so a client may
 // retry with the same Idempotency-Key for at least a day and get the first
 // response back. After that the key may be used afresh.
-const Retention = 24 * time.Hour
+const Retention = config.IdempotencyRetention
 
 // DefaultRequestLease is how long a request holds its Idempotency-Key before
 // another request may take it over. A holder that dies (its transaction

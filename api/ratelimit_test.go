@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapi"
 	"github.com/keyedhq/keyed/internal/fxapp"
 )
 
@@ -148,8 +149,8 @@ func TestRateLimitComesFromTheConfiguration(t *testing.T) {
 		cfg, err := l.Load()
 		require.NoError(t, err)
 		var srv *api.Server
-		app := fx.New(fxapp.Starter(cfg, b.logger, fx.Supply(fxapp.APIConfig{Addr: "127.0.0.1:0", Keys: keys}),
-			fxapp.APIModule, fx.Populate(&srv)))
+		app := fx.New(fxapp.Starter(cfg, b.logger, fx.Supply(fxapi.Config{Addr: "127.0.0.1:0", Keys: keys}),
+			fxapi.Module, fx.Populate(&srv)))
 		require.NoError(t, fxapp.RootCause(app.Err()))
 		require.NoError(t, app.Start(b.ctx))
 		t.Cleanup(func() { _ = app.Stop(b.ctx) })

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
-	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
@@ -165,7 +165,7 @@ type Opts struct {
 	// production. Nil leaves the EFFECTS_RETENTION check as StatusError.
 	CheckRetention RetentionCheck
 	// IdempotencyRetention is how long the API keeps Idempotency-Keys. Zero
-	// means api.Retention.
+	// means config.IdempotencyRetention.
 	IdempotencyRetention time.Duration
 	// OutboxRetention is how long sent outbox rows are kept and
 	// RelayMaxBackoff the relay's longest backoff. Zero means
@@ -215,7 +215,7 @@ func (o *Opts) withDefaults() Opts {
 	def(&c.Window, 7*24*time.Hour)
 	def(&c.EffectsRetention, effects.DefaultRetention)
 	def(&c.DecisionTimeout, 7*24*time.Hour)
-	def(&c.IdempotencyRetention, api.Retention)
+	def(&c.IdempotencyRetention, config.IdempotencyRetention)
 	def(&c.OutboxRetention, outbox.DefaultRetention)
 	def(&c.RelayMaxBackoff, outbox.DefaultMaxBackoff)
 	def(&c.ClaimLease, effects.DefaultLease)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/step"
@@ -53,12 +53,12 @@ func (r *run) effectsRetention(ctx context.Context) Check {
 
 func (r *run) idempotencyRetention() Check {
 	c := Check{Name: CheckRetention, Subject: "Idempotency-Key", Status: StatusPass,
-		Evidence: fmt.Sprintf("stored responses kept %s, at least the published %s", days(r.o.IdempotencyRetention), days(api.Retention))}
-	if r.o.IdempotencyRetention < api.Retention {
+		Evidence: fmt.Sprintf("stored responses kept %s, at least the published %s", days(r.o.IdempotencyRetention), days(config.IdempotencyRetention))}
+	if r.o.IdempotencyRetention < config.IdempotencyRetention {
 		c.Status = StatusFail
 		c.Evidence = fmt.Sprintf("stored responses kept %s, less than the published %s: a client retrying within the promise could create a second order",
-			days(r.o.IdempotencyRetention), days(api.Retention))
-		c.Fix = fmt.Sprintf("keep Idempotency-Keys at least %s (api.StoreOpts.Retention)", days(api.Retention))
+			days(r.o.IdempotencyRetention), days(config.IdempotencyRetention))
+		c.Fix = fmt.Sprintf("keep Idempotency-Keys at least %s (api.StoreOpts.Retention)", days(config.IdempotencyRetention))
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapi"
 	"github.com/keyedhq/keyed/internal/fxapp"
 )
 
@@ -36,9 +37,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	opts := []fx.Option{
-		fx.Supply(fxapp.APIConfig{Addr: cfg.API.Addr, Keys: keys, ServeMetrics: *metrics}),
+		fx.Supply(fxapi.Config{Addr: cfg.API.Addr, Keys: keys, ServeMetrics: *metrics}),
 		fx.Provide(newServeRegistry),
-		fxapp.APIModule,
+		fxapi.Module,
 	}
 	if cfg.API.Relay {
 		opts = append(opts, fxapp.RelayModule)

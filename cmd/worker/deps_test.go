@@ -34,3 +34,14 @@ func TestBinariesLinkNoTestTooling(t *testing.T) {
 	}
 	require.Greater(t, checked, 10)
 }
+
+// TestWorkerLinksNoAPI pins that the worker, which serves no HTTP API, does
+// not link package api: the API's constants it needs live in internal/config.
+func TestWorkerLinksNoAPI(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}",
+		"github.com/keyedhq/keyed/cmd/worker").CombinedOutput()
+	require.NoError(t, err, "go list: %s", out)
+	require.NotContains(t, strings.Fields(string(out)), "github.com/keyedhq/keyed/api")
+	require.Contains(t, strings.Fields(string(out)), "github.com/keyedhq/keyed/internal/fxapp")
+}

@@ -122,7 +122,11 @@ const (
 	// bench-pipeline (see docs/benchmarks.md).
 	DefaultPollers          = 8
 	DefaultEffectsRetention = effects.DefaultRetention
-	DefaultPruneEvery       = time.Hour
+	// IdempotencyRetention is how long the API keeps a stored response
+	// replayable under its Idempotency-Key (api.Retention): 24 hours, as at
+	// Stripe. EFFECTS_RETENTION must cover it.
+	IdempotencyRetention = 24 * time.Hour
+	DefaultPruneEvery    = time.Hour
 	// DefaultAPIRateLimit and DefaultAPIRateBurst are KEYED_API_RATE_LIMIT's
 	// and KEYED_API_RATE_BURST's defaults: 100 requests a second per tenant
 	// in bursts of up to 200, as Stripe's live mode allows.

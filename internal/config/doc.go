@@ -39,9 +39,10 @@
 // and documents both, and the tests' worker environments (fxapptest) fill
 // the required key with its Example (run go generate ./internal/config, or
 // go test ./internal/config -run TestConfigurationPage -update, to rewrite
-// docs/configuration.md). To hand Config.Carrier to the module that builds
-// the client, add it to fxapp's configParts and splitConfig (two lines). A check that involves other settings reads them from
-// the *Config it is given. Load's code does not change.
+// docs/configuration.md). The provider's constructor in fxapp reads
+// Config.Carrier from the *Config in the graph (docs/adding-an-activity.md).
+// A check that involves other settings reads them from the *Config it is
+// given. Load's code does not change.
 //
 // The rows stay in this package rather than in each provider's package:
 // the table must be whole whatever a binary links, so that every program's

@@ -23,9 +23,10 @@ const providerTimeout = config.ProviderTimeout
 // Stripe client and the SendGrid receipt sender, each also in the "providers"
 // group the worker hands its steps (pipeline.Provider). On start the sender
 // probes the Email Activity API in the background and warns when the key
-// cannot use it. A new provider is its constructor and one provider[T]() line.
+// cannot use it. A new provider is its constructor (settings from
+// *config.Config, HTTP client from ProviderHTTP) and one provider[T]() line.
 var ProvidersModule = fx.Module("providers",
-	fx.Provide(newStripe, newSender),
+	fx.Provide(newProviderHTTP, newStripe, newSender),
 	provider[*stripeclient.API](),
 	provider[*notify.Sender](),
 )
@@ -35,15 +36,29 @@ func provider[T any]() fx.Option {
 	return fx.Provide(fx.Annotate(func(c T) any { return c }, fx.ResultTags(`group:"providers"`)))
 }
 
+// ProviderHTTP returns a new HTTP client for a provider's API client: each
+// request times out after config.ProviderTimeout and, when the app has a
+// trace.TracerProvider, gets a span.
+type ProviderHTTP func() *http.Client
+
+type tracerIn struct {
+	fx.In
+	Tracer trace.TracerProvider `optional:"true"`
+}
+
+func newProviderHTTP(in tracerIn) ProviderHTTP {
+	return func() *http.Client { return tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer) }
+}
+
 type stripeIn struct {
 	fx.In
 	Config config.Stripe
-	Tracer trace.TracerProvider `optional:"true"`
+	HTTP   ProviderHTTP
 }
 
 func newStripe(in stripeIn) (*stripeclient.API, error) {
 	return stripestep.NewClient(string(in.Config.SecretKey), in.Config.APIBase,
-		tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer))
+		in.HTTP())
 }
 
 type senderIn struct {
@@ -54,7 +69,7 @@ type senderIn struct {
 	SendGrid  config.SendGrid
 	Receipt   config.Receipt
 	Logger    *slog.Logger
-	Tracer    trace.TracerProvider `optional:"true"`
+	HTTP      ProviderHTTP
 }
 
 func newSender(in senderIn) (*notify.Sender, error) {
@@ -66,7 +81,7 @@ func newSender(in senderIn) (*notify.Sender, error) {
 		From:           rc.From,
 		CollapseWindow: rc.CollapseWindow,
 		Policies:       map[string]notify.Policy{ordersteps.ReceiptTemplate: notify.Policy(rc.Policy)},
-		HTTPClient:     tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer),
+		HTTPClient:     in.HTTP(),
 		LookupLag:      sg.LookupLag,
 		LookupGiveUp:   sg.LookupGiveUp,
 		Logger:         logger,

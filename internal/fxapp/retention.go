@@ -10,7 +10,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
-	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
@@ -70,7 +69,7 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 // outlive its record: it must cover the namespace's workflow retention (a
 // closed run can be reset and re-run until then) plus the longest run
 // (pipeline.LongestRun and the decision timeout), and the API's
-// Idempotency-Key retention (api.Retention). It returns an error naming the
+// Idempotency-Key retention (config.IdempotencyRetention). It returns an error naming the
 // figures and the least retention that would do, or DescribeNamespace's.
 func CheckRetention(ctx context.Context, c client.Client, namespace string, retention, longestRun time.Duration) error {
 	resp, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
@@ -78,11 +77,11 @@ func CheckRetention(ctx context.Context, c client.Client, namespace string, rete
 		return fmt.Errorf("describe namespace %q to check EFFECTS_RETENTION: %w", namespace, err)
 	}
 	nsRetention := resp.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
-	need := max(nsRetention+longestRun, api.Retention)
+	need := max(nsRetention+longestRun, config.IdempotencyRetention)
 	if retention < need {
 		return configErrorf("EFFECTS_RETENTION %s is shorter than namespace %q's retention %s plus the longest run %s "+
 			"(retries and DECISION_TIMEOUT; or the API's Idempotency-Key retention %s): a reset or retry could outlive "+
-			"its effect record and act again; set it to at least %s", retention, namespace, nsRetention, longestRun, api.Retention,
+			"its effect record and act again; set it to at least %s", retention, namespace, nsRetention, longestRun, config.IdempotencyRetention,
 			need.Round(time.Hour)+time.Hour)
 	}
 	return nil

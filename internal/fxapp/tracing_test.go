@@ -14,7 +14,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/api"
-	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/internal/fxapi"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/internal/tracing"
 	"github.com/keyedhq/keyed/orders"
@@ -36,9 +36,9 @@ func TestTracingLinksTheOrderRequestToTheStripeCall(t *testing.T) {
 	var srv *api.Server
 	w := fxapptest.Start(t, &fxapptest.Opts{Extra: []fx.Option{
 		fx.Decorate(func(trace.TracerProvider) trace.TracerProvider { return tp }),
-		fx.Supply(fxapp.APIConfig{Addr: "127.0.0.1:0", Keys: keys}),
+		fx.Supply(fxapi.Config{Addr: "127.0.0.1:0", Keys: keys}),
 		fx.Supply(&outbox.RelayOpts{PollInterval: 50 * time.Millisecond}),
-		fxapp.APIModule,
+		fxapi.Module,
 		fx.Populate(&srv),
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,4 +294,39 @@ func Stubs(specs []pipeline.Spec, fns map[string]any) []step.Definition {
 		}).Interface()
 	}
 	return defs
+}
+
+// RequireSteps asserts that the entries of got that name a step of want
+// equal want: activity names ("Charge") or states ("charge=done", by the
+// step before "="). A test states the steps it drives, so a step added to
+// the workflow later leaves it standing.
+func RequireSteps(t testing.TB, want, got []string, msgAndArgs ...any) {
+	t.Helper()
+	keep := map[string]bool{}
+	for _, w := range want {
+		keep[stepOf(w)] = true
+	}
+	var only []string
+	for _, g := range got {
+		if keep[stepOf(g)] {
+			only = append(only, g)
+		}
+	}
+	require.Equal(t, want, only, msgAndArgs...)
+}
+
+// OnlySteps returns the statuses of st whose step is one of steps, in order.
+func OnlySteps(st []pipeline.StepStatus, steps ...string) []pipeline.StepStatus {
+	var out []pipeline.StepStatus
+	for _, s := range st {
+		if slices.Contains(steps, s.Step) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func stepOf(entry string) string {
+	name, _, _ := strings.Cut(entry, "=")
+	return name
 }

@@ -146,7 +146,7 @@ func TestChargeDoneNeedsAPaymentIntent(t *testing.T) {
 	require.NoError(t, good.Err())
 	require.NoError(t, b.env.GetWorkflowError())
 	require.JSONEq(t, `{"payment_intent_id":"pi_123","status":"succeeded","amount_minor":1250,"currency":"eur"}`, string(applied.Result))
-	require.Equal(t, []string{"Charge", "ApplyDecision", "Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
+	pipelinetest.RequireSteps(t, []string{"Charge", "ApplyDecision", "Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 }
 
 // A refused ApplyDecision (the provider contradicts the outcome) fails the

@@ -66,13 +66,13 @@ func TestHappyPath(t *testing.T) {
 	var res orders.OrderResult
 	require.NoError(t, b.env.GetWorkflowResult(&res))
 	require.Equal(t, orders.OrderResult{Charge: charged, Paid: paid, Receipt: sent}, res)
-	require.Equal(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
+	pipelinetest.RequireSteps(t, []string{"Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 
 	require.Equal(t, []pipeline.StepStatus{
 		{Step: "charge", EffectKey: "acme:order:9f3a:charge", State: "done"},
 		{Step: "mark_paid", EffectKey: "acme:order:9f3a:mark_paid", State: "done"},
 		{Step: "receipt", EffectKey: "acme:order:9f3a:receipt", State: "done"},
-	}, pipelinetest.Status(t, b.env))
+	}, pipelinetest.OnlySteps(pipelinetest.Status(t, b.env), "charge", "mark_paid", "receipt"))
 
 	// The external calls heartbeat; a killed worker is noticed within 15s.
 	require.Equal(t, step.HeartbeatTimeout, b.started.Info("Charge").HeartbeatTimeout)
@@ -142,7 +142,7 @@ func TestTransientChargeIsRetried(t *testing.T) {
 
 	b.execute(in)
 	require.NoError(t, b.env.GetWorkflowError())
-	require.Equal(t, []string{"Charge", "Charge", "Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
+	pipelinetest.RequireSteps(t, []string{"Charge", "Charge", "Charge", "MarkPaid", "SendReceipt"}, b.started.Names())
 }
 
 func TestTerminalTypesAreNotRetriedEvenIfMarkedRetryable(t *testing.T) {
@@ -189,7 +189,7 @@ func TestStatusQueryWhileRunning(t *testing.T) {
 	b.execute(in)
 	require.NoError(t, b.env.GetWorkflowError())
 	require.Equal(t, []string{"charge=done", "mark_paid=running", "receipt=pending"}, during)
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, pipelinetest.States(t, b.env))
+	pipelinetest.RequireSteps(t, []string{"charge=done", "mark_paid=done", "receipt=done"}, pipelinetest.States(t, b.env))
 }
 
 // TestAddedStepRunsInNewRuns: a step added behind workflow.GetVersion runs
@@ -210,5 +210,5 @@ func TestAddedStepRunsInNewRuns(t *testing.T) {
 	env.ExecuteWorkflow(orders.WorkflowName, in)
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
-	require.Equal(t, []string{"charge=done", "mark_paid=done", "receipt=done", "survey=done"}, pipelinetest.States(t, env))
+	pipelinetest.RequireSteps(t, []string{"charge=done", "mark_paid=done", "receipt=done", "survey=done"}, pipelinetest.States(t, env))
 }

@@ -1,4 +1,6 @@
-package fxapp
+// Package fxapi is the fx module that serves keyed's HTTP API. It is apart
+// from fxapp so that the worker, which serves no API, does not link package api.
+package fxapi
 
 import (
 	"errors"
@@ -14,10 +16,10 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 )
 
-// APIConfig is what APIModule needs beyond the shared configuration. The
+// Config is what Module needs beyond the shared configuration. The
 // program supplies it (fx.Supply), because the API keys are secrets read
 // from the environment by the command that serves.
-type APIConfig struct {
+type Config struct {
 	// Addr is the listen address, host:port; port 0 picks a free one.
 	Addr string
 	// Keys maps bearer API keys to tenants (api.KeysFrom).
@@ -27,19 +29,19 @@ type APIConfig struct {
 	ServeMetrics bool
 }
 
-// APIModule serves keyed's HTTP API on APIConfig.Addr: OnStart binds the port
-// (a taken port fails the start), OnStop drains within the stop timeout. It
-// prunes idempotency records hourly, registers request metrics and spans when
-// the app has a Registerer or TracerProvider, and applies config.RateLimit
-// per tenant in this process.
-var APIModule = fx.Module("api",
+// Module serves keyed's HTTP API on Config.Addr: OnStart binds the port (a
+// taken port fails the start), OnStop drains within the stop timeout. It
+// prunes idempotency records hourly, registers request metrics and spans
+// when the app has a Registerer or TracerProvider, and applies
+// config.RateLimit per tenant in this process.
+var Module = fx.Module("api",
 	fx.Provide(newAPIHandler, newAPIServer),
 	fx.Invoke(func(*api.Server) {}),
 )
 
 type apiIn struct {
 	fx.In
-	Config     APIConfig
+	Config     Config
 	RateLimit  config.RateLimit
 	Pool       *pgxpool.Pool
 	Effects    *effects.Client
@@ -73,7 +75,7 @@ func newAPIHandler(in apiIn) (*api.Handler, error) {
 type apiServerIn struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	Config    APIConfig
+	Config    Config
 	Handler   *api.Handler
 	Logger    *slog.Logger
 	Tracer    trace.TracerProvider `optional:"true"`
