@@ -32,22 +32,6 @@ func readPage(t *testing.T, path string) string {
 	return string(b)
 }
 
-// goBlocks returns the section's ```go blocks, without the indentation of a
-// list item.
-func goBlocks(sec string) []string {
-	var blocks []string
-	for _, part := range strings.Split(sec, "```go\n")[1:] {
-		block, _, _ := strings.Cut(part, "```")
-		lines := strings.Split(block, "\n")
-		indent := lines[0][:len(lines[0])-len(strings.TrimLeft(lines[0], " "))]
-		for i, l := range lines {
-			lines[i] = strings.TrimPrefix(l, indent)
-		}
-		blocks = append(blocks, strings.TrimRight(strings.Join(lines, "\n"), " \n"))
-	}
-	return blocks
-}
-
 // declarations returns every pipeline's declared steps, then ApplyDecision.
 func declarations() []step.Declaration {
 	var out []step.Declaration
