@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -90,13 +93,15 @@ func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID 
 // workflow id (empty runID: the current run) and waits until it is applied.
 // The validator's refusal (a *DecisionError's text) and ApplyDecision's (a
 // DecisionRefused "done", a live claim) come back as its error; the run
-// keeps waiting.
+// keeps waiting. A d naming its Wait is sent under an Update ID derived
+// from the wait and the decision, so that sending it again returns the
+// first outcome instead of deciding again.
 func SendDecision(ctx context.Context, c client.Client, id, runID string, d Decision) (*DecisionResult, error) {
 	if c == nil {
 		return nil, errors.New("send decision: client is nil")
 	}
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: id, RunID: runID, UpdateName: UpdateDecide, Args: []any{d},
+		UpdateID: DecisionUpdateID(d), WorkflowID: id, RunID: runID, UpdateName: UpdateDecide, Args: []any{d},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {
@@ -107,6 +112,57 @@ func SendDecision(ctx context.Context, c client.Client, id, runID string, d Deci
 		return nil, fmt.Errorf("decision on %s: %w", id, err)
 	}
 	return &res, nil
+}
+
+// DecisionUpdateID returns the Update ID SendDecision sends d under:
+// "decide/<wait>/<digest of d>" for a d naming its Wait, so that a repeated
+// decision (a retried command, a double click, the settler racing a
+// person with the same verdict) returns the first one's outcome; "" (a
+// random ID) otherwise.
+func DecisionUpdateID(d Decision) string {
+	if d.Wait == "" {
+		return ""
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "" // A Decision always marshals; a random ID is safe anyway.
+	}
+	sum := sha256.Sum256(b)
+	return "decide/" + d.Wait + "/" + hex.EncodeToString(sum[:8])
+}
+
+// Wait is the wait of a run for a decision, as WaitOf reads it.
+type Wait struct {
+	WorkflowID string
+	RunID      string
+	StepStatus
+	// Attention is the run's KeyedAttention, such as "receipt:ambiguous".
+	Attention string
+}
+
+// WaitOf returns the wait of the current run of the workflow id: the
+// waiting step's status (its Wait ID and since when) from the status query.
+// It returns an error wrapping ErrNotWaiting when the run waits for
+// nothing, and the client's error when it cannot describe or query it.
+func WaitOf(ctx context.Context, c client.Client, id string) (*Wait, error) {
+	value, runID, err := AttentionOf(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.QueryWorkflow(ctx, id, runID, QueryStatus)
+	if err != nil {
+		return nil, fmt.Errorf("query %s status: %w", id, err)
+	}
+	var status []StepStatus
+	if err := resp.Get(&status); err != nil {
+		return nil, fmt.Errorf("decode %s status: %w", id, err)
+	}
+	for _, s := range status {
+		if s.State == StateWaiting {
+			return &Wait{WorkflowID: id, RunID: runID, StepStatus: s, Attention: value}, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", id, ErrNotWaiting)
 }
 
 // keyword decodes the Keyword search attribute name from fields, or "".

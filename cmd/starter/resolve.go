@@ -175,7 +175,7 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 	}
 	askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	waits, runID, err := pipeline.AttentionOf(askCtx, tc, id)
+	w, err := pipeline.WaitOf(askCtx, tc, id)
 	var notFound *serviceerror.NotFound
 	switch {
 	case errors.Is(err, pipeline.ErrNotWaiting), errors.As(err, &notFound):
@@ -184,11 +184,11 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 		fmt.Fprintf(e.stderr, "starter resolve: cannot ask Temporal whether the run %s waits (%v); settling the record only\n", id, err)
 		return nil, nil
 	}
-	step, _, _ := strings.Cut(waits, ":")
-	if step != keyStep {
-		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, step, waits, keyStep)
+	if w.Step != keyStep {
+		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, w.Step, w.Attention, keyStep)
 	}
-	res, err := pipeline.SendDecision(ctx, tc, id, runID, d)
+	d.Wait = w.Wait
+	res, err := pipeline.SendDecision(ctx, tc, id, w.RunID, d)
 	if err != nil {
 		return nil, usagef("the waiting run %s refused the decision: %s", id, failureMessage(err))
 	}
