@@ -10,6 +10,7 @@ import (
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -42,29 +43,37 @@ func ListAttention(ctx context.Context, c client.Client, keywords ...string) ([]
 		return nil, errors.New("list attention: client is nil")
 	}
 	var out []Attention
+	err := eachRun(ctx, c, AttentionQuery, func(e *workflowpb.WorkflowExecutionInfo) {
+		fields := e.GetSearchAttributes().GetIndexedFields()
+		a := Attention{WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
+			WorkflowType: e.GetType().GetName(), TenantID: keyword(fields, SearchAttrTenantIDName),
+			Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime()}
+		for _, name := range keywords {
+			if v := keyword(fields, name); v != "" {
+				if a.Keywords == nil {
+					a.Keywords = map[string]string{}
+				}
+				a.Keywords[name] = v
+			}
+		}
+		out = append(out, a)
+	})
+	return out, err
+}
+
+// eachRun calls fn for every run query lists, reading every page.
+func eachRun(ctx context.Context, c client.Client, query string, fn func(*workflowpb.WorkflowExecutionInfo)) error {
 	var token []byte
 	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: AttentionQuery, NextPageToken: token})
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		if err != nil {
-			return nil, fmt.Errorf("list attention (%s): %w", AttentionQuery, err)
+			return fmt.Errorf("list runs (%s): %w", query, err)
 		}
 		for _, e := range resp.GetExecutions() {
-			fields := e.GetSearchAttributes().GetIndexedFields()
-			a := Attention{WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
-				WorkflowType: e.GetType().GetName(), TenantID: keyword(fields, SearchAttrTenantIDName),
-				Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime()}
-			for _, name := range keywords {
-				if v := keyword(fields, name); v != "" {
-					if a.Keywords == nil {
-						a.Keywords = map[string]string{}
-					}
-					a.Keywords[name] = v
-				}
-			}
-			out = append(out, a)
+			fn(e)
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return out, nil
+			return nil
 		}
 	}
 }

@@ -111,8 +111,10 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	require.Error(t, err)
 	_, err = retention.New(b.claims, []retention.Job{{Name: "x"}}, nil)
 	require.Error(t, err)
-	_, err = retention.New(b.claims, job, &retention.Opts{Every: time.Second})
-	require.ErrorContains(t, err, "under one minute")
+	_, err = retention.New(b.claims, job, &retention.Opts{Every: time.Millisecond})
+	require.ErrorContains(t, err, "under one second")
+	_, err = retention.New(b.claims, job, &retention.Opts{Schedule: "a:b"})
+	require.ErrorContains(t, err, `schedule "a:b"`)
 }
 
 func TestStartStop(t *testing.T) {

@@ -127,6 +127,8 @@ const (
 	// Stripe. EFFECTS_RETENTION must cover it.
 	IdempotencyRetention = 24 * time.Hour
 	DefaultPruneEvery    = time.Hour
+	// DefaultSettleEvery is SETTLE_EVERY's default.
+	DefaultSettleEvery = time.Minute
 	// DefaultAPIRateLimit and DefaultAPIRateBurst are KEYED_API_RATE_LIMIT's
 	// and KEYED_API_RATE_BURST's defaults: 100 requests a second per tenant
 	// in bursts of up to 200, as Stripe's live mode allows.
@@ -284,6 +286,9 @@ type WorkerTuning struct {
 	EffectsRetention time.Duration
 	// PruneEvery is PRUNE_EVERY: the window in which one replica prunes.
 	PruneEvery time.Duration
+	// SettleEvery is SETTLE_EVERY: the window in which one replica settles
+	// waiting runs from provider evidence.
+	SettleEvery time.Duration
 }
 
 // Error lists every configuration problem found by Load.

@@ -235,6 +235,9 @@ var Settings = []Setting{
 	{Env: "PRUNE_EVERY", Field: "Worker.PruneEvery", For: InWorker, Default: DefaultPruneEvery, Check: atLeast(time.Minute, "is under one minute"),
 		Help: "prune once per window of this length, across replicas",
 		Doc:  "each window of this length is pruned once across all replicas"},
+	{Env: "SETTLE_EVERY", Field: "Worker.SettleEvery", For: InWorker, Default: DefaultSettleEvery, Check: atLeast(time.Second, "is under one second"),
+		Help: "settle waiting runs from provider evidence once per window of this length, across replicas",
+		Doc:  "once per window of this length, across all replicas, the worker asks the providers about every run waiting for a decision and decides what their evidence settles (`by: keyed`); see docs/operating.md"},
 
 	{Env: "KEYED_API_ADDR", Flag: "addr", Field: "API.Addr", For: InServe, Default: DefaultAPIAddr, Check: hostPort,
 		Help: "listen `host:port`",
