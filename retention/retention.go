@@ -51,9 +51,9 @@ type Pruner struct {
 	jobs     []Job
 	every    time.Duration
 	schedule string
-	owner  string
-	logger *slog.Logger
-	now    func() time.Time
+	owner    string
+	logger   *slog.Logger
+	now      func() time.Time
 
 	stop chan struct{}
 	done sync.WaitGroup
