@@ -32,6 +32,21 @@ type Attention struct {
 	Keywords  map[string]string `json:"keywords,omitempty"`
 	Attention string            `json:"attention"` // such as "receipt:ambiguous"
 	StartTime time.Time         `json:"start_time"`
+	// Wait and WaitingSince are the run's wait and when it began, once
+	// ReadWait has asked the run.
+	Wait         string    `json:"wait,omitempty"`
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
+}
+
+// ReadWait asks a's run for its wait (WaitOf) and sets a.Wait and
+// a.WaitingSince. It returns WaitOf's error.
+func (a *Attention) ReadWait(ctx context.Context, c client.Client) error {
+	w, err := WaitOf(ctx, c, a.WorkflowID)
+	if err != nil {
+		return err
+	}
+	a.Wait, a.WaitingSince = w.Wait, w.WaitingSince
+	return nil
 }
 
 // ListAttention returns the runs of c's namespace that wait for a decision

@@ -104,7 +104,7 @@ func (a *Activities) gatherCharge(ctx context.Context, key effects.Key) (step.Ev
 		return step.Evidence{}, fmt.Errorf("read the effect record: %w", err)
 	}
 	if since := time.Since(rec.UpdatedAt); since < stripeSearchLag {
-		return step.Evidence{}, fmt.Errorf("Stripe's search shows no PaymentIntent under the key yet; it may lag %s", stripeSearchLag)
+		return step.Evidence{}, fmt.Errorf("no PaymentIntent under the key in Stripe's search yet; it may lag %s", stripeSearchLag)
 	}
 	return step.Evidence{Absent: true, Detail: "Stripe's search shows no PaymentIntent under the key after its index lag"}, nil
 }
