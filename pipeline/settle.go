@@ -22,8 +22,8 @@ import (
 const ByKeyed = "keyed"
 
 // MetricDecisions counts applied decisions, tagged by="keyed" (the
-// Settler) or by="person".
-const MetricDecisions = "keyed_decisions_total"
+// Settler) or by="person"; Prometheus shows keyed_decisions_total.
+const MetricDecisions = "keyed_decisions"
 
 // DefaultSettleRetries is how many "retry" decisions the Settler makes on
 // one step of one run unless SettlerOpts.MaxRetries says otherwise.
