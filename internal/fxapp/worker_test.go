@@ -68,6 +68,11 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 		return err == nil && len(prunes) == 1 && prunes[0].State == effects.StateSucceeded
 	}, 10*time.Second, 50*time.Millisecond, "one prune window recorded: %v", prunes)
 	require.Contains(t, string(prunes[0].Result), `"effects":`)
+	// And ran the settler for its window, under a keyed window too.
+	require.Eventually(t, func() bool {
+		settles, err := w.Effects.List(ctx, effects.MustKey(retention.SystemTenant, "schedule", "settle"))
+		return err == nil && len(settles) >= 1 && settles[0].State == effects.StateSucceeded
+	}, 10*time.Second, 50*time.Millisecond, "a settle window recorded")
 
 	// /healthz sees both dependencies; /metrics carries the effect counters.
 	base := "http://" + w.Metrics.Addr()
