@@ -123,6 +123,15 @@ func ScheduleKey(schedule string, start time.Time) (effects.Key, error) {
 	return effects.NewKey(SystemTenant, "schedule", schedule, start.UTC().Format(layout))
 }
 
+type windowStartKey struct{}
+
+// WindowStart returns the start of the window a Job's Run runs for, from
+// its ctx, or the zero time outside a Run.
+func WindowStart(ctx context.Context) time.Time {
+	t, _ := ctx.Value(windowStartKey{}).(time.Time)
+	return t
+}
+
 // RunWindow prunes the window that contains at, unless another replica has
 // or is doing it. ran is false when this call did no work. A job's failure
 // is recorded as transient, so the window is retried on the next tick, and
@@ -136,6 +145,7 @@ func (p *Pruner) RunWindow(ctx context.Context, at time.Time) (res Result, ran b
 	res, err = effects.Do(ctx, p.claims, effects.ClaimParams{Key: key, Kind: p.schedule, Owner: p.owner},
 		func(ctx context.Context, _ *effects.Claim) (Result, error) {
 			ran = true
+			ctx = context.WithValue(ctx, windowStartKey{}, start)
 			out := Result{Window: start, Deleted: map[string]int64{}}
 			for _, j := range p.jobs {
 				n, err := j.Run(ctx)

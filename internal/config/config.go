@@ -129,6 +129,8 @@ const (
 	DefaultPruneEvery    = time.Hour
 	// DefaultSettleEvery is SETTLE_EVERY's default.
 	DefaultSettleEvery = time.Minute
+	// DefaultReconcileEvery is RECONCILE_EVERY's default.
+	DefaultReconcileEvery = time.Hour
 	// DefaultAPIRateLimit and DefaultAPIRateBurst are KEYED_API_RATE_LIMIT's
 	// and KEYED_API_RATE_BURST's defaults: 100 requests a second per tenant
 	// in bursts of up to 200, as Stripe's live mode allows.
@@ -289,6 +291,9 @@ type WorkerTuning struct {
 	// SettleEvery is SETTLE_EVERY: the window in which one replica settles
 	// waiting runs from provider evidence.
 	SettleEvery time.Duration
+	// ReconcileEvery is RECONCILE_EVERY: the window in which one replica
+	// reconciles with Stripe.
+	ReconcileEvery time.Duration
 }
 
 // Error lists every configuration problem found by Load.

@@ -42,6 +42,7 @@ func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Opti
 		RelayModule,
 		RetentionModule,
 		SettleModule,
+		ReconcileModule,
 		DoctorModule,
 		// The stop hooks must outlast the worker's drain of in-flight activities.
 		fx.StopTimeout(cfg.Worker.StopTimeout+15*time.Second),

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
@@ -32,7 +33,8 @@ type settleIn struct {
 	Client    client.Client
 	Logger    *slog.Logger
 	Pipelines []pipeline.Spec
-	Providers []any `group:"providers"`
+	Providers []any                `group:"providers"`
+	Tracer    trace.TracerProvider `optional:"true"`
 }
 
 func newSettleSchedule(in settleIn) error {
@@ -46,7 +48,7 @@ func newSettleSchedule(in settleIn) error {
 	if err != nil {
 		return err
 	}
-	job := retention.Job{Name: "settle", Run: func(ctx context.Context) (int64, error) {
+	job := tracedJob(in.Tracer, retention.Job{Name: "settle", Run: func(ctx context.Context) (int64, error) {
 		verdicts, err := s.Pass(ctx)
 		var applied int64
 		for _, v := range verdicts {
@@ -55,7 +57,7 @@ func newSettleSchedule(in settleIn) error {
 			}
 		}
 		return applied, err
-	}}
+	}})
 	p, err := retention.New(in.Effects, []retention.Job{job}, &retention.Opts{Every: in.Tuning.SettleEvery, Schedule: "settle", Logger: logger})
 	if err != nil {
 		return err
