@@ -73,16 +73,20 @@ func ListAttention(ctx context.Context, c client.Client, keywords ...string) ([]
 		}
 		out = append(out, a)
 	})
-	return out, err
+	if err != nil {
+		return nil, fmt.Errorf("list attention (%s): %w", AttentionQuery, err)
+	}
+	return out, nil
 }
 
-// eachRun calls fn for every run query lists, reading every page.
+// eachRun calls fn for every run query lists, reading every page. It
+// returns the client's error.
 func eachRun(ctx context.Context, c client.Client, query string, fn func(*workflowpb.WorkflowExecutionInfo)) error {
 	var token []byte
 	for {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		if err != nil {
-			return fmt.Errorf("list runs (%s): %w", query, err)
+			return err
 		}
 		for _, e := range resp.GetExecutions() {
 			fn(e)

@@ -183,7 +183,7 @@ func ListWaits(ctx context.Context, c client.Client, query string) ([]*Wait, err
 	var ids []string
 	err := eachRun(ctx, c, query, func(e *workflowpb.WorkflowExecutionInfo) { ids = append(ids, e.GetExecution().GetWorkflowId()) })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list waiting runs (%s): %w", query, err)
 	}
 	var out []*Wait
 	for _, id := range ids {
