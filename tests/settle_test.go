@@ -16,7 +16,7 @@ import (
 
 // newSettler returns a Settler over every pipeline's steps bound to b's
 // providers, settling the runs of b's task queue only.
-func (b *bundle) newSettler(t *testing.T) *pipeline.Settler {
+func (b *bundle) newSettler(t testing.TB) *pipeline.Settler {
 	t.Helper()
 	defs, err := pipeline.Definitions(workflows.Pipelines(), b.deps)
 	require.NoError(t, err)
