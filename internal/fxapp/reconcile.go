@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/retention"
 )
@@ -36,6 +37,7 @@ type reconcileIn struct {
 	Effects    *effects.Client
 	Pool       *pgxpool.Pool
 	Stripe     *stripeclient.API
+	Sender     *notify.Sender
 	Tuning     config.WorkerTuning
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -68,7 +70,7 @@ func newReconcileSchedule(in reconcileIn) error {
 		logger.Info("reconciliation with Stripe is off (RECONCILE_EVERY=0)")
 		return nil
 	}
-	r, err := reconcile.New(in.Effects, in.Pool, in.Stripe, &reconcile.Opts{Registerer: in.Registerer, Logger: logger})
+	r, err := reconcile.New(in.Effects, in.Pool, in.Stripe, &reconcile.Opts{Registerer: in.Registerer, Logger: logger, Sender: in.Sender})
 	if err != nil {
 		return err
 	}
