@@ -71,6 +71,10 @@ bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p
 bench-fair: postgres tools ## Measure tenant B's commit -> run start latency (p50/p99) while tenant A's 10 000 orders flood the outbox, the old FIFO claim beside the fair one, on a dev server.
 	go test -run '^$$' -bench RelayFairness -benchtime 1x -count 1 -timeout 60m ./outbox
 
+.PHONY: bench-settle
+bench-settle: postgres tools ## Measure the settler: 20 receipts lose their answers while SendGrid's look-up is down for KEYED_BENCH_OUTAGE (1m); report waits settled by keyed, left for a person, duplicates at the fake and recovery-to-done p50/p99.
+	go test -run '^$$' -bench SettleAfterLookupOutage -benchtime 1x -timeout 40m ./tests
+
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects

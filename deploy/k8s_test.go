@@ -170,7 +170,7 @@ func TestKustomizationsBuildStrictly(t *testing.T) {
 			}
 			require.Contains(t, b.hpas, "keyed-worker")
 			require.Contains(t, b.jobs, "keyed-migrate")
-			require.Contains(t, b.cronJobs, "keyed-reconcile")
+			require.Empty(t, b.cronJobs, "the worker reconciles on its own schedule (RECONCILE_EVERY)")
 			require.Len(t, b.monitors, 1)
 			require.Len(t, b.rules, 1)
 			require.Len(t, b.configMaps, 1, "one generated ConfigMap of shared settings")

@@ -27,6 +27,7 @@ import (
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
+	"github.com/keyedhq/keyed/step"
 )
 
 const dashboardFile = "grafana/keyed.json"
@@ -153,7 +154,7 @@ func describedNames(t *testing.T) map[string]bool {
 	// Temporal SDK's metrics handler, which fxapp exports as <name>_total
 	// (as the scrape shows for the SDK's own counters, such as
 	// temporal_request_total); no run here waits for a decision.
-	for _, name := range []string{pipeline.MetricAttentionWaits, pipeline.MetricDecisionTimeouts} {
+	for _, name := range []string{pipeline.MetricAttentionWaits, pipeline.MetricDecisionTimeouts, pipeline.MetricDecisions, step.MetricUniqueViolations} {
 		d.names[name+"_total"] = true
 	}
 	for _, want := range []string{"keyed_effect_takeovers_total", "keyed_outbox_depth", "keyed_api_requests_total", "keyed_reconcile_findings"} {

@@ -62,9 +62,10 @@ const (
 var AllChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes,
 	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile}
 
-// CheapChecks are the checks a worker runs at start: a few small queries
-// and calls, no scans of history or visibility.
-var CheapChecks = []string{CheckClassified, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile}
+// CheapChecks are the checks a worker runs at start and then hourly: a few
+// small queries and calls (the timeouts' one reads the window's effect
+// records by kind), no scans of history or visibility.
+var CheapChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile}
 
 // Check is one verdict about one subject: an activity, a setting, a search
 // attribute, or the deployment.

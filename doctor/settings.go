@@ -107,7 +107,7 @@ func (r *run) pool(ctx context.Context) []Check {
 // period, from the runs package reconcile records.
 func (r *run) reconcile(ctx context.Context) []Check {
 	const subject = "deployment"
-	fix := "run `starter reconcile --since 25h` daily (a CronJob; see docs/operating.md, \"Reconciling charges with Stripe\")"
+	fix := "let the worker reconcile (RECONCILE_EVERY, an hour by default; not 0), or run `starter reconcile --since 25h` daily (see docs/operating.md, \"Reconciling charges with Stripe\")"
 	last, err := reconcile.Last(ctx, r.deps.Pool)
 	var pgErr *pgconn.PgError
 	switch {

@@ -217,12 +217,7 @@ var ErrNotSent = errors.New("SendGrid shows no such message under the effect key
 func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string) error {
 	ids, err := s.findAll(ctx, key)
 	if err != nil {
-		msg := err.Error()
-		var f *lookupFailure
-		if errors.As(err, &f) && (f.status == http.StatusUnauthorized || f.status == http.StatusForbidden) {
-			msg += " (the API key needs the Email Activity scope, and the account the Email Activity add-on)"
-		}
-		return fmt.Errorf("%w: %s", ErrLookupFailed, msg)
+		return lookupFailed(err)
 	}
 	if slices.Contains(ids, xMessageID(messageID)) { // The activity feed's msg_id names it too.
 		return nil
@@ -231,6 +226,47 @@ func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string)
 	if len(ids) > 0 {
 		shows = "only " + strings.Join(ids, ", ")
 	}
+	if err := s.pastLag(ctx, key, shows); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: SendGrid's Email Activity shows %s under %s, not %s", ErrNotSent, shows, key, messageID)
+}
+
+// Find asks SendGrid's Email Activity API what went out under key, for a
+// wait keyed settles without a person. It returns the X-Message-Id of the
+// latest message; an error wrapping ErrNotSent when it shows none although
+// the key's effect record last changed at least LookupLag (plus the send
+// timeout) ago; one wrapping ErrLookupPending while the index may lag; and
+// one wrapping ErrLookupFailed when the look-up fails. Errors never hold
+// the API key.
+func (s *Sender) Find(ctx context.Context, key effects.Key) (string, error) {
+	ids, err := s.findAll(ctx, key)
+	if err != nil {
+		return "", lookupFailed(err)
+	}
+	if len(ids) > 0 {
+		return ids[0], nil
+	}
+	if err := s.pastLag(ctx, key, "no message"); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("%w: SendGrid's Email Activity shows no message under %s after its index lag", ErrNotSent, key)
+}
+
+// lookupFailed wraps a failed look-up in ErrLookupFailed, naming what a
+// 401 or 403 needs.
+func lookupFailed(err error) error {
+	msg := err.Error()
+	var f *lookupFailure
+	if errors.As(err, &f) && (f.status == http.StatusUnauthorized || f.status == http.StatusForbidden) {
+		msg += " (the API key needs the Email Activity scope, and the account the Email Activity add-on)"
+	}
+	return fmt.Errorf("%w: %s", ErrLookupFailed, msg)
+}
+
+// pastLag returns an error wrapping ErrLookupPending, saying that SendGrid
+// shows what shows, while key's record changed less than the lag ago.
+func (s *Sender) pastLag(ctx context.Context, key effects.Key, shows string) error {
 	since, err := s.sinceChange(ctx, key)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrLookupFailed, err)
@@ -239,7 +275,7 @@ func (s *Sender) Confirm(ctx context.Context, key effects.Key, messageID string)
 		return fmt.Errorf("%w: SendGrid shows %s under %s so far; its index may take %s and the effect record changed %s ago: ask again in %s",
 			ErrLookupPending, shows, key, s.lookup.lag, since.Round(time.Second), (s.lookup.lag - since).Round(time.Second))
 	}
-	return fmt.Errorf("%w: SendGrid's Email Activity shows %s under %s, not %s", ErrNotSent, shows, key, messageID)
+	return nil
 }
 
 // sinceChange returns how long ago key's effect record last changed, which

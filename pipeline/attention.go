@@ -85,6 +85,10 @@ type Decision struct {
 	// the record keeps that it was not verified. A contradiction still
 	// refuses it.
 	Unverified bool `json:"unverified,omitempty"`
+	// Wait, if set, is the wait this decision is for (StepStatus.Wait): a
+	// decision for a wait that is over is refused, never applied to the
+	// step's next wait, and SendDecision derives its Update ID from it.
+	Wait string `json:"wait,omitempty"`
 }
 
 // DecisionResult is what the UpdateDecide update returns once the decision
@@ -108,6 +112,7 @@ type DecisionResult struct {
 // waiting is the step a run waits on and the decision once applied.
 type waiting struct {
 	step     int
+	id       string
 	reason   string
 	applying bool
 	decided  bool
@@ -135,7 +140,9 @@ func needsAttention(err error) (string, bool) {
 func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause error) error {
 	s := &r.status[i]
 	s.State = StateWaiting
-	r.wait = &waiting{step: i, reason: reason}
+	r.waits[i]++
+	s.Wait, s.WaitingSince = fmt.Sprintf("%s#%d", s.EffectKey, r.waits[i]), workflow.Now(ctx).UTC()
+	r.wait = &waiting{step: i, id: s.Wait, reason: reason}
 	value := s.Step + ":" + reason
 	workflow.GetMetricsHandler(ctx).Counter(MetricAttentionWaits).Inc(1)
 	workflow.GetLogger(ctx).Warn("step waits for a decision", "step", s.Step, "effect_key", s.EffectKey, "attention", value)
@@ -151,7 +158,7 @@ func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause er
 		err = workflow.Await(ctx, func() bool { return !w.applying })
 		decided = w.decided
 	}
-	r.wait = nil
+	r.wait, s.WaitingSince = nil, time.Time{}
 	if uerr := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueUnset()); uerr != nil && err == nil {
 		err = fmt.Errorf("clear %s: %w", SearchAttrAttentionName, uerr)
 	}
@@ -188,12 +195,22 @@ func (r *Run) setDecideHandler(ctx workflow.Context) error {
 func (r *Run) validateDecision(_ workflow.Context, d Decision) error {
 	w := r.wait
 	switch {
+	case d.Wait != "" && (w == nil || d.Wait != w.id):
+		return fmt.Errorf("wait %s is over (%s): this decision is not applied to a later wait", d.Wait, r.waitNow())
 	case w == nil:
 		return errors.New("no step of this run is waiting for a decision")
 	case w.applying || w.decided:
 		return errors.New("a decision is already being applied")
 	}
 	return CheckDecision(d, r.status[w.step].Step, r.decls[w.step].Outcome)
+}
+
+// waitNow says what the run waits on now, for a refused decision.
+func (r *Run) waitNow() string {
+	if r.wait == nil {
+		return "no step of this run is waiting for a decision"
+	}
+	return "the run waits on " + r.wait.id + " now"
 }
 
 // decide applies d to the waiting step's effect record through the

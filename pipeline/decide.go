@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -122,6 +123,13 @@ func (e *RefusedError) Error() string {
 // resolved an InvalidState one, anything else goes through step.ToTemporal.
 func (d *Decider) ApplyDecision(ctx context.Context, in DecisionInput) (DecisionResult, error) {
 	res, err := d.Apply(ctx, in)
+	if err == nil && activity.IsActivity(ctx) {
+		by := "person"
+		if in.By == ByKeyed {
+			by = ByKeyed
+		}
+		activity.GetMetricsHandler(ctx).WithTags(map[string]string{"by": by}).Counter(MetricDecisions).Inc(1)
+	}
 	var refused *RefusedError
 	switch {
 	case errors.As(err, &refused):

@@ -29,12 +29,18 @@ func (r *Run) details() string {
 	}
 	if w := r.wait; w != nil {
 		s := r.status[w.step]
-		b.WriteString("\n**Needs a decision** (" + SearchAttrAttentionName + " = `" + s.Step + ":" + w.reason + "`): " +
-			"check the provider for `" + s.EffectKey + "`, then send the `" + UpdateDecide + "` update with " +
-			"`{\"step\":\"" + s.Step + "\",\"resolution\":\"done\"|\"retry\",\"by\":\"…\",\"reason\":\"…\"}` " +
-			"and with done its outcome, `\"result\":" + outcomeShape(r.decls[w.step].Outcome) + "`, which is checked at the provider.\n")
+		b.WriteString("\n**Needs a decision** (" + SearchAttrAttentionName + " = `" + s.Step + ":" + w.reason + "`, since " +
+			s.WaitingSince.Format("2006-01-02 15:04:05 MST") + "): check the provider for `" + s.EffectKey + "`, then send the `" +
+			UpdateDecide + "` update:\n\n`" + decisionTemplate(s, r.decls[w.step].Outcome) + "`\n\n" +
+			"or `\"resolution\":\"retry\"` without a result if it did not happen.\n")
 	}
 	return b.String()
+}
+
+// decisionTemplate is the decide update's JSON for a "done" on the waiting
+// step s, with placeholders for who, why and the outcome.
+func decisionTemplate(s StepStatus, o step.Outcome) string {
+	return `{"step":"` + s.Step + `","wait":"` + s.Wait + `","resolution":"done","by":"…","reason":"…","result":` + outcomeShape(o) + `}`
 }
 
 // outcomeShape is the JSON shape of a step's outcome for the details, or

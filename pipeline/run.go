@@ -23,6 +23,12 @@ type StepStatus struct {
 	EffectKey string `json:"effect_key"`
 	State     string `json:"state"` // one of the State constants
 	Error     string `json:"error,omitempty"`
+	// Wait names the step's current or last wait for a decision,
+	// "<effect key>#<n>" for its n-th wait in this run; a Decision that
+	// names it is applied to that wait only.
+	Wait string `json:"wait,omitempty"`
+	// WaitingSince is when the current wait began; zero when none.
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
 }
 
 // Step states reported by the status query.
@@ -62,6 +68,8 @@ type Run struct {
 	outcome []string
 	// decls[i] declares step i: its Outcome checks a "done" decision.
 	decls []step.Declaration
+	// waits[i] counts step i's waits for a decision so far.
+	waits []int
 	wait  *waiting
 	// decisionTimeout bounds each wait for an operator's decision.
 	decisionTimeout time.Duration
@@ -111,6 +119,7 @@ func (r *Run) Index(d step.Declaration) (int, error) {
 	r.status = append(r.status, StepStatus{Step: d.Step, EffectKey: key.String(), State: StatePending})
 	r.outcome = append(r.outcome, "")
 	r.decls = append(r.decls, d)
+	r.waits = append(r.waits, 0)
 	return len(r.status) - 1, nil
 }
 

@@ -131,7 +131,9 @@ func TestAmbiguousStepWaitsAndDoneReturnsTheStoredOutcome(t *testing.T) {
 	require.Equal(t, []string{"notify:ambiguous", "<unset>"}, b.attention.Values(), "KeyedAttention set, then cleared")
 	require.Equal(t, []string{"label=done", "notify=waiting"}, during)
 	require.Contains(t, details, "- **label** done · `acme:shipment:s1:label` · `lbl--1`", "outcome IDs in backticks")
-	require.Contains(t, details, "**Needs a decision** (KeyedAttention = `notify:ambiguous`)")
+	require.Contains(t, details, "**Needs a decision** (KeyedAttention = `notify:ambiguous`, since ")
+	require.Contains(t, details, "`"+`{"step":"notify","wait":"acme:shipment:s1:notify#1","resolution":"done","by":"…","reason":"…","result":{"message_id":"…"}}`+"`",
+		"the exact JSON to paste, with the wait")
 	require.Contains(t, details, "Ambiguous: maybe sent")
 	require.Equal(t, pipeline.DecisionInput{EffectKey: "acme:shipment:s1:notify", Step: "notify", Resolution: effects.ResolveDone,
 		Result: json.RawMessage(`{"message_id":"msg_1"}`), Reason: "found at the provider", By: "ada",
@@ -142,6 +144,40 @@ func TestAmbiguousStepWaitsAndDoneReturnsTheStoredOutcome(t *testing.T) {
 	require.Equal(t, told, res.Notified)
 	require.Equal(t, []string{"label=done", "notify=done"}, pipelinetest.States(t, b.env))
 	require.NotContains(t, pipelinetest.Details(t, b.env), "Needs a decision")
+}
+
+// A decision names the wait it is for: one for a wait that is over is
+// refused, never applied to the step's next wait; the status query shows
+// the wait and since when; a repeated decision has one Update ID.
+func TestDecisionForAWaitThatIsOverIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.env.OnActivity(declLabel.Name, mock.Anything, ship).Return(bought, nil).Once()
+	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(notified{}, ambiguous).Twice()
+	b.env.OnActivity(declNotify.Name, mock.Anything, ship).Return(told, nil).Once()
+	pipelinetest.MockApplyDecision(b.env, 3)
+	pipelinetest.MockApplyDecision(b.env, 5)
+	var first, second []pipeline.StepStatus
+	b.env.RegisterDelayedCallback(func() { first = pipelinetest.Status(t, b.env) }, time.Hour)
+	retry := pipeline.Decision{Step: "notify", Wait: "acme:shipment:s1:notify#1", Resolution: effects.ResolveRetry, By: "ada", Reason: "not sent"}
+	u1 := pipelinetest.Decide(b.env, retry, 2*time.Hour)
+	b.env.RegisterDelayedCallback(func() { second = pipelinetest.Status(t, b.env) }, 3*time.Hour)
+	again := pipelinetest.Decide(b.env, retry, 4*time.Hour) // A double click, or the settler racing a person.
+	retry2 := retry
+	retry2.Wait = "acme:shipment:s1:notify#2"
+	u2 := pipelinetest.Decide(b.env, retry2, 5*time.Hour)
+	b.env.ExecuteWorkflow(shipWorkflowName, ship)
+
+	require.NoError(t, b.env.GetWorkflowError())
+	require.NoError(t, u1.Err())
+	require.ErrorContains(t, again.Rejected, "wait acme:shipment:s1:notify#1 is over (the run waits on acme:shipment:s1:notify#2 now)")
+	require.NoError(t, u2.Err())
+	require.Equal(t, "acme:shipment:s1:notify#1", first[1].Wait)
+	require.False(t, first[1].WaitingSince.IsZero())
+	require.Equal(t, "acme:shipment:s1:notify#2", second[1].Wait)
+	require.Equal(t, pipeline.DecisionUpdateID(retry), pipeline.DecisionUpdateID(retry), "one decision, one Update ID")
+	require.NotEqual(t, pipeline.DecisionUpdateID(retry), pipeline.DecisionUpdateID(retry2))
+	require.Empty(t, pipeline.DecisionUpdateID(pipeline.Decision{Step: "notify"}), "no wait: a random ID")
 }
 
 func TestRetriesRanOutWaitsAndRetryRunsTheStepAgain(t *testing.T) {

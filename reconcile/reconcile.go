@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
 )
@@ -55,7 +56,8 @@ const (
 // Kinds lists every kind of finding: the charge kinds, most urgent first,
 // then the refund kinds (see KindDoubleRefund), most urgent first.
 var Kinds = []Kind{KindExtraCharges, KindMissingRecord, KindMismatch, KindMissingAtProvider,
-	KindDoubleRefund, KindReleasedButRefunded, KindUnrecordedRefund, KindRefundMismatch, KindRefundMissingAtProvider}
+	KindDoubleRefund, KindReleasedButRefunded, KindUnrecordedRefund, KindRefundMismatch, KindRefundMissingAtProvider,
+	KindEmailMissingAtProvider}
 
 // Window is the span of creation times reconciled: from From, inclusive, to
 // To, exclusive. Both a record's created_at and a PaymentIntent's created
@@ -120,6 +122,9 @@ type Report struct {
 	// StripeRefunds is the number of refunds carrying an effect key that
 	// Stripe created in the window.
 	StripeRefunds int `json:"stripe_refunds"`
+	// Emails is the number of succeeded receipt and refund email records
+	// created in the window that were checked with SendGrid.
+	Emails int `json:"emails,omitempty"`
 	// InFlight is the number of effect keys skipped because their claim
 	// holds a live lease, or, for a refund, because it was reserved less
 	// than Opts.RefundGrace ago and has not recorded Stripe's answer: the
@@ -157,6 +162,9 @@ type Opts struct {
 	// PageSize is how many PaymentIntents each search request asks for,
 	// 1 to 100. Zero means DefaultPageSize.
 	PageSize int
+	// Sender, if set, checks the succeeded receipt and refund email
+	// records against SendGrid's Email Activity (KindEmailMissingAtProvider).
+	Sender *notify.Sender
 	// RefundGrace is how long after its reservation a refund may be without
 	// a Stripe refund or a recorded answer before it is reported. Zero means
 	// DefaultRefundGrace.
@@ -176,6 +184,7 @@ type Reconciler struct {
 	// refundGrace is Opts.RefundGrace or its default.
 	refundGrace time.Duration
 	metrics     *metrics
+	sender      *notify.Sender
 }
 
 // New returns a Reconciler reading effect records through claims, the
@@ -196,7 +205,7 @@ func New(claims *effects.Client, db effects.DB, stripe *stripeclient.API, opts *
 		opts = &Opts{}
 	}
 	r := &Reconciler{claims: claims, db: db, stripe: stripe, logger: opts.Logger, pageSize: int64(opts.PageSize),
-		refundGrace: cmp.Or(opts.RefundGrace, DefaultRefundGrace)}
+		refundGrace: cmp.Or(opts.RefundGrace, DefaultRefundGrace), sender: opts.Sender}
 	if opts.RefundGrace < 0 {
 		return nil, fmt.Errorf("reconcile: New: refund grace %s is negative", opts.RefundGrace)
 	}
@@ -275,6 +284,9 @@ func (r *Reconciler) Run(ctx context.Context, w Window) (*Report, error) {
 	}
 	if err := r.refundPass(ctx, w, dbNow, pis, rep); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	if err := r.emailPass(ctx, w, rep); err != nil {
+		return nil, fmt.Errorf("reconcile: emails: %w", err)
 	}
 	slices.SortStableFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.TenantID, b.TenantID), cmp.Compare(a.EffectKey, b.EffectKey),

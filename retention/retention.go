@@ -32,8 +32,11 @@ type Job struct {
 // Opts configures a Pruner. A nil *Opts means all defaults.
 type Opts struct {
 	// Every is the interval; each window of this length is pruned once.
-	// Zero means DefaultEvery. Under one minute is refused.
+	// Zero means DefaultEvery. Under one second is refused.
 	Every time.Duration
+	// Schedule names the schedule in its window keys, such as "settle".
+	// Empty means "prune".
+	Schedule string
 	// Owner names this replica in the claim. Empty means host name and PID.
 	Owner string
 	// Logger receives one record per window. Nil means slog.Default().
@@ -44,12 +47,13 @@ type Opts struct {
 
 // Pruner runs its jobs once per window across all replicas.
 type Pruner struct {
-	claims *effects.Client
-	jobs   []Job
-	every  time.Duration
-	owner  string
-	logger *slog.Logger
-	now    func() time.Time
+	claims   *effects.Client
+	jobs     []Job
+	every    time.Duration
+	schedule string
+	owner    string
+	logger   *slog.Logger
+	now      func() time.Time
 
 	stop chan struct{}
 	done sync.WaitGroup
@@ -73,12 +77,18 @@ func New(claims *effects.Client, jobs []Job, opts *Opts) (*Pruner, error) {
 	if opts == nil {
 		opts = &Opts{}
 	}
-	p := &Pruner{claims: claims, jobs: jobs, every: opts.Every, owner: opts.Owner, logger: opts.Logger, now: opts.Now}
+	p := &Pruner{claims: claims, jobs: jobs, every: opts.Every, schedule: opts.Schedule, owner: opts.Owner, logger: opts.Logger, now: opts.Now}
 	if p.every == 0 {
 		p.every = DefaultEvery
 	}
-	if p.every < time.Minute {
-		return nil, fmt.Errorf("retention: New: interval %s is under one minute", p.every)
+	if p.every < time.Second {
+		return nil, fmt.Errorf("retention: New: interval %s is under one second", p.every)
+	}
+	if p.schedule == "" {
+		p.schedule = "prune"
+	}
+	if _, err := ScheduleKey(p.schedule, time.Unix(0, 0)); err != nil {
+		return nil, fmt.Errorf("retention: New: schedule %q: %w", p.schedule, err)
 	}
 	if p.owner == "" {
 		host, _ := os.Hostname()
@@ -99,9 +109,27 @@ type Result struct {
 	Deleted map[string]int64 `json:"deleted"`
 }
 
-// WindowKey returns the effect key of the window starting at start.
-func WindowKey(start time.Time) (effects.Key, error) {
-	return effects.NewKey(SystemTenant, "schedule", "prune", start.UTC().Format("20060102T1504Z"))
+// WindowKey returns the effect key of the prune window starting at start.
+func WindowKey(start time.Time) (effects.Key, error) { return ScheduleKey("prune", start) }
+
+// ScheduleKey returns the effect key of the window of schedule starting at
+// start, such as "keyed:schedule:prune:20261129T2000Z"; a window that
+// starts off the minute has its seconds too.
+func ScheduleKey(schedule string, start time.Time) (effects.Key, error) {
+	layout := "20060102T1504Z"
+	if start.Second() != 0 {
+		layout = "20060102T150405Z"
+	}
+	return effects.NewKey(SystemTenant, "schedule", schedule, start.UTC().Format(layout))
+}
+
+type windowStartKey struct{}
+
+// WindowStart returns the start of the window a Job's Run runs for, from
+// its ctx, or the zero time outside a Run.
+func WindowStart(ctx context.Context) time.Time {
+	t, _ := ctx.Value(windowStartKey{}).(time.Time)
+	return t
 }
 
 // RunWindow prunes the window that contains at, unless another replica has
@@ -110,13 +138,14 @@ func WindowKey(start time.Time) (effects.Key, error) {
 // returned.
 func (p *Pruner) RunWindow(ctx context.Context, at time.Time) (res Result, ran bool, err error) {
 	start := at.UTC().Truncate(p.every)
-	key, err := WindowKey(start)
+	key, err := ScheduleKey(p.schedule, start)
 	if err != nil {
 		return Result{}, false, err
 	}
-	res, err = effects.Do(ctx, p.claims, effects.ClaimParams{Key: key, Kind: "prune", Owner: p.owner},
+	res, err = effects.Do(ctx, p.claims, effects.ClaimParams{Key: key, Kind: p.schedule, Owner: p.owner},
 		func(ctx context.Context, _ *effects.Claim) (Result, error) {
 			ran = true
+			ctx = context.WithValue(ctx, windowStartKey{}, start)
 			out := Result{Window: start, Deleted: map[string]int64{}}
 			for _, j := range p.jobs {
 				n, err := j.Run(ctx)
@@ -150,7 +179,7 @@ func (p *Pruner) Start(context.Context) error {
 			case err != nil:
 				p.logger.Warn("prune window failed", "error", err)
 			case ran:
-				p.logger.Info("pruned", "window", res.Window, "deleted", res.Deleted)
+				p.logger.Info(p.schedule+" window done", "window", res.Window, "rows", res.Deleted)
 			}
 			select {
 			case <-p.stop:

@@ -111,8 +111,10 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	require.Error(t, err)
 	_, err = retention.New(b.claims, []retention.Job{{Name: "x"}}, nil)
 	require.Error(t, err)
-	_, err = retention.New(b.claims, job, &retention.Opts{Every: time.Second})
-	require.ErrorContains(t, err, "under one minute")
+	_, err = retention.New(b.claims, job, &retention.Opts{Every: time.Millisecond})
+	require.ErrorContains(t, err, "under one second")
+	_, err = retention.New(b.claims, job, &retention.Opts{Schedule: "a:b"})
+	require.ErrorContains(t, err, `schedule "a:b"`)
 }
 
 func TestStartStop(t *testing.T) {
@@ -125,3 +127,22 @@ func TestStartStop(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A job reads the start of its window from its context, whenever it runs:
+// the window is the interval's, not the clock's.
+func TestJobsReadTheirWindowStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var got time.Time
+	p, err := retention.New(b.claims, []retention.Job{{Name: "w", Run: func(ctx context.Context) (int64, error) {
+		got = retention.WindowStart(ctx)
+		return 0, nil
+	}}}, &retention.Opts{Every: time.Minute, Schedule: "window-test", Logger: quiet()})
+	require.NoError(t, err)
+	at := time.Date(2026, 12, 2, 10, 7, 42, 0, time.UTC)
+	_, ran, err := p.RunWindow(b.ctx, at)
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Equal(t, at.Truncate(time.Minute), got)
+	require.True(t, retention.WindowStart(b.ctx).IsZero())
+}

@@ -162,6 +162,9 @@ type Definition struct {
 	Fn any
 	// Verify, if set, checks a "done" outcome before it is applied.
 	Verify Verify
+	// Gather, if set, asks the provider what became of the effect, so that
+	// keyed settles the step's waits without a person (pipeline.Settler).
+	Gather Gather
 }
 
 // Bind returns d bound to fn, for Register. Prefer Keyed.Bind, which

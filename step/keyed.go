@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
 
@@ -144,7 +145,23 @@ type Effect[In Input, T any] struct {
 // back through ToTemporal.
 func (k Keyed[In, T]) Run(ctx context.Context, r Runner, in In, e Effect[In, T]) (T, error) {
 	res, err := k.run(ctx, r, in, e)
+	if UniqueViolation(err) && activity.IsActivity(ctx) {
+		activity.GetMetricsHandler(ctx).WithTags(map[string]string{"step": k.Step}).Counter(MetricUniqueViolations).Inc(1)
+	}
 	return res, ToTemporal(err)
+}
+
+// MetricUniqueViolations counts unique-constraint violations (23505) that
+// reached a step's boundary instead of being handled as a duplicate by a
+// claim or a transition: a bug in the guard. Prometheus shows
+// keyed_unhandled_unique_violations_total{step}.
+const MetricUniqueViolations = "keyed_unhandled_unique_violations"
+
+// UniqueViolation reports whether err's chain holds a Postgres
+// unique_violation (23505).
+func UniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505"
 }
 
 func (k Keyed[In, T]) run(ctx context.Context, r Runner, in In, e Effect[In, T]) (T, error) {

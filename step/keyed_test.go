@@ -3,8 +3,10 @@ package step_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
@@ -59,4 +61,14 @@ func TestFingerprintHashesTheParts(t *testing.T) {
 	require.Equal(t, step.Fingerprint("1250", "eur"), step.Fingerprint("1250", "eur"))
 	require.NotEqual(t, step.Fingerprint("1250", "eur"), step.Fingerprint("125", "0eur"))
 	require.Regexp(t, `^sha256:[0-9a-f]{32}$`, step.Fingerprint("x"))
+}
+
+// A unique violation that reaches a step's boundary is told apart, through
+// any wrapping, from every other error.
+func TestUniqueViolation(t *testing.T) {
+	t.Parallel()
+	require.True(t, step.UniqueViolation(fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505"})))
+	require.False(t, step.UniqueViolation(&pgconn.PgError{Code: "40001"}))
+	require.False(t, step.UniqueViolation(errors.New("23505")))
+	require.False(t, step.UniqueViolation(nil))
 }

@@ -60,3 +60,39 @@ func ConfirmMessage(ctx context.Context, s *notify.Sender, key effects.Key, mess
 	}
 	return Unverifiable("%v", err)
 }
+
+// Evidence is what a provider shows about a waiting step's effect.
+type Evidence struct {
+	// Outcome, when not nil, is the step's outcome as the provider shows
+	// it: the effect happened, and "done" with it settles the wait.
+	Outcome any
+	// Absent: the provider answered, past its index lag, and shows no
+	// effect under the key; it did not happen, and "retry" settles the wait.
+	Absent bool
+	// Detail says what was seen, in one short line, for the audit.
+	Detail string
+}
+
+// Gather asks a step's provider what became of its effect under key,
+// changing nothing. An error means the evidence is not definitive (the
+// look-up failed, the index may lag, what it shows does not match) and
+// says why.
+type Gather func(ctx context.Context, key effects.Key) (Evidence, error)
+
+// GatherMessage is the Gather of an email step: the latest message
+// SendGrid's Email Activity shows under key, as outcome(messageID) makes
+// it the step's outcome; absent once the index has had its lag; otherwise
+// notify.Sender.Find's error.
+func GatherMessage(ctx context.Context, s *notify.Sender, key effects.Key, outcome func(messageID string) any) (Evidence, error) {
+	if s == nil {
+		return Evidence{}, errors.New("no SendGrid client to ask (SENDGRID_API_KEY is not set)")
+	}
+	id, err := s.Find(ctx, key)
+	switch {
+	case err == nil:
+		return Evidence{Outcome: outcome(id), Detail: "SendGrid's Email Activity shows message " + id}, nil
+	case errors.Is(err, notify.ErrNotSent):
+		return Evidence{Absent: true, Detail: "SendGrid's Email Activity shows no message after its index lag"}, nil
+	}
+	return Evidence{}, err
+}

@@ -101,7 +101,7 @@ func lookupOutageOpts(o *notify.SenderOpts) {
 
 // startDecidingWorker runs a worker with the order activities and
 // ApplyDecision, as every production worker must.
-func (b *bundle) startDecidingWorker(t *testing.T) worker.Worker {
+func (b *bundle) startDecidingWorker(t testing.TB) worker.Worker {
 	t.Helper()
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{})
 	require.NoError(t, pipeline.Register(w, workflows.Pipelines(), b.deps, nil))
@@ -119,7 +119,7 @@ type waitingOrder struct {
 
 // waitingReceipt creates order id, queues fault for its receipt and starts
 // its run.
-func (b *bundle) waitingReceipt(t *testing.T, id string, fault fakesendgrid.Fault) *waitingOrder {
+func (b *bundle) waitingReceipt(t testing.TB, id string, fault fakesendgrid.Fault) *waitingOrder {
 	t.Helper()
 	o := b.order(t, id, 1500, "pm_card_visa")
 	in := orders.NewOrderInput(b.tenant, id)

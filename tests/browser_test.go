@@ -61,7 +61,18 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 		"tenant "+b.tenant+" · order web1 · 15.00 EUR", // Summary: the static summary.
 		"charge · effect "+chargeKey.String(),          // Events with Metadata: activity summaries.
 		"receipt · effect "+w.key.String(),
-		"receipt waiting", "Needs a decision", "receipt:ambiguous") // Current Details.
+		"receipt waiting", "Needs a decision", "receipt:ambiguous", // Current Details,
+		`"wait":"`+w.key.String()+`#1"`) // with the exact JSON to paste.
+
+	// A payload missing its fields gets every problem at once.
+	br.click(10*time.Second, "More Actions")
+	br.click(10*time.Second, "Send an Update")
+	const modal = "dialog[open][data-testid=update-confirmation-modal]" // The page holds a closed copy too.
+	br.selectUpdate(modal, pipeline.UpdateDecide)
+	br.insertText(10*time.Second, modal+" .cm-content", `{"step":"receipt","resolution":"done"}`)
+	br.click(10*time.Second, "Submit")
+	br.waitText(30*time.Second, "reason is required", "by (who decides) is required", "result is required")
+	br.open(run + "/history")
 
 	// The operator finds the message at SendGrid and decides from the UI.
 	b.mail.SetLookupOutage(false)
@@ -72,7 +83,6 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	require.NoError(t, err)
 	br.click(10*time.Second, "More Actions")
 	br.click(10*time.Second, "Send an Update")
-	const modal = "dialog[open][data-testid=update-confirmation-modal]" // The page holds a closed copy too.
 	br.selectUpdate(modal, pipeline.UpdateDecide)
 	br.insertText(10*time.Second, modal+" .cm-content", string(decision))
 	br.click(10*time.Second, "Submit")

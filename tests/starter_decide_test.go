@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -34,7 +36,9 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	var listed []pipeline.Attention
 	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
 	require.Contains(t, listed, pipeline.Attention{WorkflowID: w.st.WorkflowID, RunID: w.st.RunID, WorkflowType: orders.WorkflowName, TenantID: b.tenant,
-		Keywords: map[string]string{orders.SearchAttrOrderID: "cli1"}, Attention: "receipt:ambiguous", StartTime: listed[indexOf(listed, w.st.WorkflowID)].StartTime})
+		Keywords: map[string]string{orders.SearchAttrOrderID: "cli1"}, Attention: "receipt:ambiguous", StartTime: listed[indexOf(listed, w.st.WorkflowID)].StartTime,
+		Wait: w.key.String() + "#1", WaitingSince: listed[indexOf(listed, w.st.WorkflowID)].WaitingSince})
+	require.False(t, listed[indexOf(listed, w.st.WorkflowID)].WaitingSince.IsZero(), "when the wait began")
 
 	b.mail.SetLookupOutage(false)
 	got := starter("resolve", "--key", w.key.String(), "--as", "retry", "--by", "ada", "--reason", "SendGrid answers again")
@@ -64,9 +68,9 @@ func (b *bundle) starterCLI(t *testing.T) func(args ...string) string {
 }
 
 // starterRun builds cmd/starter and returns a function that runs it with
-// args against the test's schema and the dev server, and returns its exit
-// code and combined output.
-func (b *bundle) starterRun(t *testing.T) func(args ...string) (int, string) {
+// args against the test's schema and the dev server, with env added to its
+// environment, and returns its exit code and combined output.
+func (b *bundle) starterRun(t *testing.T, env ...string) func(args ...string) (int, string) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "starter")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyedhq/keyed/cmd/starter").CombinedOutput()
@@ -74,7 +78,7 @@ func (b *bundle) starterRun(t *testing.T) func(args ...string) (int, string) {
 	return func(args ...string) (int, string) {
 		t.Helper()
 		cmd := exec.CommandContext(b.ctx, bin, args...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+b.dbURL, "TEMPORAL_ADDRESS="+temporalAddr, "TEMPORAL_NAMESPACE=default")
+		cmd.Env = append(append(os.Environ(), "DATABASE_URL="+b.dbURL, "TEMPORAL_ADDRESS="+temporalAddr, "TEMPORAL_NAMESPACE=default"), env...)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if err != nil {
@@ -92,4 +96,52 @@ func indexOf(as []pipeline.Attention, workflowID string) int {
 		}
 	}
 	return 0
+}
+
+// starter resolve --query decides in a batch: --dry-run lists each waiting
+// run with the provider's evidence and decides nothing; a done takes each
+// run's outcome from SendGrid and skips, saying so, a run without one; a
+// retry decides the rest. One receipt each at SendGrid.
+func TestStarterResolveQueryDecidesInABatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.deps = b.newDeps(t, lookupOutageOpts)
+	b.startDecidingWorker(t)
+	b.mail.SetLookupOutage(true)
+	sent := b.waitingReceipt(t, "batch1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
+	lost := b.waitingReceipt(t, "batch2", fakesendgrid.Fault{Kind: fakesendgrid.FaultServerError, Delay: 3 * time.Second})
+	for _, w := range []*waitingOrder{sent, lost} {
+		b.awaitAttention(t, w.st.WorkflowID)
+	}
+	run := b.starterRun(t, "SENDGRID_API_KEY="+sendgridKey, "SENDGRID_API_BASE="+b.mailURL)
+	query := "TaskQueue = '" + b.taskQueue + "'"
+	env := []string{"--query", query, "--by", "ada", "--reason", "batch after the SendGrid outage"}
+
+	code, out := run(append([]string{"resolve", "--as", "done", "--dry-run"}, env...)...)
+	require.Zero(t, code, out)
+	require.Contains(t, out, sent.key.String()+"#1")
+	require.Contains(t, out, lost.key.String()+"#1")
+	require.Contains(t, out, "not definitive", "the look-up is down: the evidence says so")
+	require.True(t, b.listed(t, sent.st.WorkflowID) && b.listed(t, lost.st.WorkflowID), "a dry run decides nothing")
+
+	b.mail.SetLookupOutage(false)
+	require.Eventually(t, func() bool { // Past the index lag, the evidence is definitive.
+		code, out = run(append([]string{"resolve", "--as", "done"}, env...)...)
+		return regexp.MustCompile(`\s{2}decided\s{2}`).MatchString(out)
+	}, 30*time.Second, time.Second, "last: %s", out)
+	require.Equal(t, 2, code, "one run had no outcome to take: %s", out)
+	require.Contains(t, out, "no outcome found at the provider")
+	_, err := b.wait(t, sent.st)
+	require.NoError(t, err)
+
+	code, out = run(append([]string{"resolve", "--as", "retry"}, env...)...)
+	require.Zero(t, code, out)
+	_, err = b.wait(t, lost.st)
+	require.NoError(t, err)
+	for _, w := range []*waitingOrder{sent, lost} {
+		require.Len(t, b.mail.MessagesFor("effect_key", w.key.String()), 1, "one receipt for %s", w.id)
+	}
+	code, out = run("resolve", "--query", query, "--key", sent.key.String(), "--as", "retry", "--by", "ada", "--reason", "x")
+	require.Equal(t, 2, code)
+	require.Contains(t, out, "give no --key")
 }

@@ -78,14 +78,20 @@ func New(d pipeline.Deps) (*Activities, error) {
 // Definitions returns the order steps bound to a, each with the Verify of
 // an operator's "done" outcome, in the order of Declarations.
 func (a *Activities) Definitions() []step.Definition {
+	charge := DeclCharge.Define(a.Charge, a.verifyCharge)
+	charge.Gather = a.gatherCharge
+	receipt := DeclSendReceipt.Define(a.SendReceipt, func(ctx context.Context, key effects.Key, r orders.ReceiptResult) error {
+		return step.ConfirmMessage(ctx, a.sender, key, r.MessageID)
+	})
+	receipt.Gather = func(ctx context.Context, key effects.Key) (step.Evidence, error) {
+		return step.GatherMessage(ctx, a.sender, key, func(id string) any { return orders.ReceiptResult{MessageID: id} })
+	}
 	return []step.Definition{
-		DeclCharge.Define(a.Charge, a.verifyCharge),
+		charge,
 		DeclMarkPaid.Define(a.MarkPaid, func(ctx context.Context, key effects.Key, _ orders.MarkPaidResult) error {
 			return a.verifyTransition(ctx, key, orders.StatusPaid)
 		}),
-		DeclSendReceipt.Define(a.SendReceipt, func(ctx context.Context, key effects.Key, r orders.ReceiptResult) error {
-			return step.ConfirmMessage(ctx, a.sender, key, r.MessageID)
-		}),
+		receipt,
 		DeclMarkFailed.Define(a.MarkFailed, func(ctx context.Context, key effects.Key, _ orders.MarkFailedResult) error {
 			return a.verifyTransition(ctx, key, orders.StatusFailed)
 		}),

@@ -3,6 +3,8 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/stripe/stripe-go/v76"
 
@@ -58,4 +60,51 @@ func orderOfKey(key effects.Key) (tenant, id string, err error) {
 		return "", "", step.Contradicted("%s is not an order step's effect key", key)
 	}
 	return key.Tenant(), parts[1], nil
+}
+
+// stripeSearchLag is how long Stripe's search may take to show a new
+// PaymentIntent: no charge is proven absent before it has passed.
+const stripeSearchLag = 2 * time.Minute
+
+// gatherCharge is the charge's step.Gather: a succeeded PaymentIntent for
+// the order's amount under the key settles it done; none under the key,
+// once Stripe's search has had its lag since the record last changed,
+// proves it absent. Anything else is left for a person.
+func (a *Activities) gatherCharge(ctx context.Context, key effects.Key) (step.Evidence, error) {
+	tenant, id, err := orderOfKey(key)
+	if err != nil {
+		return step.Evidence{}, err
+	}
+	if a.stripe == nil || a.orders == nil {
+		return step.Evidence{}, errors.New("no Stripe client or database to ask")
+	}
+	o, err := a.orders.Get(ctx, tenant, id)
+	if err != nil {
+		return step.Evidence{}, fmt.Errorf("load the order: %w", err)
+	}
+	var other string
+	pi, err := stripestep.FindCharge(ctx, a.stripe, key, func(pi *stripe.PaymentIntent) (bool, error) {
+		m, problem := stripestep.IntentMismatch(pi, key, o.AmountMinor, o.Currency)
+		if m != stripestep.Matches {
+			other = "Stripe's PaymentIntent " + pi.ID + " under the key " + problem
+		}
+		return m == stripestep.Matches, nil
+	})
+	switch {
+	case err != nil:
+		return step.Evidence{}, err
+	case pi != nil:
+		return step.Evidence{Outcome: stripestep.ChargeResult(pi),
+			Detail: "Stripe shows PaymentIntent " + pi.ID + " succeeded for " + orders.FormatAmount(pi.Amount, string(pi.Currency))}, nil
+	case other != "":
+		return step.Evidence{}, errors.New(other)
+	}
+	rec, err := a.claims.Get(ctx, key)
+	if err != nil {
+		return step.Evidence{}, fmt.Errorf("read the effect record: %w", err)
+	}
+	if since := time.Since(rec.UpdatedAt); since < stripeSearchLag {
+		return step.Evidence{}, fmt.Errorf("no PaymentIntent under the key in Stripe's search yet; it may lag %s", stripeSearchLag)
+	}
+	return step.Evidence{Absent: true, Detail: "Stripe's search shows no PaymentIntent under the key after its index lag"}, nil
 }

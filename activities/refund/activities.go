@@ -95,6 +95,12 @@ func New(d pipeline.Deps) (*Activities, error) {
 // Definitions returns the refund steps bound to a, each with the Verify of
 // an operator's "done" outcome, in the order of Declarations.
 func (a *Activities) Definitions() []step.Definition {
+	email := DeclEmail.Define(a.SendRefundEmail, func(ctx context.Context, key effects.Key, r refunds.EmailResult) error {
+		return step.ConfirmMessage(ctx, a.sender, key, r.MessageID)
+	})
+	email.Gather = func(ctx context.Context, key effects.Key) (step.Evidence, error) {
+		return step.GatherMessage(ctx, a.sender, key, func(id string) any { return refunds.EmailResult{MessageID: id} })
+	}
 	return []step.Definition{
 		DeclReserve.Define(a.Reserve, a.verifyReserve),
 		DeclStripe.Define(a.RefundAtStripe, a.verifyStripe),
@@ -105,9 +111,7 @@ func (a *Activities) Definitions() []step.Definition {
 			}
 			return a.orders.VerifyTransition(ctx, in.TenantID, in.OrderID, key, orders.Status(r.Status))
 		}),
-		DeclEmail.Define(a.SendRefundEmail, func(ctx context.Context, key effects.Key, r refunds.EmailResult) error {
-			return step.ConfirmMessage(ctx, a.sender, key, r.MessageID)
-		}),
+		email,
 		DeclRelease.Define(a.ReleaseRefund, a.verifyRelease),
 	}
 }

@@ -37,6 +37,13 @@ func runAttention(ctx context.Context, e *env, args []string) error {
 		if runs == nil {
 			runs = []pipeline.Attention{}
 		}
+		for i := range runs {
+			askCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := runs[i].ReadWait(askCtx, tc); err != nil {
+				fmt.Fprintf(e.stderr, "starter attention: cannot ask %s for its wait: %v\n", clean(runs[i].WorkflowID), err)
+			}
+			cancel()
+		}
 		if *asJSON {
 			return writeJSON(e.stdout, runs)
 		}
@@ -45,10 +52,15 @@ func runAttention(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tSEARCH ATTRIBUTES\tWAITS ON\tSTARTED\tWORKFLOW ID\tTYPE")
+		fmt.Fprintln(tw, "TENANT\tSEARCH ATTRIBUTES\tWAITS ON\tWAITING SINCE\tWAITED\tWORKFLOW ID\tTYPE")
+		now := time.Now()
 		for _, r := range runs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clean(r.TenantID), clean(pairs(r.Keywords)), clean(r.Attention),
-				r.StartTime.UTC().Format(time.RFC3339), clean(r.WorkflowID), clean(r.WorkflowType))
+			since, waited := "-", "-"
+			if !r.WaitingSince.IsZero() {
+				since, waited = r.WaitingSince.UTC().Format(time.RFC3339), now.Sub(r.WaitingSince).Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(r.TenantID), clean(pairs(r.Keywords)), clean(r.Attention),
+				since, waited, clean(r.WorkflowID), clean(r.WorkflowType))
 		}
 		return tw.Flush()
 	}, &tc)

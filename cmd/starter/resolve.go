@@ -56,12 +56,19 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		"without the look-up's scope); the record keeps that it was not verified")
 	asJSON := f.Bool("json", false, "print the record (or the decision) as JSON")
 	by := f.String("by", "", fmt.Sprintf("who decides: a `name` kept on the record, at most %d bytes (default $USER)", pipeline.MaxDecisionBy))
+	batch := batchFlags(f)
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
 	}
 	if *by == "" {
 		*by, _ = e.lookup("USER")
+	}
+	if *batch.query != "" {
+		if *key != "" || *result != "" {
+			return usagef("--query decides every run it lists: give no --key and no --result (a done takes each run's outcome from its provider)")
+		}
+		return runResolveQuery(ctx, e, f, cfg, batch, pipeline.Decision{Resolution: effects.Resolution(*as), Reason: *reason, By: *by, Unverified: *unverified}, *asJSON)
 	}
 	k, d, err := decisionOf(*key, *as, *reason, *result, *by, f.isSet("result"), *unverified)
 	if err != nil {
@@ -175,7 +182,7 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 	}
 	askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	waits, runID, err := pipeline.AttentionOf(askCtx, tc, id)
+	w, err := pipeline.WaitOf(askCtx, tc, id)
 	var notFound *serviceerror.NotFound
 	switch {
 	case errors.Is(err, pipeline.ErrNotWaiting), errors.As(err, &notFound):
@@ -184,11 +191,11 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 		fmt.Fprintf(e.stderr, "starter resolve: cannot ask Temporal whether the run %s waits (%v); settling the record only\n", id, err)
 		return nil, nil
 	}
-	step, _, _ := strings.Cut(waits, ":")
-	if step != keyStep {
-		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, step, waits, keyStep)
+	if w.Step != keyStep {
+		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, w.Step, w.Attention, keyStep)
 	}
-	res, err := pipeline.SendDecision(ctx, tc, id, runID, d)
+	d.Wait = w.Wait
+	res, err := pipeline.SendDecision(ctx, tc, id, w.RunID, d)
 	if err != nil {
 		return nil, usagef("the waiting run %s refused the decision: %s", id, failureMessage(err))
 	}
@@ -213,7 +220,7 @@ func failureMessage(err error) string {
 // one are usage errors.
 func resolveRecord(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store,
 	k effects.Key, d pipeline.Decision) (*effects.Record, error) {
-	decider, err := newDecider(cfg, pool, fxc, store)
+	decider, err := newDecider(cfg, pool, fxc)
 	if err != nil {
 		return nil, err
 	}
@@ -239,12 +246,23 @@ const lookupOnlyFrom = "keyed-resolve@localhost.invalid"
 // client when STRIPE_SECRET_KEY is set and a
 // SendGrid client when SENDGRID_API_KEY is: without one, the checks that
 // need it find the provider unverifiable, naming the missing setting.
-func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store) (*pipeline.Decider, error) {
+func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client) (*pipeline.Decider, error) {
+	d, err := providerDeps(cfg, pool, fxc)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.NewDeciderOf(workflows.Pipelines(), d)
+}
+
+// providerDeps returns the pipelines' Deps with a Stripe client when
+// STRIPE_SECRET_KEY is set and a SendGrid client (that only looks up)
+// when SENDGRID_API_KEY is.
+func providerDeps(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client) (pipeline.Deps, error) {
 	var sc *stripeclient.API
 	if key := string(cfg.Stripe.SecretKey); key != "" {
 		var err error
 		if sc, err = stripestep.NewClient(key, cfg.Stripe.APIBase, nil); err != nil {
-			return nil, usagef("STRIPE_SECRET_KEY, STRIPE_API_BASE: %v", err)
+			return pipeline.Deps{}, usagef("STRIPE_SECRET_KEY, STRIPE_API_BASE: %v", err)
 		}
 	}
 	var sender *notify.Sender
@@ -253,7 +271,7 @@ func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, sto
 		var err error
 		sender, err = notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: key, BaseURL: cfg.SendGrid.APIBase, From: from})
 		if err != nil {
-			return nil, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
+			return pipeline.Deps{}, usagef("SENDGRID_API_KEY, SENDGRID_API_BASE, RECEIPT_FROM: %v", err)
 		}
 	}
 	d := pipeline.Deps{DB: pool, Effects: fxc}
@@ -263,7 +281,7 @@ func newDecider(cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, sto
 	if sender != nil {
 		d.Providers = append(d.Providers, sender)
 	}
-	return pipeline.NewDeciderOf(workflows.Pipelines(), d)
+	return d, nil
 }
 
 // runOfKey returns the workflow ID of the run whose step makes the effect

@@ -127,6 +127,10 @@ const (
 	// Stripe. EFFECTS_RETENTION must cover it.
 	IdempotencyRetention = 24 * time.Hour
 	DefaultPruneEvery    = time.Hour
+	// DefaultSettleEvery is SETTLE_EVERY's default.
+	DefaultSettleEvery = time.Minute
+	// DefaultReconcileEvery is RECONCILE_EVERY's default.
+	DefaultReconcileEvery = time.Hour
 	// DefaultAPIRateLimit and DefaultAPIRateBurst are KEYED_API_RATE_LIMIT's
 	// and KEYED_API_RATE_BURST's defaults: 100 requests a second per tenant
 	// in bursts of up to 200, as Stripe's live mode allows.
@@ -284,6 +288,12 @@ type WorkerTuning struct {
 	EffectsRetention time.Duration
 	// PruneEvery is PRUNE_EVERY: the window in which one replica prunes.
 	PruneEvery time.Duration
+	// SettleEvery is SETTLE_EVERY: the window in which one replica settles
+	// waiting runs from provider evidence.
+	SettleEvery time.Duration
+	// ReconcileEvery is RECONCILE_EVERY: the window in which one replica
+	// reconciles with Stripe.
+	ReconcileEvery time.Duration
 }
 
 // Error lists every configuration problem found by Load.

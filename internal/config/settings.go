@@ -235,6 +235,12 @@ var Settings = []Setting{
 	{Env: "PRUNE_EVERY", Field: "Worker.PruneEvery", For: InWorker, Default: DefaultPruneEvery, Check: atLeast(time.Minute, "is under one minute"),
 		Help: "prune once per window of this length, across replicas",
 		Doc:  "each window of this length is pruned once across all replicas"},
+	{Env: "RECONCILE_EVERY", Field: "Worker.ReconcileEvery", For: InWorker, Default: DefaultReconcileEvery, Check: offOrAtLeast(time.Minute, "is under one minute"),
+		Help: "reconcile with Stripe once per window of this length, across replicas (0: off)",
+		Doc:  "once per window of this length, across all replicas, the worker compares the charge and refund records of the window before (and an hour more) with Stripe and exports the findings as `keyed_reconcile_findings{kind}`; `0` turns it off (run `starter reconcile` yourself)"},
+	{Env: "SETTLE_EVERY", Field: "Worker.SettleEvery", For: InWorker, Default: DefaultSettleEvery, Check: atLeast(time.Second, "is under one second"),
+		Help: "settle waiting runs from provider evidence once per window of this length, across replicas",
+		Doc:  "once per window of this length, across all replicas, the worker asks the providers about every run waiting for a decision and decides what their evidence settles (`by: keyed`); see docs/operating.md"},
 
 	{Env: "KEYED_API_ADDR", Flag: "addr", Field: "API.Addr", For: InServe, Default: DefaultAPIAddr, Check: hostPort,
 		Help: "listen `host:port`",
@@ -345,6 +351,17 @@ func atLeast(least time.Duration, why string) func(any, *Config) error {
 			return fmt.Errorf("%s %s", d, why)
 		}
 		return nil
+	}
+}
+
+// offOrAtLeast is atLeast, with 0 meaning off.
+func offOrAtLeast(least time.Duration, why string) func(any, *Config) error {
+	check := atLeast(least, why)
+	return func(v any, c *Config) error {
+		if v.(time.Duration) == 0 {
+			return nil
+		}
+		return check(v, c)
 	}
 }
 

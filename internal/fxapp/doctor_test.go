@@ -46,6 +46,7 @@ func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
 	var logs syncBuffer
 	d := fxapptest.Prepare(t, nil)
 	d.Env["DATABASE_URL"] += "&pool_max_conns=6"
+	d.Env["RECONCILE_EVERY"] = "0" // A deployment that never reconciles.
 	w, err := fxapptest.StartOn(t, d, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	require.NoError(t, err)
 

@@ -41,6 +41,8 @@ func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Opti
 		WorkerModule,
 		RelayModule,
 		RetentionModule,
+		SettleModule,
+		ReconcileModule,
 		DoctorModule,
 		// The stop hooks must outlast the worker's drain of in-flight activities.
 		fx.StopTimeout(cfg.Worker.StopTimeout+15*time.Second),

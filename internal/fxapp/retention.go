@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
@@ -30,17 +31,33 @@ var RetentionModule = fx.Module("retention",
 
 type prunerIn struct {
 	fx.In
-	Lifecycle fx.Lifecycle
-	Effects   *effects.Client
-	Sender    *notify.Sender
-	Tuning    config.WorkerTuning
-	Temporal  config.Temporal
-	Client    client.Client
-	Logger    *slog.Logger
-	Pipelines []pipeline.Spec
+	Lifecycle  fx.Lifecycle
+	Effects    *effects.Client
+	Sender     *notify.Sender
+	Tuning     config.WorkerTuning
+	Temporal   config.Temporal
+	Client     client.Client
+	Logger     *slog.Logger
+	Pipelines  []pipeline.Spec
+	Registerer prometheus.Registerer
+}
+
+// effectsRetentionGauge exports EFFECTS_RETENTION, for the alert that
+// compares the age of the duplicates that arrive with it.
+func effectsRetentionGauge(reg prometheus.Registerer, d time.Duration) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keyed_effects_retention_seconds",
+		Help: "EFFECTS_RETENTION: finished effect records older than this are pruned."})
+	g.Set(d.Seconds())
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("register keyed_effects_retention_seconds: %w", err)
+	}
+	return nil
 }
 
 func newPruner(in prunerIn) (*retention.Pruner, error) {
+	if err := effectsRetentionGauge(in.Registerer, in.Tuning.EffectsRetention); err != nil {
+		return nil, err
+	}
 	lc, fxc, sender, w, logger := in.Lifecycle, in.Effects, in.Sender, in.Tuning, in.Logger
 	jobs := []retention.Job{
 		{Name: "effects", Run: func(ctx context.Context) (int64, error) {

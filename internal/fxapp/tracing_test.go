@@ -111,11 +111,18 @@ func callsWithParents(spans tracetest.SpanStubs, prefix string) bool {
 }
 
 // clientSpans returns the HTTP client spans of requests whose URL, without
-// its scheme, starts with prefix.
+// its scheme, starts with prefix, but for the worker's scheduled jobs'
+// (the reconciliation with Stripe), which belong to no request.
 func clientSpans(spans tracetest.SpanStubs, prefix string) []tracetest.SpanStub {
+	scheduled := map[trace.TraceID]bool{}
+	for _, s := range spans {
+		if strings.HasPrefix(s.Name, "schedule ") {
+			scheduled[s.SpanContext.TraceID()] = true
+		}
+	}
 	var out []tracetest.SpanStub
 	for _, s := range spans {
-		if s.SpanKind != trace.SpanKindClient {
+		if s.SpanKind != trace.SpanKindClient || scheduled[s.SpanContext.TraceID()] {
 			continue
 		}
 		for _, a := range s.Attributes {

@@ -23,7 +23,7 @@ import (
 // checkout, and stops the app.
 func TestWorkerAppRunsAnOrder(t *testing.T) {
 	t.Parallel()
-	w := fxapptest.Start(t, nil)
+	w := fxapptest.Start(t, &fxapptest.Opts{Env: map[string]string{"RECONCILE_EVERY": "1h"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -68,6 +68,16 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 		return err == nil && len(prunes) == 1 && prunes[0].State == effects.StateSucceeded
 	}, 10*time.Second, 50*time.Millisecond, "one prune window recorded: %v", prunes)
 	require.Contains(t, string(prunes[0].Result), `"effects":`)
+	// And reconciled with Stripe for its window, exporting the findings.
+	require.Eventually(t, func() bool {
+		runs, err := w.Effects.List(ctx, effects.MustKey(retention.SystemTenant, "schedule", "reconcile"))
+		return err == nil && len(runs) == 1 && runs[0].State == effects.StateSucceeded
+	}, 10*time.Second, 50*time.Millisecond, "one reconcile window recorded")
+	// And ran the settler for its window, under a keyed window too.
+	require.Eventually(t, func() bool {
+		settles, err := w.Effects.List(ctx, effects.MustKey(retention.SystemTenant, "schedule", "settle"))
+		return err == nil && len(settles) >= 1 && settles[0].State == effects.StateSucceeded
+	}, 10*time.Second, 50*time.Millisecond, "a settle window recorded")
 
 	// /healthz sees both dependencies; /metrics carries the effect counters.
 	base := "http://" + w.Metrics.Addr()
@@ -91,6 +101,7 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.Regexp(t, `(?m)^keyed_db_pool_max_conns 19$`, string(body), "the pool's statistics are served")
 	require.Regexp(t, `(?m)^keyed_db_pool_acquires_total [1-9]`, string(body))
 	require.Contains(t, string(body), "temporal_activity_execution_latency_seconds_bucket{", "the Temporal SDK's metrics are served too")
+	require.Regexp(t, `(?m)^keyed_reconcile_last_success_timestamp_seconds [1-9]`, string(body), "the reconciliation's findings are served")
 	require.Contains(t, string(body), "temporal_workflow_completed_total{")
 	require.Contains(t, string(body), "keyed_sdk_metrics_dropped_total 0\n", "no SDK sample was dropped")
 

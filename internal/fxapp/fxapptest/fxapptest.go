@@ -117,6 +117,9 @@ func Prepare(t testing.TB, opts *Opts) *Deps {
 		"RECEIPT_FROM":        "Keyed Receipts <receipts@keyed.test>",
 		"METRICS_ADDR":        "127.0.0.1:0",
 		"WORKER_STOP_TIMEOUT": "10s",
+		// The worker's reconciliation would add its Stripe requests to what
+		// every test counts; the tests of the schedule turn it on.
+		"RECONCILE_EVERY": "0",
 		// A developer's own ~/.config/temporalio/temporal.toml must not
 		// point the test at another cluster.
 		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "no-temporal.toml"),
