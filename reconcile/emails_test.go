@@ -25,8 +25,8 @@ func mailOutsideKeyed(t *testing.T, url string, key effects.Key) {
 	body, err := json.Marshal(map[string]any{
 		"personalizations": []map[string]any{{"to": []map[string]string{{"email": "ann@example.com"}}}},
 		"from":             map[string]string{"email": "shop@example.com"}, "subject": "s",
-		"content":          []map[string]string{{"type": "text/plain", "value": "t"}},
-		"custom_args":      map[string]string{notify.CustomArgEffectKey: key.String()},
+		"content":     []map[string]string{{"type": "text/plain", "value": "t"}},
+		"custom_args": map[string]string{notify.CustomArgEffectKey: key.String()},
 	})
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, url+"/v3/mail/send", bytes.NewReader(body))
