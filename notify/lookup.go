@@ -253,6 +253,22 @@ func (s *Sender) Find(ctx context.Context, key effects.Key) (string, error) {
 	return "", fmt.Errorf("%w: SendGrid's Email Activity shows no message under %s after its index lag", ErrNotSent, key)
 }
 
+// Lookup returns the X-Message-Ids SendGrid's Email Activity shows under
+// key, most recent first, and whether its index has had the lag since
+// key's record last changed (settled: what it shows is complete). A failed
+// look-up returns an error wrapping ErrLookupFailed, never the API key.
+func (s *Sender) Lookup(ctx context.Context, key effects.Key) (ids []string, settled bool, err error) {
+	ids, err = s.findAll(ctx, key)
+	if err != nil {
+		return nil, false, lookupFailed(err)
+	}
+	since, err := s.sinceChange(ctx, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrLookupFailed, err)
+	}
+	return ids, since >= s.lookup.lag, nil
+}
+
 // lookupFailed wraps a failed look-up in ErrLookupFailed, naming what a
 // 401 or 403 needs.
 func lookupFailed(err error) error {

@@ -237,6 +237,7 @@ func (r *Run) decide(ctx workflow.Context, d Decision) (DecisionResult, error) {
 		return res, refusal(err)
 	}
 	w.decided = true
+	r.verdicts[w.step] = fmt.Sprintf("%s decided %s by %s: %s", w.id, d.Resolution, in.By, firstLine(in.Reason, 160))
 	return res, nil
 }
 

@@ -25,6 +25,9 @@ func (r *Run) details() string {
 		if s.Error != "" && s.State != StateDone {
 			b.WriteString("\n  - " + firstLine(s.Error, 300))
 		}
+		if i < len(r.verdicts) && r.verdicts[i] != "" && s.State != StateWaiting {
+			b.WriteString("\n  - " + r.verdicts[i])
+		}
 		b.WriteString("\n")
 	}
 	if w := r.wait; w != nil {

@@ -68,9 +68,11 @@ type Run struct {
 	outcome []string
 	// decls[i] declares step i: its Outcome checks a "done" decision.
 	decls []step.Declaration
-	// waits[i] counts step i's waits for a decision so far.
-	waits []int
-	wait  *waiting
+	// waits[i] counts step i's waits for a decision so far; verdicts[i]
+	// says who decided its last one, and how, for the details.
+	waits    []int
+	verdicts []string
+	wait     *waiting
 	// decisionTimeout bounds each wait for an operator's decision.
 	decisionTimeout time.Duration
 }
@@ -119,7 +121,7 @@ func (r *Run) Index(d step.Declaration) (int, error) {
 	r.status = append(r.status, StepStatus{Step: d.Step, EffectKey: key.String(), State: StatePending})
 	r.outcome = append(r.outcome, "")
 	r.decls = append(r.decls, d)
-	r.waits = append(r.waits, 0)
+	r.waits, r.verdicts = append(r.waits, 0), append(r.verdicts, "")
 	return len(r.status) - 1, nil
 }
 

@@ -144,6 +144,8 @@ func TestAmbiguousStepWaitsAndDoneReturnsTheStoredOutcome(t *testing.T) {
 	require.Equal(t, told, res.Notified)
 	require.Equal(t, []string{"label=done", "notify=done"}, pipelinetest.States(t, b.env))
 	require.NotContains(t, pipelinetest.Details(t, b.env), "Needs a decision")
+	require.Contains(t, pipelinetest.Details(t, b.env), "- acme:shipment:s1:notify#1 decided done by ada: found at the provider",
+		"the details keep who decided and why")
 }
 
 // A decision names the wait it is for: one for a wait that is over is

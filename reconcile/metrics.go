@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keyed_reconcile_findings",
-			Help: "Findings of the last reconciliation run against Stripe, by kind (extra_charges, missing_record, mismatch, missing_at_provider, double_refund, released_but_refunded, unrecorded_refund, refund_mismatch, refund_missing_at_provider, email_missing_at_provider).",
+			Help: "Findings of the last reconciliation run against Stripe, by kind (extra_charges, missing_record, mismatch, missing_at_provider, double_refund, released_but_refunded, unrecorded_refund, refund_mismatch, refund_missing_at_provider, duplicate_emails, unrecorded_email, email_missing_at_provider).",
 		}, []string{"kind"}),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyed_reconcile_findings_total",

@@ -57,7 +57,7 @@ const (
 // then the refund kinds (see KindDoubleRefund), most urgent first.
 var Kinds = []Kind{KindExtraCharges, KindMissingRecord, KindMismatch, KindMissingAtProvider,
 	KindDoubleRefund, KindReleasedButRefunded, KindUnrecordedRefund, KindRefundMismatch, KindRefundMissingAtProvider,
-	KindEmailMissingAtProvider}
+	KindDuplicateEmails, KindUnrecordedEmail, KindEmailMissingAtProvider}
 
 // Window is the span of creation times reconciled: from From, inclusive, to
 // To, exclusive. Both a record's created_at and a PaymentIntent's created
@@ -122,8 +122,8 @@ type Report struct {
 	// StripeRefunds is the number of refunds carrying an effect key that
 	// Stripe created in the window.
 	StripeRefunds int `json:"stripe_refunds"`
-	// Emails is the number of succeeded receipt and refund email records
-	// created in the window that were checked with SendGrid.
+	// Emails is the number of receipt and refund email records created in
+	// the window whose keys were looked up at SendGrid.
 	Emails int `json:"emails,omitempty"`
 	// InFlight is the number of effect keys skipped because their claim
 	// holds a live lease, or, for a refund, because it was reserved less
@@ -162,8 +162,9 @@ type Opts struct {
 	// PageSize is how many PaymentIntents each search request asks for,
 	// 1 to 100. Zero means DefaultPageSize.
 	PageSize int
-	// Sender, if set, checks the succeeded receipt and refund email
-	// records against SendGrid's Email Activity (KindEmailMissingAtProvider).
+	// Sender, if set, looks up every receipt and refund email record's key
+	// at SendGrid's Email Activity (KindDuplicateEmails,
+	// KindUnrecordedEmail, KindEmailMissingAtProvider).
 	Sender *notify.Sender
 	// RefundGrace is how long after its reservation a refund may be without
 	// a Stripe refund or a recorded answer before it is reported. Zero means

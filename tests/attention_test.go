@@ -32,10 +32,7 @@ import (
 // same run, with one receipt each.
 func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.deps = b.newDeps(t, lookupOutageOpts)
-	b.startDecidingWorker(t)
-	b.mail.SetLookupOutage(true)
+	b := setupLookupOutage(t)
 
 	sent := b.waitingReceipt(t, "sent1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	lost := b.waitingReceipt(t, "lost1", fakesendgrid.Fault{Kind: fakesendgrid.FaultServerError, Delay: 3 * time.Second})
@@ -97,6 +94,18 @@ func TestUnknownReceiptWaitsForDecisionInTheSameRun(t *testing.T) {
 func lookupOutageOpts(o *notify.SenderOpts) {
 	o.HTTPClient = &http.Client{Timeout: 2 * time.Second}
 	o.LookupLag, o.LookupGiveUp, o.CollapseWindow = time.Second, time.Second, time.Minute
+}
+
+// setupLookupOutage returns a bundle whose worker runs every pipeline with
+// ApplyDecision and whose SendGrid look-up is down, so that a receipt whose
+// answer is lost waits for a decision within seconds (lookupOutageOpts).
+func setupLookupOutage(t testing.TB) *bundle {
+	t.Helper()
+	b := setup(t)
+	b.deps = b.newDeps(t, lookupOutageOpts)
+	b.startDecidingWorker(t)
+	b.mail.SetLookupOutage(true)
+	return b
 }
 
 // startDecidingWorker runs a worker with the order activities and

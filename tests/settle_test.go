@@ -33,10 +33,7 @@ func (b *bundle) newSettler(t testing.TB) *pipeline.Settler {
 // same run with exactly one receipt at SendGrid, and no person decided.
 func TestSettlerDecidesWaitsFromProviderEvidence(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.deps = b.newDeps(t, lookupOutageOpts)
-	b.startDecidingWorker(t)
-	b.mail.SetLookupOutage(true)
+	b := setupLookupOutage(t)
 	var waits []*waitingOrder
 	for i := range 6 {
 		fault := fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse} // Sent; the answer is lost.
@@ -109,10 +106,7 @@ func TestSettlerDecidesWaitsFromProviderEvidence(t *testing.T) {
 // read before is refused, changes nothing, and SendGrid holds one receipt.
 func TestSettlerYieldsToAPersonWhoDecidedFirst(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.deps = b.newDeps(t, lookupOutageOpts)
-	b.startDecidingWorker(t)
-	b.mail.SetLookupOutage(true)
+	b := setupLookupOutage(t)
 	w := b.waitingReceipt(t, "first1", fakesendgrid.Fault{Kind: fakesendgrid.FaultServerError, Delay: 3 * time.Second})
 	b.awaitAttention(t, w.st.WorkflowID)
 	wait, err := pipeline.WaitOf(b.ctx, b.temporal, w.st.WorkflowID)

@@ -24,10 +24,7 @@ import (
 // looks the key up first and sends nothing twice.
 func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.deps = b.newDeps(t, lookupOutageOpts)
-	b.startDecidingWorker(t)
-	b.mail.SetLookupOutage(true)
+	b := setupLookupOutage(t)
 	w := b.waitingReceipt(t, "cli1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	b.awaitAttention(t, w.st.WorkflowID)
 
@@ -104,10 +101,7 @@ func indexOf(as []pipeline.Attention, workflowID string) int {
 // retry decides the rest. One receipt each at SendGrid.
 func TestStarterResolveQueryDecidesInABatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.deps = b.newDeps(t, lookupOutageOpts)
-	b.startDecidingWorker(t)
-	b.mail.SetLookupOutage(true)
+	b := setupLookupOutage(t)
 	sent := b.waitingReceipt(t, "batch1", fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
 	lost := b.waitingReceipt(t, "batch2", fakesendgrid.Fault{Kind: fakesendgrid.FaultServerError, Delay: 3 * time.Second})
 	for _, w := range []*waitingOrder{sent, lost} {
