@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -431,4 +432,39 @@ func TestConfirmChecksTheMessageUnderTheKey(t *testing.T) {
 	require.ErrorIs(t, err, notify.ErrLookupFailed)
 	require.ErrorContains(t, err, "status 403")
 	require.ErrorContains(t, err, "the Email Activity add-on")
+}
+
+// Find, for the settler, never calls a message absent while SendGrid's
+// index may still lag: a message accepted but not indexed yet is pending,
+// then found; a key with nothing under it is absent only after the lag; a
+// look-up that fails is a failure, without the API key.
+func TestFindNeverCallsAbsentInsideTheLag(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, lookupOpts(notify.AtMostOnce), &fakesendgrid.Opts{IndexLag: 300 * time.Millisecond})
+	ctx := context.Background()
+	m := message("f1", "receipt")
+	res, err := b.sender.Send(ctx, m)
+	require.NoError(t, err)
+
+	_, err = b.sender.Find(ctx, m.Key)
+	require.ErrorIs(t, err, notify.ErrLookupPending, "accepted, not indexed yet: the look-up lies by omission")
+	require.Eventually(t, func() bool {
+		id, err := b.sender.Find(ctx, m.Key)
+		return err == nil && id == res.MessageID
+	}, 5*time.Second, 50*time.Millisecond)
+
+	empty := message("f2", "receipt")
+	claim, err := b.claims.Claim(ctx, effects.ClaimParams{Key: empty.Key, Kind: "receipt", Owner: "test"})
+	require.NoError(t, err)
+	require.NoError(t, b.claims.Fail(ctx, claim, effects.Transient(errors.New("never posted"))))
+	_, err = b.sender.Find(ctx, empty.Key)
+	require.ErrorIs(t, err, notify.ErrLookupPending, "nothing yet, but the record changed inside the lag")
+	time.Sleep(testSendTimeout + testLag)
+	_, err = b.sender.Find(ctx, empty.Key)
+	require.ErrorIs(t, err, notify.ErrNotSent, "nothing after the lag: absent")
+
+	b.fake.SetLookupOutage(true)
+	_, err = b.sender.Find(ctx, m.Key)
+	require.ErrorIs(t, err, notify.ErrLookupFailed)
+	require.NotContains(t, err.Error(), apiKey)
 }

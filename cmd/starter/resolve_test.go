@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
 )
@@ -117,4 +118,28 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 		"--result", `{"amount_minor":500,"currency":"eur","refunded_minor":500,"charged_minor":500}`)
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "the step refused for good (invalid_state: order is pending, not paid: nothing to refund)")
+}
+
+// A batch decides one kind of step: a query listing runs that wait on
+// several steps is refused unless --step names one, which filters them.
+func TestBatchDecidesOneStepKind(t *testing.T) {
+	t.Parallel()
+	wait := func(step string) *pipeline.Wait {
+		return &pipeline.Wait{StepStatus: pipeline.StepStatus{Step: step}}
+	}
+	waits := []*pipeline.Wait{wait("receipt"), wait("charge"), wait("receipt")}
+	_, err := oneStep(waits, "")
+	require.ErrorContains(t, err, "--query lists runs waiting on 2 steps (charge, receipt): give --step")
+	got, err := oneStep(waits, "receipt")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	got, err = oneStep(waits[:1], "")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+
+	rate := 0.0
+	err = checkBatch(batch{rate: &rate}, pipeline.Decision{Resolution: "maybe"})
+	require.ErrorContains(t, err, "--rate must be above 0")
+	require.ErrorContains(t, err, `invalid --as "maybe"`)
+	require.ErrorContains(t, err, "--reason is required")
 }

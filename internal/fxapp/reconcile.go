@@ -10,11 +10,13 @@ import (
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/reconcile"
 	"github.com/keyedhq/keyed/retention"
 )
@@ -42,6 +44,36 @@ type reconcileIn struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Tracer     trace.TracerProvider `optional:"true"`
+	Settler    *pipeline.Settler    `optional:"true"`
+	Client     client.Client
+	Pipelines  []pipeline.Spec
+}
+
+// feedSettler hands the Settler each finding's run when it waits on the
+// finding's step (an email SendGrid shows under a send still waiting, a
+// charge Stripe holds without a record), so that it is settled now rather
+// than at the next SETTLE_EVERY.
+func feedSettler(ctx context.Context, in reconcileIn, findings []reconcile.Finding, logger *slog.Logger) {
+	if in.Settler == nil {
+		return
+	}
+	for _, f := range findings {
+		key, err := effects.ParseKey(f.EffectKey)
+		if err != nil {
+			continue // Not an effect key of keyed's: nothing waits on it.
+		}
+		id, stepName, ok := pipeline.RunOfKey(in.Pipelines, key)
+		if !ok {
+			continue
+		}
+		w, err := pipeline.WaitOf(ctx, in.Client, id)
+		if err != nil || w.Step != stepName {
+			continue // Not waiting on this step: the finding stands for a person.
+		}
+		v := in.Settler.Settle(ctx, w)
+		logger.InfoContext(ctx, "reconcile finding handed to the settler", "kind", string(f.Kind), "wait", w.Wait,
+			"resolution", string(v.Resolution), "applied", v.Applied, "evidence", v.Evidence)
+	}
 }
 
 // tracedJob runs j inside a span of its own, so that a scheduled job's
@@ -81,6 +113,7 @@ func newReconcileSchedule(in reconcileIn) error {
 		if err != nil {
 			return 0, err
 		}
+		feedSettler(ctx, in, rep.Findings, logger)
 		return int64(len(rep.Findings)), nil
 	}})
 	p, err := retention.New(in.Effects, []retention.Job{job}, &retention.Opts{Every: every, Schedule: "reconcile", Logger: logger})
