@@ -227,7 +227,7 @@ func TestMissingOrMistypedSearchAttributeFails(t *testing.T) {
 	require.Equal(t, "registered on namespace \""+d.ns+"\" as Text, not Keyword", c.Evidence)
 	c = one(t, rep, doctor.CheckSearchAttributes, "KeyedAttention")
 	require.Equal(t, doctor.StatusFail, c.Status)
-	require.Contains(t, c.Evidence, "not registered on namespace \""+d.ns+"\": runs that need a decision cannot mark themselves")
+	require.Contains(t, c.Evidence, "not registered on namespace \""+d.ns+"\": a run that needs a decision cannot mark itself")
 	require.Equal(t, "temporal operator search-attribute create --namespace "+d.ns+" --name KeyedAttention --type Keyword", c.Fix)
 	// Without the attribute the dead letters cannot be listed.
 	c = one(t, rep, doctor.CheckDeadLetters, "runs")

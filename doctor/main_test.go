@@ -48,10 +48,14 @@ func TestMain(m *testing.M) {
 }
 
 // allAttributes are keyed's search attributes, as devserver registers them.
-var allAttributes = map[string]enumspb.IndexedValueType{
-	"TenantID": enumspb.INDEXED_VALUE_TYPE_KEYWORD, "OrderID": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"KeyedAttention": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-}
+var allAttributes = func() map[string]enumspb.IndexedValueType {
+	out := map[string]enumspb.IndexedValueType{}
+	for _, sa := range devserver.SearchAttributes() {
+		name, typ, _ := strings.Cut(sa, "=")
+		out[name] = enumspb.IndexedValueType(enumspb.IndexedValueType_value["INDEXED_VALUE_TYPE_"+strings.ToUpper(typ)])
+	}
+	return out
+}()
 
 // deployment is a keyed deployment under test: a namespace of its own on
 // the dev server, a client of it, a fresh schema, and doctor options that

@@ -57,8 +57,8 @@ func typeName(t enumspb.IndexedValueType) string {
 }
 
 func saConsequence(name string) string {
-	if name == pipeline.SearchAttrAttentionName {
-		return "runs that need a decision cannot mark themselves, and `KeyedAttention IS NOT NULL` lists nothing"
+	if name == pipeline.SearchAttrAttentionName || name == pipeline.SearchAttrWaitingSinceName {
+		return "a run that needs a decision cannot mark itself: its workflow task fails until the attribute is registered"
 	}
 	return "every start of a run that sets this attribute is refused"
 }

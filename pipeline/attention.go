@@ -18,14 +18,18 @@ import (
 // pipeline's start options) and, while a run waits for a decision,
 // KeyedAttention, such as "receipt:ambiguous".
 const (
-	SearchAttrTenantIDName  = "TenantID"
-	SearchAttrAttentionName = "KeyedAttention"
+	SearchAttrTenantIDName     = "TenantID"
+	SearchAttrAttentionName    = "KeyedAttention"
+	SearchAttrWaitingSinceName = "KeyedWaitingSince"
 )
 
-// Typed keys of the framework's search attributes.
+// Typed keys of the framework's search attributes. KeyedWaitingSince
+// (Datetime) is when the current wait began, beside KeyedAttention, so
+// that the Web UI's list shows since when each run waits.
 var (
-	SearchAttrTenantID  = temporal.NewSearchAttributeKeyKeyword(SearchAttrTenantIDName)
-	SearchAttrAttention = temporal.NewSearchAttributeKeyKeyword(SearchAttrAttentionName)
+	SearchAttrTenantID     = temporal.NewSearchAttributeKeyKeyword(SearchAttrTenantIDName)
+	SearchAttrAttention    = temporal.NewSearchAttributeKeyKeyword(SearchAttrAttentionName)
+	SearchAttrWaitingSince = temporal.NewSearchAttributeKeyTime(SearchAttrWaitingSinceName)
 )
 
 // AttentionQuery is the visibility query that lists the runs, of every
@@ -146,7 +150,7 @@ func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause er
 	value := s.Step + ":" + reason
 	workflow.GetMetricsHandler(ctx).Counter(MetricAttentionWaits).Inc(1)
 	workflow.GetLogger(ctx).Warn("step waits for a decision", "step", s.Step, "effect_key", s.EffectKey, "attention", value)
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueSet(value)); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueSet(value), SearchAttrWaitingSince.ValueSet(s.WaitingSince)); err != nil {
 		return fmt.Errorf("set %s: %w", SearchAttrAttentionName, err)
 	}
 	r.ShowDetails(ctx)
@@ -159,7 +163,7 @@ func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause er
 		decided = w.decided
 	}
 	r.wait, s.WaitingSince = nil, time.Time{}
-	if uerr := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueUnset()); uerr != nil && err == nil {
+	if uerr := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrAttention.ValueUnset(), SearchAttrWaitingSince.ValueUnset()); uerr != nil && err == nil {
 		err = fmt.Errorf("clear %s: %w", SearchAttrAttentionName, uerr)
 	}
 	switch {

@@ -32,7 +32,8 @@ type Attention struct {
 	Keywords  map[string]string `json:"keywords,omitempty"`
 	Attention string            `json:"attention"` // such as "receipt:ambiguous"
 	StartTime time.Time         `json:"start_time"`
-	// Wait and WaitingSince are the run's wait and when it began, once
+	// WaitingSince is when the wait began (KeyedWaitingSince; zero for a
+	// run that began waiting before the attribute); Wait is its ID, once
 	// ReadWait has asked the run.
 	Wait         string    `json:"wait,omitempty"`
 	WaitingSince time.Time `json:"waiting_since,omitzero"`
@@ -62,7 +63,8 @@ func ListAttention(ctx context.Context, c client.Client, keywords ...string) ([]
 		fields := e.GetSearchAttributes().GetIndexedFields()
 		a := Attention{WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
 			WorkflowType: e.GetType().GetName(), TenantID: keyword(fields, SearchAttrTenantIDName),
-			Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime()}
+			Attention: keyword(fields, SearchAttrAttentionName), StartTime: e.GetStartTime().AsTime(),
+			WaitingSince: datetime(fields, SearchAttrWaitingSinceName)}
 		for _, name := range keywords {
 			if v := keyword(fields, name); v != "" {
 				if a.Keywords == nil {
@@ -191,6 +193,20 @@ func WaitOf(ctx context.Context, c client.Client, id string) (*Wait, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s: %w", id, ErrNotWaiting)
+}
+
+// datetime decodes the Datetime search attribute name from fields, or the
+// zero time.
+func datetime(fields map[string]*commonpb.Payload, name string) time.Time {
+	p, ok := fields[name]
+	if !ok {
+		return time.Time{}
+	}
+	var t time.Time
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &t); err != nil {
+		return time.Time{} // Not a single time: treated as unset.
+	}
+	return t
 }
 
 // keyword decodes the Keyword search attribute name from fields, or "".

@@ -65,9 +65,9 @@ type SearchAttribute struct {
 }
 
 // frameworkSearchAttributes returns the search attributes every pipeline's
-// runs set: the tenant and the attention marker.
+// runs set: the tenant, the attention marker and when the wait began.
 func frameworkSearchAttributes() []SearchAttribute {
-	return []SearchAttribute{{SearchAttrTenantIDName, "Keyword"}, {SearchAttrAttentionName, "Keyword"}}
+	return []SearchAttribute{{SearchAttrTenantIDName, "Keyword"}, {SearchAttrAttentionName, "Keyword"}, {SearchAttrWaitingSinceName, "Datetime"}}
 }
 
 // SearchAttributes returns the framework's search attributes and every
