@@ -155,9 +155,7 @@ func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause er
 	}
 	r.ShowDetails(ctx)
 	w := r.wait
-	decided, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: r.decisionTimeout,
-		TimerOptions: workflow.TimerOptions{Summary: "decision on " + value + " · effect " + s.EffectKey}},
-		func() bool { return w.decided })
+	decided, err := r.awaitDecided(ctx, w, workflow.TimerOptions{Summary: "decision on " + value + " · effect " + s.EffectKey})
 	if err == nil && !decided && w.applying { // A decision arrived as time ran out: let it finish.
 		err = workflow.Await(ctx, func() bool { return !w.applying })
 		decided = w.decided
@@ -178,6 +176,28 @@ func (r *Run) awaitDecision(ctx workflow.Context, i int, reason string, cause er
 		ErrTypeDecisionTimeout, s.Step, s.EffectKey, r.decisionTimeout, reason, stepError(cause))
 	s.State, s.Error = StateFailed, firstLine(msg, 500)
 	return temporal.NewNonRetryableApplicationError(msg, ErrTypeDecisionTimeout, nil)
+}
+
+// cancelDecisionTimerChange is the workflow.GetVersion change ID of
+// canceling the decision timer once a decision is applied, so that the
+// Web UI shows it canceled, not started, on a run that went on.
+const cancelDecisionTimerChange = "cancel-decision-timer"
+
+// awaitDecided waits until w is decided (true) or the decision timeout
+// passes (false). Runs from cancelDecisionTimerChange on cancel the timer
+// once decided; the SDK's AwaitWithOptions leaves it running.
+func (r *Run) awaitDecided(ctx workflow.Context, w *waiting, opts workflow.TimerOptions) (bool, error) {
+	if workflow.GetVersion(ctx, cancelDecisionTimerChange, workflow.DefaultVersion, 1) < 1 {
+		return workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: r.decisionTimeout, TimerOptions: opts},
+			func() bool { return w.decided })
+	}
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	timer := workflow.NewTimerWithOptions(tctx, r.decisionTimeout, opts)
+	if err := workflow.Await(ctx, func() bool { return w.decided || timer.IsReady() }); err != nil {
+		return false, err
+	}
+	return w.decided, nil
 }
 
 // setDecideHandler registers the UpdateDecide handler: its validator refuses

@@ -122,11 +122,14 @@ func TestAmbiguousStepWaitsAndDoneReturnsTheStoredOutcome(t *testing.T) {
 	b.env.RegisterDelayedCallback(func() { during, details = pipelinetest.States(t, b.env), pipelinetest.Details(t, b.env) }, time.Hour)
 	u := pipelinetest.Decide(b.env, pipeline.Decision{Step: "notify", Resolution: effects.ResolveDone, By: " ada ",
 		Reason: "found at the provider", Result: json.RawMessage(`{"message_id":"msg_1"}`)}, 2*time.Hour)
+	var canceled int
+	b.env.SetOnTimerCanceledListener(func(string) { canceled++ })
 	b.env.ExecuteWorkflow(shipWorkflowName, ship)
 
 	require.NoError(t, b.env.GetWorkflowError())
 	require.NoError(t, u.Rejected)
 	require.NoError(t, u.Completed)
+	require.Equal(t, 1, canceled, "the decision timer is canceled once the decision is applied")
 	require.Equal(t, int64(3), u.Result.Generation)
 	require.Equal(t, []string{"notify:ambiguous", "<unset>"}, b.attention.Values(), "KeyedAttention set, then cleared")
 	require.Equal(t, []string{"label=done", "notify=waiting"}, during)
