@@ -146,7 +146,7 @@ func directLoad(b *testing.B, rate int) []time.Duration {
 	offer(b, rate, loadSize(rate), func(i int) (string, error) {
 		began := time.Now()
 		in := orders.NewOrderInput(tenant, fmt.Sprintf("o%06d", i))
-		_, err := startOrder(context.Background(), c, in, &orderflow.StartOpts{TaskQueue: queue})
+		_, err := orderflow.Start(context.Background(), c, in, &orderflow.StartOpts{TaskQueue: queue})
 		mu.Lock()
 		lat = append(lat, time.Since(began))
 		mu.Unlock()

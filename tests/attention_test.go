@@ -136,7 +136,7 @@ func (b *bundle) waitingReceipt(t testing.TB, id string, fault fakesendgrid.Faul
 	require.NoError(t, err)
 	fault.Match = key.String()
 	b.mail.Inject(fault)
-	st, err := startOrder(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue, Order: o})
+	st, err := orderflow.Start(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue, Order: o})
 	require.NoError(t, err)
 	return &waitingOrder{id: id, key: key, st: st}
 }

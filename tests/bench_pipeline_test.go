@@ -170,7 +170,7 @@ func reportHistories(b *testing.B, world *bundle, id string) {
 
 // runKeyedOrder starts the order's keyed run and waits for it.
 func runKeyedOrder(world *bundle, id string) error {
-	st, err := startOrder(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id),
+	st, err := orderflow.Start(world.ctx, world.temporal, orders.NewOrderInput(world.tenant, id),
 		&orderflow.StartOpts{TaskQueue: world.taskQueue})
 	if err != nil {
 		return err

@@ -62,7 +62,7 @@ func BenchmarkStorm(b *testing.B) {
 			ins[k] = orders.NewOrderInput(world.tenant, id)
 		}
 		keyed = append(keyed, storm(b, func(i int) error {
-			_, err := startOrder(world.ctx, world.temporal, ins[i%stormOrders], &orderflow.StartOpts{TaskQueue: world.taskQueue})
+			_, err := orderflow.Start(world.ctx, world.temporal, ins[i%stormOrders], &orderflow.StartOpts{TaskQueue: world.taskQueue})
 			return err
 		}))
 		runs := 0

@@ -197,7 +197,7 @@ func (w *faultWorld) startOrder(ctx context.Context, o *faultOrder) error {
 // collapses into the run a lost call may have started.
 func (w *faultWorld) start(ctx context.Context, in orders.OrderInput) (*outbox.Started, error) {
 	for try := 1; ; try++ {
-		st, err := startOrder(ctx, w.temporal, in, &orderflow.StartOpts{TaskQueue: w.taskQueue})
+		st, err := orderflow.Start(ctx, w.temporal, in, &orderflow.StartOpts{TaskQueue: w.taskQueue})
 		if err == nil || try == 10 || ctx.Err() != nil {
 			return st, err
 		}

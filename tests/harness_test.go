@@ -130,21 +130,12 @@ func (b *bundle) order(t testing.TB, id string, amount int64, pm string) *orders
 
 func (b *bundle) start(t *testing.T, in orders.OrderInput) *outbox.Started {
 	t.Helper()
-	st, err := startOrder(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue})
+	st, err := orderflow.Start(b.ctx, b.temporal, in, &orderflow.StartOpts{TaskQueue: b.taskQueue})
 	require.NoError(t, err)
 	return st
 }
 
 // startOrder starts in's order run with pipeline.Start, as every starter
-// does.
-func startOrder(ctx context.Context, c client.Client, in orders.OrderInput, opts *orderflow.StartOpts) (*outbox.Started, error) {
-	o, err := orderflow.StartOptions(in, opts)
-	if err != nil {
-		return nil, err
-	}
-	return pipeline.Start(ctx, c, o, orders.WorkflowName, in)
-}
-
 // startRefund starts in's refund run on taskQueue with pipeline.Start and
 // returns the run it led to.
 func startRefund(ctx context.Context, c client.Client, in refunds.RefundInput, taskQueue string) (client.WorkflowRun, error) {

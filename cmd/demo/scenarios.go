@@ -13,7 +13,6 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/pipeline"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
@@ -113,12 +112,7 @@ func (s *stack) startConcurrently(ctx context.Context, o *demoOrder, ord *orders
 // startOrder starts the order's run with pipeline.Start, the amount in
 // its summary when ord is set.
 func (s *stack) startOrder(ctx context.Context, id string, ord *orders.Order) (*outbox.Started, error) {
-	in := orders.NewOrderInput(tenant, id)
-	o, err := orderflow.StartOptions(in, &orderflow.StartOpts{TaskQueue: s.taskQueue, Order: ord})
-	if err != nil {
-		return nil, err
-	}
-	return pipeline.Start(ctx, s.tc, o, orders.WorkflowName, in)
+	return orderflow.Start(ctx, s.tc, orders.NewOrderInput(tenant, id), &orderflow.StartOpts{TaskQueue: s.taskQueue, Order: ord})
 }
 
 // startLater fires a start at a finished order: refused for a paid order;

@@ -15,8 +15,6 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/outbox"
-	"github.com/keyedhq/keyed/pipeline"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
@@ -165,11 +163,7 @@ type startResult struct {
 
 func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc client.Client, o *orders.Order, created *bool, asJSON bool) error {
 	in := orders.NewOrderInput(o.TenantID, o.ID)
-	opts, err := orderflow.StartOptions(in, &orderflow.StartOpts{TaskQueue: cfg.Temporal.TaskQueue, Order: o})
-	var st *outbox.Started
-	if err == nil {
-		st, err = pipeline.Start(ctx, tc, opts, orders.WorkflowName, in)
-	}
+	st, err := orderflow.Start(ctx, tc, in, &orderflow.StartOpts{TaskQueue: cfg.Temporal.TaskQueue, Order: o})
 	if err != nil {
 		err = fmt.Errorf("start checkout of order %s/%s on Temporal at %s: %w", o.TenantID, o.ID, cfg.Temporal.Address, err)
 		if strings.Contains(err.Error(), "no mapping defined for search attribute") {

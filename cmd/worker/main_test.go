@@ -135,7 +135,7 @@ func TestSIGTERMDrainsAnInFlightActivity(t *testing.T) {
 	defer tc.Close()
 
 	deps.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 3 * time.Second})
-	_, err = startOrder(ctx, tc, orders.NewOrderInput("acme", "drain-1"), &orderflow.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
+	_, err = orderflow.Start(ctx, tc, orders.NewOrderInput("acme", "drain-1"), &orderflow.StartOpts{TaskQueue: deps.Env["TEMPORAL_TASK_QUEUE"], Order: o})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return deps.Stripe.Requests() > 0 }, 30*time.Second, 20*time.Millisecond, "the charge reaches Stripe")
 

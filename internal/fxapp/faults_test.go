@@ -37,7 +37,7 @@ func runOrders(t *testing.T, w *fxapptest.Worker, prefix string, n int) int {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				_, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
+				_, err := orderflow.Start(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: o})
 				errs <- err
 			})
 		}

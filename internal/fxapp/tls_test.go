@@ -210,7 +210,7 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 	})
 	require.NoError(t, err)
 	in := orders.NewOrderInput("acme", "tls-1")
-	st, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
+	st, err := orderflow.Start(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
 	require.NoError(t, err)
 	var res orders.OrderResult
 	require.NoError(t, w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &res))

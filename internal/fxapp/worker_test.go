@@ -34,7 +34,7 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	in := orders.NewOrderInput("acme", "smoke-1")
-	st, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
+	st, err := orderflow.Start(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: order})
 	require.NoError(t, err)
 	require.True(t, st.Created)
 	require.Equal(t, in.WorkflowID(), st.WorkflowID)
@@ -106,7 +106,7 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.Contains(t, string(body), "keyed_sdk_metrics_dropped_total 0\n", "no SDK sample was dropped")
 
 	// A duplicate start after success starts nothing and charges nothing.
-	again, err := startOrder(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})
+	again, err := orderflow.Start(ctx, w.Client, in, &orderflow.StartOpts{TaskQueue: w.Config.Temporal.TaskQueue, Order: got})
 	require.NoError(t, err)
 	require.False(t, again.Created)
 	require.Equal(t, st.RunID, again.RunID)

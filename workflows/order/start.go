@@ -1,6 +1,7 @@
 package order
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
 )
 
@@ -54,4 +56,14 @@ func StartOptions(in orders.OrderInput, opts *StartOpts) (client.StartWorkflowOp
 			searchAttrOrderID.ValueSet(in.OrderID)),
 		StaticSummary: strings.Join(summary, " · "),
 	}, nil
+}
+
+// Start starts (or joins) in's order run on c with StartOptions and
+// pipeline.Start. It returns StartOptions' and pipeline.Start's errors.
+func Start(ctx context.Context, c client.Client, in orders.OrderInput, opts *StartOpts) (*outbox.Started, error) {
+	o, err := StartOptions(in, opts)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.Start(ctx, c, o, orders.WorkflowName, in)
 }
