@@ -146,7 +146,8 @@ type Claim struct {
 	Done       bool
 	Result     json.RawMessage
 
-	maxResult int // ClaimParams.MaxResultBytes, or zero
+	maxResult int       // ClaimParams.MaxResultBytes, or zero
+	createdAt time.Time // the record's created_at: with the key it names one leaf
 }
 
 // Decode unmarshals the stored outcome of a Done claim into v.
@@ -181,22 +182,12 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 	return c.claim(ctx, tx, p)
 }
 
-// claimSQL inserts the claim or, when the key has a record, reads it, in one
-// round trip; the first column says which. A racer's record committed while
-// the insert waited reads as no row, and the caller tries again. $7 turns
+// claimSQL claims through keyed_effects_claim (effects' migration 2): it
+// inserts the claim or, when the key has a record, reads it, in one round
+// trip; the first column says which. A racer's record committed while the
+// insert waited reads as no row, and the caller tries again. $7 turns
 // synchronous_commit off for the statement's transaction (AsyncCommit).
-const claimSQL = `
-WITH ins AS (
-	INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
-	SELECT $1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond'
-	FROM (SELECT CASE WHEN $7::boolean THEN set_config('synchronous_commit', 'off', true) END) AS commit_mode
-	ON CONFLICT (key) DO NOTHING
-	RETURNING generation, attempts, lease_until, created_at)
-SELECT true, generation, attempts, lease_until, '', '', '', NULL::jsonb, '', '', created_at, true FROM ins
-UNION ALL
-SELECT false, generation, attempts, lease_until, state, owner, fingerprint, result,
-	coalesce(error_code, ''), coalesce(error_message, ''), created_at, coalesce(lease_until > now(), false)
-FROM keyed_effects WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`
+const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7)`
 
 // queryClaim runs claimSQL and returns the record it read (for a new
 // claim, only Generation, Attempts, LeaseUntil and CreatedAt), whether the
@@ -217,7 +208,7 @@ UPDATE keyed_effects
 SET state = 'claimed', owner = $3, generation = generation + 1, attempts = attempts + 1,
     lease_until = now() + $4 * interval '1 microsecond',
     error_code = NULL, error_message = NULL, finished_at = NULL, updated_at = now()
-WHERE key = $1 AND generation = $2
+WHERE key = $1 AND generation = $2 AND created_at = $5
   AND (state = 'failed_transient' OR (state = 'claimed' AND (owner = $3 OR lease_until <= now())))
 RETURNING generation, attempts, lease_until`
 
@@ -255,6 +246,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		}
 		if inserted {
 			cl.Mode, cl.Generation, cl.Attempt, cl.LeaseUntil = ModeNew, rec.Generation, rec.Attempts, *rec.LeaseUntil
+			cl.createdAt = rec.CreatedAt
 			return c.acquired(ctx, cl, start), nil
 		}
 		if rec.Fingerprint != p.Fingerprint {
@@ -286,7 +278,8 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		case StateFailedTransient:
 			cl.Mode = ModeRetry
 		}
-		err = db.QueryRow(ctx, claimTakeSQL, p.Key.String(), rec.Generation, p.Owner, lease.Microseconds()).
+		cl.createdAt = rec.CreatedAt
+		err = db.QueryRow(ctx, claimTakeSQL, p.Key.String(), rec.Generation, p.Owner, lease.Microseconds(), rec.CreatedAt).
 			Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil)
 		if err == nil {
 			return c.acquired(ctx, cl, start), nil
@@ -344,7 +337,8 @@ func (c *Client) complete(ctx context.Context, db DB, claim *Claim, result any) 
 	tag, err := db.Exec(ctx, `
 UPDATE keyed_effects
 SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'`, claim.Key.String(), claim.Generation, body, claim.Owner)
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5`,
+		claim.Key.String(), claim.Generation, body, claim.Owner, claim.createdAt)
 	if err != nil {
 		return fmt.Errorf("complete %s: %w", claim.Key, err)
 	}
@@ -389,7 +383,8 @@ func (c *Client) fail(ctx context.Context, db DB, claim *Claim, cause error) err
 	tag, err := db.Exec(ctx, `
 UPDATE keyed_effects
 SET state = $3, error_code = $4, error_message = $5, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $6 AND state = 'claimed'`, claim.Key.String(), claim.Generation, state, code, msg, claim.Owner)
+WHERE key = $1 AND generation = $2 AND owner = $6 AND state = 'claimed' AND created_at = $7`,
+		claim.Key.String(), claim.Generation, state, code, msg, claim.Owner, claim.createdAt)
 	if err != nil {
 		return fmt.Errorf("fail %s: %w", claim.Key, err)
 	}
@@ -415,8 +410,8 @@ func (c *Client) Extend(ctx context.Context, claim *Claim, lease time.Duration) 
 	}
 	err := c.db.QueryRow(ctx, `
 UPDATE keyed_effects SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'
-RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds(), claim.Owner).Scan(&claim.LeaseUntil)
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5
+RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds(), claim.Owner, claim.createdAt).Scan(&claim.LeaseUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("extend %s: %w", claim.Key, ErrLeaseLost)
 	}
