@@ -238,7 +238,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	// record).
 	for round := 0; round < 5; round++ {
 		rec, inserted, live, err := queryClaim(ctx, db, p, lease)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, pgx.ErrNoRows) || layoutChanged(err) {
 			continue
 		}
 		if err != nil {
@@ -291,6 +291,15 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	}
 	c.metrics.inProgress(p.Kind)
 	return nil, fmt.Errorf("claim %s: %w: record kept changing under contention", p.Key, ErrInProgress)
+}
+
+// layoutChanged reports the error of a claim that began on the
+// unpartitioned table and ran into Partition's swap (its ON CONFLICT finds
+// no unique index on the partitioned parent); it did nothing, and the next
+// round claims on the new layout.
+func layoutChanged(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P10"
 }
 
 func (c *Client) acquired(ctx context.Context, cl *Claim, start time.Time) *Claim {

@@ -12,7 +12,7 @@ import (
 func TestListKindReturnsOneKindInTheWindowAcrossTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	from := time.Now().UTC().Truncate(24*time.Hour).Add(-5*24*time.Hour + 12*time.Hour)
+	from := time.Now().UTC().Truncate(24 * time.Hour).Add(-5*24*time.Hour + 12*time.Hour)
 	_, err := b.client.EnsureLeaves(b.ctx, 7*24*time.Hour, 0)
 	require.NoError(t, err)
 	to := from.Add(24 * time.Hour)

@@ -200,3 +200,100 @@ func Partition(ctx context.Context, db MigratorDB) (bool, error) {
 	}
 	return converted, nil
 }
+
+// RetireOpts configures Retire. A nil *RetireOpts means all defaults.
+type RetireOpts struct {
+	// Ahead is how far ahead leaves are created. Zero means two days.
+	Ahead time.Duration
+	// Now is the time leaves are judged at. Zero means time.Now.
+	Now time.Time
+}
+
+// RetireResult says what Retire did.
+type RetireResult struct {
+	// Created are the leaves created ahead.
+	Created []string
+	// Dropped are the expired leaves dropped.
+	Dropped []string
+	// Blocked are expired leaves kept because they hold a claim in flight,
+	// with how many.
+	Blocked map[string]int64
+}
+
+// Retire creates leaves ahead and drops every leaf whose records are all
+// past their lifetime, unless it holds a claim in flight (state claimed),
+// which keeps it and is reported in Blocked. A leaf is detached with
+// DETACH PARTITION CONCURRENTLY, so claims never wait on it, checked again
+// and only then dropped; one that gained a claim in between is attached
+// back. Retire needs a pool (DETACH CONCURRENTLY runs outside a
+// transaction) and does nothing to an unpartitioned table.
+func (c *Client) Retire(ctx context.Context, opts *RetireOpts) (*RetireResult, error) {
+	if opts == nil {
+		opts = &RetireOpts{}
+	}
+	ahead, now := opts.Ahead, opts.Now
+	if ahead <= 0 {
+		ahead = 48 * time.Hour
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	res := &RetireResult{Blocked: map[string]int64{}}
+	var err error
+	if res.Created, err = c.EnsureLeaves(ctx, 0, ahead); err != nil {
+		return res, err
+	}
+	leaves, err := c.Leaves(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, l := range leaves {
+		if !l.Expired(now) {
+			continue
+		}
+		n, err := c.retireLeaf(ctx, l)
+		if err != nil {
+			return res, err
+		}
+		if n > 0 {
+			res.Blocked[l.Name] = n
+			continue
+		}
+		res.Dropped = append(res.Dropped, l.Name)
+	}
+	return res, nil
+}
+
+// retireLeaf drops one expired leaf and returns 0, or keeps it and returns
+// how many claims in flight it holds.
+func (c *Client) retireLeaf(ctx context.Context, l Leaf) (int64, error) {
+	leaf, parent := pgx.Identifier{l.Name}.Sanitize(), pgx.Identifier{"keyed_effects_" + l.Class}.Sanitize()
+	inFlight := func() (int64, error) {
+		var n int64
+		err := c.db.QueryRow(ctx, `SELECT count(*) FROM `+leaf+` WHERE state = 'claimed'`).Scan(&n)
+		return n, err
+	}
+	n, err := inFlight()
+	if err != nil || n > 0 {
+		return n, wrapRetire(l, err)
+	}
+	if _, err := c.db.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+leaf+` CONCURRENTLY`); err != nil {
+		return 0, wrapRetire(l, err)
+	}
+	if n, err = inFlight(); err != nil || n > 0 {
+		if err == nil {
+			_, err = c.db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+				parent, leaf, l.From.UTC().Format(time.RFC3339Nano), l.To.UTC().Format(time.RFC3339Nano)))
+		}
+		return n, wrapRetire(l, err)
+	}
+	_, err = c.db.Exec(ctx, `DROP TABLE `+leaf)
+	return 0, wrapRetire(l, err)
+}
+
+func wrapRetire(l Leaf, err error) error {
+	if err != nil {
+		return fmt.Errorf("retire effect leaf %s: %w", l.Name, err)
+	}
+	return nil
+}

@@ -141,26 +141,12 @@ BEGIN
     ALTER TABLE keyed_effects VALIDATE CONSTRAINT keyed_effects_legacy_class;
     LOCK TABLE keyed_effects IN ACCESS EXCLUSIVE MODE;
     ALTER TABLE keyed_effects RENAME TO keyed_effects_legacy;
-    CREATE TABLE keyed_effects (
-        key           text        COLLATE "C" NOT NULL,
-        tenant_id     text        NOT NULL,
-        kind          text        NOT NULL,
-        class         text        NOT NULL DEFAULT 'default',
-        state         text        NOT NULL CHECK (state IN ('claimed', 'succeeded', 'failed_transient', 'failed_terminal')),
-        owner         text        NOT NULL,
-        fingerprint   text        NOT NULL DEFAULT '',
-        generation    bigint      NOT NULL DEFAULT 1,
-        attempts      integer     NOT NULL DEFAULT 1,
-        lease_until   timestamptz,
-        result        jsonb,
-        error_code    text,
-        error_message text,
-        created_at    timestamptz NOT NULL DEFAULT now(),
-        updated_at    timestamptz NOT NULL DEFAULT now(),
-        finished_at   timestamptz,
-        CHECK (length(key) <= 255),
-        CHECK (state <> 'claimed' OR lease_until IS NOT NULL)
-    ) PARTITION BY LIST (class);
+    -- The parent has the old table's columns and checks, under the same
+    -- names (an attach matches checks by name), but not its class check.
+    CREATE TABLE keyed_effects (LIKE keyed_effects_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
+        PARTITION BY LIST (class);
+    ALTER TABLE keyed_effects DROP CONSTRAINT keyed_effects_legacy_class;
+    ALTER TABLE keyed_effects ALTER COLUMN class SET DEFAULT 'default';
     IF EXISTS (SELECT FROM keyed_effects_legacy) THEN
         ALTER TABLE keyed_effects ATTACH PARTITION keyed_effects_legacy FOR VALUES IN ('legacy');
     ELSE
