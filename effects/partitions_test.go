@@ -243,6 +243,14 @@ func oldInstall(t *testing.T, n int) *pgxpool.Pool {
 	return pool
 }
 
+// legacySetup is setup on an unpartitioned table (an install before
+// effects migration 2, not yet converted).
+func legacySetup(t *testing.T) *bundle {
+	t.Helper()
+	pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: true})
+	return &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+}
+
 // The online conversion: racers claim the same fresh keys before, during
 // and after Partition, and every stored outcome replays afterwards. Each
 // key has exactly one winner and one record.

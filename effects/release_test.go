@@ -102,9 +102,7 @@ func TestAsyncCommitClaim(t *testing.T) {
 // long-expired claims; nothing of other kinds, nothing young, no live claim.
 func TestPruneKind(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	_, err := b.client.EnsureLeaves(b.ctx, 3*24*time.Hour, 0)
-	require.NoError(t, err)
+	b := legacySetup(t)
 	insert := func(key, kind, state, ago string) {
 		_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, lease_until, created_at, finished_at)
 			VALUES ($1, 'acme', $2, $3, 'o',
@@ -119,7 +117,7 @@ func TestPruneKind(t *testing.T) {
 	insert("order:1:charge", "charge", "succeeded", "2 days")
 	insert("order:2:charge", "charge", "claimed", "2 days")
 
-	_, err = b.client.PruneKind(b.ctx, "", nil)
+	_, err := b.client.PruneKind(b.ctx, "", nil)
 	require.Error(t, err)
 	_, err = b.client.PruneKind(b.ctx, "req", &effects.PruneKindOpts{Retention: time.Minute})
 	require.ErrorContains(t, err, "under one hour")

@@ -100,24 +100,23 @@ BEGIN
         END IF;
         v_lo := keyed_effects_leaf_start(l.width, now() - p_behind);
         WHILE v_lo <= now() + p_ahead LOOP
-            v_hi := v_lo + l.width;
-            -- Cut the leaf to the part existing leaves (of an earlier width) leave.
-            SELECT max(x.hi) INTO b FROM keyed_effects_leaf_bounds(parent) x WHERE x.lo <= v_lo AND x.hi > v_lo;
-            v_lo := coalesce(b, v_lo);
-            SELECT min(x.lo) INTO a FROM keyed_effects_leaf_bounds(parent) x WHERE x.lo > v_lo;
-            v_hi := least(v_hi, a);
-            IF v_lo < v_hi THEN
-                leaf := parent || '_' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDDHH24MI');
-                EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', leaf, parent, v_lo, v_hi);
-                -- One record per key per leaf, and the lookup index; the
-                -- claim's lock makes it one per key across leaves.
-                EXECUTE format('CREATE UNIQUE INDEX %I ON %I (key)', leaf || '_key', leaf);
-                EXECUTE format('CREATE INDEX %I ON %I (created_at, kind)', leaf || '_created', leaf);
-                RETURN NEXT leaf;
+            -- Step over an existing leaf (of this width or an earlier one).
+            SELECT x.hi INTO b FROM keyed_effects_leaf_bounds(parent) x WHERE x.lo <= v_lo AND x.hi > v_lo;
+            IF b IS NOT NULL THEN
+                v_lo := b;
+                CONTINUE;
             END IF;
-            v_hi := greatest(v_hi, v_lo);
-            v_lo := keyed_effects_leaf_start(l.width, v_hi);
-            IF v_lo < v_hi THEN v_lo := v_lo + l.width; END IF;
+            -- The rest of the aligned slot holding v_lo, up to the next leaf.
+            SELECT min(x.lo) INTO a FROM keyed_effects_leaf_bounds(parent) x WHERE x.lo > v_lo;
+            v_hi := least(keyed_effects_leaf_start(l.width, v_lo) + l.width, a);
+            leaf := parent || '_' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDDHH24MI');
+            EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', leaf, parent, v_lo, v_hi);
+            -- One record per key per leaf, and the lookup index; the
+            -- claim's lock makes it one per key across leaves.
+            EXECUTE format('CREATE UNIQUE INDEX %I ON %I (key)', leaf || '_key', leaf);
+            EXECUTE format('CREATE INDEX %I ON %I (created_at, kind)', leaf || '_created', leaf);
+            RETURN NEXT leaf;
+            v_lo := v_hi;
         END LOOP;
     END LOOP;
 END
@@ -233,10 +232,12 @@ BEGIN
 END
 $outer$;
 
--- A new install converts now; so does any empty table.
+-- A new install converts now; so does any empty table, unless the session
+-- sets keyed.effects_partition to off (tests of the unpartitioned layout).
 DO $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM keyed_effects) THEN
+    IF NOT EXISTS (SELECT FROM keyed_effects)
+       AND current_setting('keyed.effects_partition', true) IS DISTINCT FROM 'off' THEN
         PERFORM keyed_effects_partition();
     END IF;
 END
