@@ -147,7 +147,8 @@ type Claim struct {
 	Result     json.RawMessage
 
 	maxResult int       // ClaimParams.MaxResultBytes, or zero
-	createdAt time.Time // the record's created_at: with the key it names one leaf
+	createdAt time.Time // the record's created_at
+	leaf      string    // the table holding the record: its leaf, or keyed_effects unpartitioned
 }
 
 // Decode unmarshals the stored outcome of a Done claim into v.
@@ -192,19 +193,28 @@ const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7)`
 // queryClaim runs claimSQL and returns the record it read (for a new
 // claim, only Generation, Attempts, LeaseUntil and CreatedAt), whether the
 // claim inserted it, and whether its lease is live.
-func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, inserted, live bool, err error) {
+func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, leaf string, inserted, live bool, err error) {
 	rec = &Record{}
 	err = db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
 		lease.Microseconds(), p.AsyncCommit).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
-		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live)
-	return rec, inserted, live, err
+		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live, &leaf)
+	return rec, leaf, inserted, live, err
+}
+
+// table is the table a statement about the claim's record names: its leaf,
+// so that the statement plans and locks one table, not every leaf.
+func (cl *Claim) table() string {
+	if cl.leaf == "" {
+		return "keyed_effects"
+	}
+	return cl.leaf
 }
 
 // claimTakeSQL takes over an existing record only if it is still the
 // generation that was read and may still be taken: a concurrent taker bumps
 // the generation, and a concurrent Extend makes the lease live again.
 const claimTakeSQL = `
-UPDATE keyed_effects
+UPDATE %s
 SET state = 'claimed', owner = $3, generation = generation + 1, attempts = attempts + 1,
     lease_until = now() + $4 * interval '1 microsecond',
     error_code = NULL, error_message = NULL, finished_at = NULL, updated_at = now()
@@ -237,7 +247,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	// the read (a racer's commit or takeover, or a prune of a finished
 	// record).
 	for round := 0; round < 5; round++ {
-		rec, inserted, live, err := queryClaim(ctx, db, p, lease)
+		rec, leaf, inserted, live, err := queryClaim(ctx, db, p, lease)
 		if errors.Is(err, pgx.ErrNoRows) || layoutChanged(err) {
 			continue
 		}
@@ -246,7 +256,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		}
 		if inserted {
 			cl.Mode, cl.Generation, cl.Attempt, cl.LeaseUntil = ModeNew, rec.Generation, rec.Attempts, *rec.LeaseUntil
-			cl.createdAt = rec.CreatedAt
+			cl.createdAt, cl.leaf = rec.CreatedAt, leaf
 			return c.acquired(ctx, cl, start), nil
 		}
 		if rec.Fingerprint != p.Fingerprint {
@@ -278,8 +288,8 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		case StateFailedTransient:
 			cl.Mode = ModeRetry
 		}
-		cl.createdAt = rec.CreatedAt
-		err = db.QueryRow(ctx, claimTakeSQL, p.Key.String(), rec.Generation, p.Owner, lease.Microseconds(), rec.CreatedAt).
+		cl.createdAt, cl.leaf = rec.CreatedAt, leaf
+		err = db.QueryRow(ctx, fmt.Sprintf(claimTakeSQL, cl.table()), p.Key.String(), rec.Generation, p.Owner, lease.Microseconds(), rec.CreatedAt).
 			Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil)
 		if err == nil {
 			return c.acquired(ctx, cl, start), nil
@@ -344,7 +354,7 @@ func (c *Client) complete(ctx context.Context, db DB, claim *Claim, result any) 
 		return fmt.Errorf("complete %s: %w: %d bytes, limit %d", claim.Key, ErrResultTooLarge, len(body), limit)
 	}
 	tag, err := db.Exec(ctx, `
-UPDATE keyed_effects
+UPDATE `+claim.table()+`
 SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
 WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5`,
 		claim.Key.String(), claim.Generation, body, claim.Owner, claim.createdAt)
@@ -390,7 +400,7 @@ func (c *Client) fail(ctx context.Context, db DB, claim *Claim, cause error) err
 	}
 	code := errorCode(cause)
 	tag, err := db.Exec(ctx, `
-UPDATE keyed_effects
+UPDATE `+claim.table()+`
 SET state = $3, error_code = $4, error_message = $5, lease_until = NULL, finished_at = now(), updated_at = now()
 WHERE key = $1 AND generation = $2 AND owner = $6 AND state = 'claimed' AND created_at = $7`,
 		claim.Key.String(), claim.Generation, state, code, msg, claim.Owner, claim.createdAt)
@@ -418,7 +428,7 @@ func (c *Client) Extend(ctx context.Context, claim *Claim, lease time.Duration) 
 		lease = c.lease
 	}
 	err := c.db.QueryRow(ctx, `
-UPDATE keyed_effects SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
+UPDATE `+claim.table()+` SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
 WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5
 RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds(), claim.Owner, claim.createdAt).Scan(&claim.LeaseUntil)
 	if errors.Is(err, pgx.ErrNoRows) {

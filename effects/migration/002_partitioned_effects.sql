@@ -164,7 +164,7 @@ CREATE OR REPLACE FUNCTION keyed_effects_claim(p_key text, p_tenant text, p_kind
     p_fingerprint text, p_lease_us bigint, p_async boolean)
 RETURNS TABLE (inserted boolean, generation bigint, attempts integer, lease_until timestamptz, state text,
     owner text, fingerprint text, result jsonb, error_code text, error_message text, created_at timestamptz,
-    live boolean)
+    live boolean, leaf text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
@@ -176,11 +176,11 @@ BEGIN
         INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
         VALUES (p_key, p_tenant, p_kind, 'claimed', p_owner, p_fingerprint, now() + p_lease_us * interval '1 microsecond')
         ON CONFLICT (key) DO NOTHING
-        RETURNING generation, attempts, lease_until, created_at)
-    SELECT true, i.generation, i.attempts, i.lease_until, '', '', '', NULL::jsonb, '', '', i.created_at, true FROM ins i
+        RETURNING generation, attempts, lease_until, created_at, tableoid)
+    SELECT true, i.generation, i.attempts, i.lease_until, '', '', '', NULL::jsonb, '', '', i.created_at, true, i.tableoid::regclass::text FROM ins i
     UNION ALL
     SELECT false, e.generation, e.attempts, e.lease_until, e.state, e.owner, e.fingerprint, e.result,
-        coalesce(e.error_code, ''), coalesce(e.error_message, ''), e.created_at, coalesce(e.lease_until > now(), false)
+        coalesce(e.error_code, ''), coalesce(e.error_message, ''), e.created_at, coalesce(e.lease_until > now(), false), e.tableoid::regclass::text
     FROM keyed_effects e WHERE e.key = p_key AND NOT EXISTS (SELECT FROM ins);
 END
 $$;
@@ -198,11 +198,14 @@ BEGIN
         p_fingerprint text, p_lease_us bigint, p_async boolean)
     RETURNS TABLE (inserted boolean, generation bigint, attempts integer, lease_until timestamptz, state text,
         owner text, fingerprint text, result jsonb, error_code text, error_message text, created_at timestamptz,
-        live boolean)
+        live boolean, leaf text)
     LANGUAGE plpgsql AS $$
     #variable_conflict use_column
     DECLARE
-        c record;
+        v_class text;
+        v_probe text[];
+        v_c     text;
+        v_sql   text;
     BEGIN
         IF p_async THEN
             PERFORM set_config('synchronous_commit', 'off', true);
@@ -212,21 +215,36 @@ BEGIN
                 USING ERRCODE = 'feature_not_supported';
         END IF;
         PERFORM pg_advisory_xact_lock(1801, hashtext(p_key));
-        c := keyed_effects_class(p_kind);
-        RETURN QUERY
-        SELECT false, e.generation, e.attempts, e.lease_until, e.state, e.owner, e.fingerprint, e.result,
-            coalesce(e.error_code, ''), coalesce(e.error_message, ''), e.created_at, coalesce(e.lease_until > now(), false)
-        FROM keyed_effects e WHERE e.key = p_key AND e.class = ANY (c.probe)
-        ORDER BY e.created_at DESC LIMIT 1;
+        -- keyed_effects_class, inlined: one query instead of a call and two.
+        SELECT coalesce(l.class, 'default'),
+            CASE WHEN l.class IS NULL THEN ARRAY['default', 'legacy']
+                 WHEN l.since > now() - d.keep - 2 * d.width THEN ARRAY[l.class, 'default', 'legacy']
+                 ELSE ARRAY[l.class, 'legacy'] END
+        INTO v_class, v_probe
+        FROM keyed_effect_lifetimes d LEFT JOIN keyed_effect_lifetimes l ON l.kind = p_kind AND p_kind <> ''
+        WHERE d.kind = '';
+        -- The look-up names each class's partition, so that it plans and
+        -- locks only that class's leaves, not every leaf of the table.
+        v_sql := NULL;
+        FOREACH v_c IN ARRAY v_probe LOOP
+            IF to_regclass('keyed_effects_' || v_c) IS NOT NULL THEN
+                v_sql := coalesce(v_sql || ' UNION ALL ', '') || format(
+                    'SELECT false, e.generation, e.attempts, e.lease_until, e.state, e.owner, e.fingerprint, e.result, '
+                    'coalesce(e.error_code, %L), coalesce(e.error_message, %L), e.created_at, '
+                    'coalesce(e.lease_until > now(), false), e.tableoid::regclass::text FROM %I e WHERE e.key = $1',
+                    '', '', 'keyed_effects_' || v_c);
+            END IF;
+        END LOOP;
+        RETURN QUERY EXECUTE v_sql || ' ORDER BY 11 DESC LIMIT 1' USING p_key;
         IF FOUND THEN
             RETURN;
         END IF;
         RETURN QUERY
         INSERT INTO keyed_effects AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
-        VALUES (p_key, p_tenant, p_kind, c.class, 'claimed', p_owner, p_fingerprint,
+        VALUES (p_key, p_tenant, p_kind, v_class, 'claimed', p_owner, p_fingerprint,
             now() + p_lease_us * interval '1 microsecond')
         RETURNING true, e.generation, e.attempts, e.lease_until, ''::text, ''::text, ''::text, NULL::jsonb,
-            ''::text, ''::text, e.created_at, true;
+            ''::text, ''::text, e.created_at, true, e.tableoid::regclass::text;
     END
     $$;
 END
