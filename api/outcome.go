@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -51,28 +49,8 @@ type refundOutcome struct {
 	Effects        []EffectView `json:"effects"`
 }
 
-// errNotRendered means a body rendered from an outcome and the request is
-// not the body of the response: the request does not carry what the body
-// shows, and a replay would differ. The request fails (500) rather than
-// store an outcome it cannot replay.
-var errNotRendered = errors.New("the response does not render from its outcome and the request")
-
 // renderer renders a response body from its outcome and the request.
 type renderer func(*outcome) ([]byte, error)
-
-// storedOf returns the response to send and store for status and body:
-// body as rendered from out by render, after checking that it is the
-// response's body byte for byte.
-func storedOf(status int, out *outcome, render renderer, body []byte) (stored, error) {
-	got, err := render(out)
-	if err != nil {
-		return stored{}, err
-	}
-	if !bytes.Equal(got, body) {
-		return stored{}, errNotRendered
-	}
-	return stored{status: status, body: got, outcome: out}, nil
-}
 
 // encodeBody returns v as JSON and a newline, the body of every response.
 func encodeBody(v any) ([]byte, error) {
