@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -27,6 +28,7 @@ import (
 	"github.com/keyedhq/keyed/idempotency"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/outbox/temporalstart"
 )
 
 // Headers the API reads and writes.
@@ -100,6 +102,15 @@ type HandlerOpts struct {
 	// RateLimit limits each tenant's requests to the /v1 routes (see
 	// RateLimit). The zero value means no limit.
 	RateLimit RateLimit
+	// Starter, if set, lets POST /v1/orders and refunds honour Prefer:
+	// wait=N: the handler starts the run (or joins it) with
+	// Update-with-Start, with the options the relay's starts have, and
+	// waits up to N seconds for the steps that decide the request. Nil
+	// means the preference is ignored.
+	Starter *temporalstart.Starter
+	// MaxWait bounds Prefer: wait. Zero means DefaultMaxWait. The request
+	// lease must exceed it plus twice the request timeout.
+	MaxWait time.Duration
 }
 
 // Handler serves keyed's HTTP API:
@@ -118,6 +129,7 @@ type Handler struct {
 	store   *orders.Store
 	effects *effects.Client
 	idem    *idempotency.Middleware
+	starter *temporalstart.Starter
 	maxWait time.Duration
 	logger  *slog.Logger
 	metrics *Metrics
@@ -160,6 +172,14 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 		return nil, fmt.Errorf("api: NewHandler: request timeout %s is negative", h.timeout)
 	case lease <= h.timeout:
 		return nil, fmt.Errorf("api: NewHandler: request lease %s must exceed the request timeout %s", lease, h.timeout)
+	case opts.MaxWait < 0:
+		return nil, fmt.Errorf("api: NewHandler: max wait %s is negative", opts.MaxWait)
+	}
+	if h.starter = opts.Starter; h.starter != nil {
+		h.maxWait = cmp.Or(opts.MaxWait, DefaultMaxWait)
+		if lease <= 2*h.timeout+h.maxWait {
+			return nil, fmt.Errorf("api: NewHandler: request lease %s must exceed twice the request timeout %s plus the max wait %s", lease, h.timeout, h.maxWait)
+		}
 	}
 	if h.logger == nil {
 		h.logger = slog.Default()
@@ -382,6 +402,9 @@ type createOrderRequest struct {
 type OrderCreated struct {
 	Order      *orders.Order `json:"order"`
 	WorkflowID string        `json:"workflow_id"`
+	// Charge is the charge's outcome in an answer that waited for it
+	// (Prefer: wait); nil otherwise.
+	Charge *ChargeView `json:"charge,omitempty"`
 }
 
 // OrderDetail is the body of GET /v1/orders/{id}.
@@ -453,6 +476,10 @@ func (h *Handler) idempotent(f func(w http.ResponseWriter, r *http.Request, tena
 func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant string) {
 	q := idempotency.FromContext(r.Context())
 	no := q.Value().(orders.NewOrder)
+	if wait, ok := h.preferredWait(r); ok {
+		h.createOrderWaiting(w, r, q, tenant, no, wait)
+		return
+	}
 	resp, err := h.createTx(r.Context(), q, tenant, no)
 	switch {
 	case errors.Is(err, orders.ErrConflict):

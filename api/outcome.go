@@ -32,6 +32,9 @@ type orderOutcome struct {
 	Status    orders.Status `json:"status"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
+	// Charge is set in an answer that waited (Prefer: wait); a record
+	// without it renders the body it rendered before.
+	Charge *ChargeView `json:"charge,omitempty"`
 }
 
 // refundOutcome is what POST /v1/orders/{id}/refunds decided: the refund
@@ -75,7 +78,7 @@ func orderRenderer(tenant string, no orders.NewOrder) renderer {
 		o := out.Order
 		return encodeBody(OrderCreated{Order: &orders.Order{TenantID: tenant, ID: no.ID, AmountMinor: no.AmountMinor,
 			Currency: no.Currency, CustomerEmail: no.CustomerEmail, PaymentMethod: no.PaymentMethod,
-			Status: o.Status, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}, WorkflowID: orders.WorkflowID(tenant, no.ID)})
+			Status: o.Status, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}, WorkflowID: orders.WorkflowID(tenant, no.ID), Charge: o.Charge})
 	}
 }
 

@@ -152,6 +152,10 @@ func refundHash(in refunds.RefundInput) string {
 func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, _ string) {
 	q := idempotency.FromContext(r.Context())
 	in := q.Value().(refunds.RefundInput)
+	if wait, ok := h.preferredWait(r); ok {
+		h.createRefundWaiting(w, r, q, in, wait)
+		return
+	}
 	resp, refusal, err := h.refundTx(r.Context(), q, in)
 	switch {
 	case refusal != nil:
@@ -191,22 +195,31 @@ func (h *Handler) refundTx(ctx context.Context, q *idempotency.Request, in refun
 		}
 		return q.CompleteTx(ctx, tx, resp)
 	})
+	if refusal := refundRefusal(err, in); refusal != nil {
+		return resp, refusal, nil
+	}
+	return resp, nil, err
+}
+
+// refundRefusal is the answer to a refund refused by its order or ledger
+// (err from refunds.RequestTx), or nil for success or a failure.
+func refundRefusal(err error, in refunds.RefundInput) *Error {
 	var exceeds *refunds.ExceedsError
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
-		return resp, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", in.OrderID), nil
+		return newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", in.OrderID)
 	case errors.Is(err, refunds.ErrConflict):
-		return resp, newError(http.StatusConflict, CodeRefundConflict, "refund_id",
-			"refund %q of order %q was requested with another amount or reason; use a new refund_id for a new refund", in.RefundID, in.OrderID), nil
+		return newError(http.StatusConflict, CodeRefundConflict, "refund_id",
+			"refund %q of order %q was requested with another amount or reason; use a new refund_id for a new refund", in.RefundID, in.OrderID)
 	case errors.Is(err, refunds.ErrNotRefundable):
-		return resp, newError(http.StatusConflict, CodeOrderNotRefundable, "id",
-			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID), nil
+		return newError(http.StatusConflict, CodeOrderNotRefundable, "id",
+			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID)
 	case errors.As(err, &exceeds):
-		return resp, newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
+		return newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
 			"a refund of %d exceeds what is left of the charge: %d charged, %d refunded or in flight, %d left (minor units)",
-			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor), nil
+			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor)
 	}
-	return resp, nil, err
+	return nil
 }
 
 func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant string) {
