@@ -34,7 +34,7 @@ type waitBundle struct {
 	tenant, key string
 }
 
-func waitSetup(t *testing.T) *waitBundle {
+func waitSetup(t testing.TB) *waitBundle {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := &waitBundle{w: fxapptest.Start(t, &fxapptest.Opts{Server: devServer, Logger: quiet}),
@@ -55,7 +55,7 @@ func (b *waitBundle) starter() *temporalstart.Starter {
 }
 
 // post sends a POST with the Idempotency-Key and, unless empty, Prefer.
-func (b *waitBundle) post(t *testing.T, base, path, idem, body, prefer string) response {
+func (b *waitBundle) post(t testing.TB, base, path, idem, body, prefer string) response {
 	t.Helper()
 	req, err := http.NewRequest("POST", base+path, strings.NewReader(body))
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func (b *waitBundle) post(t *testing.T, base, path, idem, body, prefer string) r
 	return response{status: resp.StatusCode, header: resp.Header, body: got}
 }
 
-func (b *waitBundle) order(t *testing.T, idem, body, prefer string) (response, api.OrderCreated) {
+func (b *waitBundle) order(t testing.TB, idem, body, prefer string) (response, api.OrderCreated) {
 	t.Helper()
 	r := b.post(t, b.srv.URL, "/v1/orders", idem, body, prefer)
 	var oc api.OrderCreated

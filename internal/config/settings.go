@@ -263,6 +263,11 @@ var Settings = []Setting{
 		Help: "requests a tenant may send at once after a quiet spell",
 		Doc:  "how many requests a tenant may send at once after a quiet spell; at least 1 while the limit is on"},
 
+	{Env: "KEYED_API_MAX_WAIT", Field: "API.MaxWait", For: InServe, Default: DefaultAPIMaxWait, Check: maxWait,
+		Help: "the longest Prefer: wait a POST may wait for its outcome; 0 ignores the preference",
+		Doc: "the longest a `POST /v1/orders` or refund with `Prefer: wait=N` waits for the charge (or refund) to settle before it answers `202`; " +
+			"under 20 s, so that the 30 s Idempotency-Key lease outlasts the request. `0` ignores the preference"},
+
 	{Env: "KEYED_TEMPORAL_BIN", For: InTests, DefaultDoc: "bin/temporal",
 		Help: "the Temporal CLI that runs the dev server",
 		Doc:  "the Temporal CLI the tests and `make demo` run the dev server with; `make tools` builds it"},
@@ -319,6 +324,15 @@ func oneOf(allowed ...string) func(any, *Config) error {
 		}
 		return fmt.Errorf("%q is not %s", v, strings.Join(allowed, " or "))
 	}
+}
+
+// maxWait accepts 0 (off) up to under 20 s: the request lease (30 s) must
+// exceed twice the request timeout (5 s) plus the wait.
+func maxWait(v any, _ *Config) error {
+	if d := v.(time.Duration); d < 0 || d >= 20*time.Second {
+		return fmt.Errorf("%s is not between 0 and 20s", d)
+	}
+	return nil
 }
 
 func positive(v any, _ *Config) error {

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,9 @@ type Config struct {
 	// ServeMetrics mounts the app's prometheus.Gatherer at /metrics on the
 	// API's port, for an app with no MetricsModule serving it elsewhere.
 	ServeMetrics bool
+	// MaxWait is the longest Prefer: wait honoured (config.API.MaxWait),
+	// with the app's Temporal client; zero ignores the preference.
+	MaxWait time.Duration
 }
 
 // Module serves keyed's HTTP API on Config.Addr: OnStart binds the port (a
@@ -67,7 +71,8 @@ func newAPIHandler(in apiIn) (*api.Handler, error) {
 	}
 	opts := &api.HandlerOpts{Effects: in.Effects, Logger: in.Logger.With("component", "api"),
 		RateLimit: api.RateLimit{Rate: in.RateLimit.Rate, Burst: in.RateLimit.Burst}}
-	if in.Temporal != nil {
+	if in.Temporal != nil && in.Config.MaxWait > 0 {
+		opts.MaxWait = in.Config.MaxWait
 		opts.Starter = temporalstart.New(in.Temporal, &temporalstart.Opts{TaskQueue: cmp.Or(in.TemporalConfig.TaskQueue, orders.TaskQueue),
 			Configure: pipeline.Configure(in.Specs, in.Pool)})
 	}
