@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/idempotency"
@@ -276,4 +277,60 @@ func TestAPIKilledMidPreferWaitLosesNothing(t *testing.T) {
 			require.Equal(t, 1, b.w.Stripe.Charges(), "one charge")
 		})
 	}
+}
+
+// The relay started the run first (a POST without the preference, its
+// charge slowed): a Prefer: wait request under another key joins that run
+// and answers paid. One run, one charge.
+func TestPreferWaitJoinsTheRelaysRun(t *testing.T) {
+	t.Parallel()
+	b := waitSetup(t)
+	b.w.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: time.Second, Match: "ord_join"})
+	body := orderBody("ord_join", 700)
+	first, _ := b.order(t, "k-join-1", body, "")
+	require.Equal(t, http.StatusCreated, first.status, "%s", first.body)
+	wf := orders.WorkflowID(b.tenant, "ord_join")
+	require.Eventually(t, func() bool {
+		var sent bool
+		require.NoError(t, b.w.Pool.QueryRow(t.Context(), `SELECT sent_at IS NOT NULL FROM keyed_outbox WHERE workflow_id = $1`, wf).Scan(&sent))
+		return sent
+	}, 10*time.Second, 5*time.Millisecond, "the worker's relay started the run")
+	joined, oc := b.order(t, "k-join-2", body, "wait=10")
+	require.Equal(t, http.StatusOK, joined.status, "%s", joined.body)
+	require.Equal(t, orders.StatusPaid, oc.Order.Status)
+	require.EqualValues(t, 1, b.runs(t, wf))
+	require.Equal(t, 1, b.w.Stripe.Charges())
+}
+
+// The API started the run first (no worker polls its task queue, so the
+// wait runs out: 202): the relay's start of the row then collapses into
+// that run.
+func TestRelayCollapsesIntoTheAPIsRun(t *testing.T) {
+	t.Parallel()
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	tq := "api-wait-" + randomHex(4)
+	b := setup(t, setupOpts{handler: &api.HandlerOpts{Starter: temporalstart.New(c, &temporalstart.Opts{TaskQueue: tq})}})
+	b.starter.next = pipeline.Starter(c, nil, tq, workflows.Pipelines())
+	req, err := http.NewRequest("POST", b.srv.URL+"/v1/orders", strings.NewReader(orderBody("ord_first", 500)))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+b.keyA)
+	req.Header.Set(api.HeaderIdempotencyKey, "k-first")
+	req.Header.Set(idempotency.HeaderPrefer, "wait=1")
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	wf := orders.WorkflowID(b.tenantA, "ord_first")
+	desc, err := c.DescribeWorkflow(t.Context(), wf, "")
+	require.NoError(t, err, "the API started the run")
+
+	n, err := b.relay(t, nil).Poll(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, b.starter.count(wf))
+	var runID string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT run_id FROM keyed_outbox WHERE workflow_id = $1`, wf).Scan(&runID))
+	require.Equal(t, desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId(), runID, "the relay's start collapsed into the API's run")
 }

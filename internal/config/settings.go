@@ -247,7 +247,7 @@ var Settings = []Setting{
 		Doc:  "the HTTP API's listen address; `0.0.0.0:8080` in a container"},
 	{Env: "KEYED_SERVE_RELAY", Flag: "relay", Field: "API.Relay", For: InServe, Default: false,
 		Help: "also run an outbox relay in this process",
-		Doc:  "also run an outbox relay in the API process (the worker always runs one); only then are the Temporal settings used"},
+		Doc:  "also run an outbox relay in the API process (the worker always runs one); the API uses the Temporal settings for it and for `Prefer: wait`"},
 	{Env: "KEYED_API_KEYS", Field: "API.Keys", For: InServe, Secret: true,
 		Help: "the API keys, tenant=key,…",
 		Doc: "`acme=sk_…,globex=sk_…`: one bearer key per tenant, at least 16 bytes; the tenant comes from the key, and must leave room for its effect keys, " +
