@@ -30,10 +30,10 @@ type Opts struct {
 	// It must exceed Timeout plus the longest the handler waits on
 	// anything else (MaxWait for a handler that honours Prefer: wait).
 	Lease time.Duration
-	// Timeout bounds the database work of one request, from the claim to
-	// the commit: the handler's r.Context() carries this deadline and is
-	// not cancelled when the client goes away, so that a retry finds the
-	// response stored. Zero means DefaultTimeout.
+	// Timeout bounds each claim of the key, and then the handler's work:
+	// the handler's r.Context() carries a deadline of Timeout from the
+	// claim and is not cancelled when the client goes away, so that a retry
+	// finds the response stored. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// MaxWait bounds how long a request with Prefer: wait=N waits for the
 	// response of the same key's request in flight, instead of 409. Zero

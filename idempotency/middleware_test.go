@@ -2,6 +2,8 @@ package idempotency_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -285,4 +287,28 @@ func TestPreferredWait(t *testing.T) {
 	r.Header.Set(idempotency.HeaderPrefer, "wait=5")
 	_, ok := idempotency.PreferredWait(r, 0)
 	require.False(t, ok, "no wait without a server maximum")
+}
+
+// A holder that died (its lease ran out, nothing stored) is taken over:
+// the retry runs the handler and its response is the one stored.
+func TestDeadHolderIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	claims, err := effects.NewClient(b.pool, nil)
+	require.NoError(t, err)
+	key, err := idempotency.StoredKey("acme", "k-dead")
+	require.NoError(t, err)
+	// The default fingerprint of the same request: method, pattern, body.
+	sum := sha256.Sum256([]byte("POST POST /v1/things\x00" + `{"id":"t1"}`))
+	_, err = claims.Claim(b.ctx, effects.ClaimParams{Key: key, Kind: idempotency.Kind, Owner: "dead", Lease: time.Minute,
+		Fingerprint: hex.EncodeToString(sum[:])})
+	require.NoError(t, err)
+	busy := b.post(t, "acme", "k-dead", `{"id":"t1"}`)
+	require.Equal(t, http.StatusConflict, busy.status, "%s", busy.body)
+	_, err = b.pool.Exec(b.ctx, `UPDATE keyed_effects SET lease_until = now() - interval '1 second' WHERE key = $1`, key.String())
+	require.NoError(t, err)
+	took := b.post(t, "acme", "k-dead", `{"id":"t1"}`)
+	require.Equal(t, http.StatusCreated, took.status, "%s", took.body)
+	require.Equal(t, took.body, b.post(t, "acme", "k-dead", `{"id":"t1"}`).body)
+	require.Equal(t, []string{"in_progress", "takeover", "replayed"}, b.seen)
 }
