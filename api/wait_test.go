@@ -215,6 +215,17 @@ func TestPreferWaitRefund(t *testing.T) {
 	require.NotEmpty(t, v.StripeRefundID)
 	require.Equal(t, "/v1/orders/ord_r/refunds/r1", r.header.Get("Location"))
 	b.requireReplay(t, "/v1/orders/ord_r/refunds", "k-refund", body, r)
+
+	// Stripe refuses the next one for good: 201 failed, its reservation
+	// released.
+	b.w.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultRefuseRefund, Match: "POST /v1/refunds"})
+	body = refundBody("r2", 300, "")
+	r = b.post(t, b.srv.URL, "/v1/orders/ord_r/refunds", "k-refused", body, "wait=10")
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	require.NoError(t, json.Unmarshal(r.body, &v))
+	require.Equal(t, api.RefundFailed, v.State)
+	require.True(t, v.Released, "%s", r.body)
+	b.requireReplay(t, "/v1/orders/ord_r/refunds", "k-refused", body, r)
 }
 
 // The API process is killed in the middle of a Prefer: wait request, once
