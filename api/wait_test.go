@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -237,7 +238,7 @@ func TestPreferWaitRefund(t *testing.T) {
 // the dead holder's lease ends) answers it paid and replays that answer.
 func TestAPIKilledMidPreferWaitLosesNothing(t *testing.T) {
 	t.Parallel()
-	for name, temporalAddr := range map[string]string{"waiting on the charge": "", "before the start": "127.0.0.1:1"} {
+	for name, temporalAddr := range map[string]string{"waiting on the charge": "", "before the start": blackhole(t)} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := waitSetup(t)
@@ -344,4 +345,30 @@ func TestRelayCollapsesIntoTheAPIsRun(t *testing.T) {
 	var runID string
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT run_id FROM keyed_outbox WHERE workflow_id = $1`, wf).Scan(&runID))
 	require.Equal(t, desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId(), runID, "the relay's start collapsed into the API's run")
+}
+
+// blackhole returns the address of a listener that accepts connections and
+// never answers: a Temporal the API cannot start anything on, until the
+// wait runs out.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return l.Addr().String()
 }
