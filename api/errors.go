@@ -1,55 +1,43 @@
 package api
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/idempotency"
 )
 
 // Error codes in the "code" member of an error response. Clients branch on
 // these, never on the message.
 const (
-	CodeUnauthorized          = "unauthorized"            // 401: missing or unknown API key
-	CodeMissingIdempotencyKey = "missing_idempotency_key" // 400
-	CodeInvalidIdempotencyKey = "invalid_idempotency_key" // 400: empty, over 255 bytes, bad characters, or malformed quoting
-	CodeBodyTooLarge          = "body_too_large"          // 413: body over MaxBodyBytes
-	CodeInvalidJSON           = "invalid_json"            // 400: not one JSON object
-	CodeUnknownField          = "unknown_field"           // 400: a member the API does not know, or a known one in another case
-	CodeDuplicateField        = "duplicate_field"         // 400: a member sent twice
-	CodeRequestTimeout        = "request_timeout"         // 408: the body did not arrive within the server's read timeout
-	CodeMissingField          = "missing_field"           // 400
-	CodeInvalidField          = "invalid_field"           // 400: wrong type or value
-	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422: the key was first used with another request
-	CodeRequestInProgress     = "request_in_progress"     // 409: the key's first request is still running
-	CodeOrderConflict         = "order_conflict"          // 409: the order ID exists with other details
-	CodeRefundConflict        = "refund_conflict"         // 409: the refund ID was requested with another amount or reason
-	CodeOrderNotRefundable    = "order_not_refundable"    // 409: the order is not paid, or is refunded in full
-	CodeRefundExceedsCharge   = "refund_exceeds_charge"   // 422: the refund is more than what is left of the charge
-	CodeRateLimited           = "rate_limited"            // 429: the tenant is over its rate limit (HandlerOpts.RateLimit); with Retry-After
-	CodeNotFound              = "not_found"               // 404
-	CodeMethodNotAllowed      = "method_not_allowed"      // 405
-	CodeUnavailable           = "unavailable"             // 503: the database is down or did not answer in time; with Retry-After
-	CodeInternal              = "internal"                // 500: an unexpected failure, such as a missing migration
+	CodeUnauthorized          = "unauthorized"                    // 401: missing or unknown API key
+	CodeMissingIdempotencyKey = idempotency.CodeMissingKey        // 400
+	CodeInvalidIdempotencyKey = idempotency.CodeInvalidKey        // 400: empty, over 255 bytes, bad characters, or malformed quoting
+	CodeBodyTooLarge          = idempotency.CodeBodyTooLarge      // 413: body over MaxBodyBytes
+	CodeInvalidJSON           = "invalid_json"                    // 400: not one JSON object
+	CodeUnknownField          = "unknown_field"                   // 400: a member the API does not know, or a known one in another case
+	CodeDuplicateField        = "duplicate_field"                 // 400: a member sent twice
+	CodeRequestTimeout        = "request_timeout"                 // 408: the body did not arrive within the server's read timeout
+	CodeMissingField          = "missing_field"                   // 400
+	CodeInvalidField          = "invalid_field"                   // 400: wrong type or value
+	CodeIdempotencyKeyReused  = idempotency.CodeKeyReused         // 422: the key was first used with another request
+	CodeRequestInProgress     = idempotency.CodeRequestInProgress // 409: the key's first request is still running
+	CodeOrderConflict         = "order_conflict"                  // 409: the order ID exists with other details
+	CodeRefundConflict        = "refund_conflict"                 // 409: the refund ID was requested with another amount or reason
+	CodeOrderNotRefundable    = "order_not_refundable"            // 409: the order is not paid, or is refunded in full
+	CodeRefundExceedsCharge   = "refund_exceeds_charge"           // 422: the refund is more than what is left of the charge
+	CodeRateLimited           = "rate_limited"                    // 429: the tenant is over its rate limit (HandlerOpts.RateLimit); with Retry-After
+	CodeNotFound              = "not_found"                       // 404
+	CodeMethodNotAllowed      = "method_not_allowed"              // 405
+	CodeUnavailable           = idempotency.CodeUnavailable       // 503: the database is down or did not answer in time; with Retry-After
+	CodeInternal              = idempotency.CodeInternal          // 500: an unexpected failure, such as a missing migration
 )
 
 // Error is an API error: the HTTP status and the JSON body
 // {"error":{"code":…,"field":…,"message":…}}. Field names the request member
-// or header at fault, when there is one.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return fmt.Sprintf("%d %s: %s: %s", e.Status, e.Code, e.Field, e.Message)
-	}
-	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
-}
+// or header at fault, when there is one. It is the Idempotency-Key
+// middleware's error, so that its answers and the API's are one shape.
+type Error = idempotency.Error
 
 // ErrorBody is the JSON body of every error response.
 type ErrorBody struct {
@@ -57,23 +45,14 @@ type ErrorBody struct {
 }
 
 func newError(status int, code, field, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+	return idempotency.NewError(status, code, field, format, args...)
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	idempotency.WriteJSON(w, status, body)
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
-	if e.Status == http.StatusRequestTimeout {
-		w.Header().Set("Connection", "close") // the rest of the body may still be on its way
-	}
-	body, _ := json.Marshal(ErrorBody{Error: e})
-	writeJSON(w, e.Status, append(body, '\n'))
-}
+func writeError(w http.ResponseWriter, e *Error) { idempotency.WriteError(w, e) }
 
 // unavailable reports whether err means the database could not serve the
 // request now, so a retry may succeed (503, not 500): effects.IsInfrastructure

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keyedhq/keyed/idempotency"
 )
 
 // IdemForTest exposes one idempotency outcome counter for testutil.ToFloat64.
@@ -26,4 +28,4 @@ func (h *Handler) RoutesForTest() []string {
 }
 
 // RequestKeyForTest exposes the effect key of an Idempotency-Key.
-var RequestKeyForTest = requestKey
+var RequestKeyForTest = idempotency.StoredKey

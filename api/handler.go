@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -24,8 +25,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/idempotency"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/outbox/temporalstart"
 )
 
 // Headers the API reads and writes.
@@ -34,10 +37,10 @@ const (
 	// ASCII without spaces, chosen by the client once per logical request
 	// and sent unchanged on every retry; bare or as an RFC 8941 string
 	// ("abc" is the key abc).
-	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderIdempotencyKey = idempotency.HeaderKey
 	// HeaderReplayed is "true" on a response replayed from the first
 	// request with the same Idempotency-Key.
-	HeaderReplayed = "Idempotent-Replayed"
+	HeaderReplayed = idempotency.HeaderReplayed
 	// HeaderRequestID carries the request's ID, echoed from the client if it
 	// sent a sane one, else generated. It appears in the server's logs.
 	HeaderRequestID = "X-Request-Id"
@@ -49,12 +52,12 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	// ReleaseTimeout bounds the release of an Idempotency-Key after a
 	// failed request, which runs on a fresh context.
-	ReleaseTimeout = time.Second
+	ReleaseTimeout = idempotency.ReleaseTimeout
 	// RetryAfterSeconds is the Retry-After sent with 409
 	// request_in_progress: the first request usually finishes in
 	// milliseconds. A holder that died keeps the key for at most the
 	// request lease.
-	RetryAfterSeconds = 1
+	RetryAfterSeconds = idempotency.RetryAfterSeconds
 )
 
 // Route patterns, as they appear in the "route" metric label.
@@ -99,6 +102,15 @@ type HandlerOpts struct {
 	// RateLimit limits each tenant's requests to the /v1 routes (see
 	// RateLimit). The zero value means no limit.
 	RateLimit RateLimit
+	// Starter, if set, lets POST /v1/orders and refunds honour Prefer:
+	// wait=N: the handler starts the run (or joins it) with
+	// Update-with-Start, with the options the relay's starts have, and
+	// waits up to N seconds for the steps that decide the request. Nil
+	// means the preference is ignored.
+	Starter *temporalstart.Starter
+	// MaxWait bounds Prefer: wait. Zero means DefaultMaxWait. The request
+	// lease must exceed it plus twice the request timeout.
+	MaxWait time.Duration
 }
 
 // Handler serves keyed's HTTP API:
@@ -116,7 +128,9 @@ type Handler struct {
 	keys    *Keys
 	store   *orders.Store
 	effects *effects.Client
-	idem    *idemStore
+	idem    *idempotency.Middleware
+	starter *temporalstart.Starter
+	maxWait time.Duration
 	logger  *slog.Logger
 	metrics *Metrics
 	maxBody int64
@@ -158,6 +172,14 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 		return nil, fmt.Errorf("api: NewHandler: request timeout %s is negative", h.timeout)
 	case lease <= h.timeout:
 		return nil, fmt.Errorf("api: NewHandler: request lease %s must exceed the request timeout %s", lease, h.timeout)
+	case opts.MaxWait < 0:
+		return nil, fmt.Errorf("api: NewHandler: max wait %s is negative", opts.MaxWait)
+	}
+	if h.starter = opts.Starter; h.starter != nil {
+		h.maxWait = cmp.Or(opts.MaxWait, DefaultMaxWait)
+		if lease <= 2*h.timeout+h.maxWait {
+			return nil, fmt.Errorf("api: NewHandler: request lease %s must exceed twice the request timeout %s plus the max wait %s", lease, h.timeout, h.maxWait)
+		}
 	}
 	if h.logger == nil {
 		h.logger = slog.Default()
@@ -171,7 +193,7 @@ func NewHandler(db DB, keys *Keys, opts *HandlerOpts) (*Handler, error) {
 			return nil, fmt.Errorf("api: NewHandler: %w", err)
 		}
 	}
-	if h.idem, err = newIdemStore(db, h.logger, lease); err != nil {
+	if h.idem, err = h.newIdempotency(lease); err != nil {
 		return nil, fmt.Errorf("api: NewHandler: %w", err)
 	}
 	if h.limiter, err = newLimiter(opts.RateLimit); err != nil {
@@ -197,9 +219,9 @@ type route struct {
 // lists of routes from it (every route runs on a pool of one connection).
 func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
 	rs := []route{
-		{RouteCreateOrder, h.authed(h.createOrder)},
+		{RouteCreateOrder, h.authed(h.idempotent(h.createOrder, h.orderRoute()))},
 		{RouteGetOrder, h.authed(h.getOrder)},
-		{RouteCreateRefund, h.authed(h.createRefund)},
+		{RouteCreateRefund, h.authed(h.idempotent(h.createRefund, h.refundRoute()))},
 		{RouteGetRefund, h.authed(h.getRefund)},
 		{RouteHealthz, http.HandlerFunc(h.healthz)},
 	}
@@ -380,6 +402,9 @@ type createOrderRequest struct {
 type OrderCreated struct {
 	Order      *orders.Order `json:"order"`
 	WorkflowID string        `json:"workflow_id"`
+	// Charge is the charge's outcome in an answer that waited for it
+	// (Prefer: wait); nil otherwise.
+	Charge *ChargeView `json:"charge,omitempty"`
 }
 
 // OrderDetail is the body of GET /v1/orders/{id}.
@@ -440,123 +465,37 @@ type EffectView struct {
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }
 
+// idempotent serves f behind the Handler's Idempotency-Key middleware with
+// the route's fingerprint and replay; f finds the decoded request in
+// idempotency.FromContext(r.Context()).Value().
+func (h *Handler) idempotent(f func(w http.ResponseWriter, r *http.Request, tenant string), ro *idempotency.RouteOpts) func(w http.ResponseWriter, r *http.Request, tenant string) {
+	inner := h.idem.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f(w, r, tenantOf(r)) }), ro)
+	return func(w http.ResponseWriter, r *http.Request, _ string) { inner.ServeHTTP(w, r) }
+}
+
 func (h *Handler) createOrder(w http.ResponseWriter, r *http.Request, tenant string) {
-	key, aerr := idempotencyKey(r)
-	if aerr != nil {
-		writeError(w, aerr)
+	q := idempotency.FromContext(r.Context())
+	no := q.Value().(orders.NewOrder)
+	if wait, ok := h.preferredWait(r); ok {
+		h.createOrderWaiting(w, r, q, tenant, no, wait)
 		return
 	}
-	no, aerr := h.decodeCreate(w, r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	no.TenantID = tenant
-	if err := no.Validate(); err != nil {
-		var verr *orders.ValidationError
-		if errors.As(err, &verr) {
-			writeError(w, newError(http.StatusBadRequest, CodeInvalidField, verr.Field, "%s", verr.Reason))
-			return
-		}
-		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "", "%v", err))
-		return
-	}
-
-	render := orderRenderer(tenant, no)
-	h.idempotent(w, r, tenant, key, requestHash(RouteCreateOrder, no), "create order", render, func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
-		resp, err := h.createTx(ctx, tenant, claim, no, render)
-		if errors.Is(err, orders.ErrConflict) {
-			return resp, newError(http.StatusConflict, CodeOrderConflict, "order_id", "order %q exists with different details", no.ID), nil
-		}
-		return resp, nil, err
-	})
-}
-
-// idempotent runs do under the request's Idempotency-Key (hash: the request's
-// fingerprint): a replay answers the stored response rendered again from its
-// outcome, another body under the key 422, a running request 409. do returns
-// the response to store, a refusal (*Error: the key is released) or a failure
-// (released; 503/500, or 409 when the key was lost). Database calls share one
-// deadline and finish even if the client goes away.
-func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, tenant, key, hash, what string, render renderer,
-	do func(ctx context.Context, claim *effects.Claim) (stored, *Error, error)) {
-	ikey, err := requestKey(tenant, key)
-	if err != nil {
-		h.dbFailure(w, r, "claim idempotency key", err)
-		return
-	}
-	owner, _ := r.Context().Value(requestIDKey).(string)
-	owner += "/" + randomHex(6)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
-	defer cancel()
-	claim, prev, err := h.idem.claim(ctx, ikey, hash, owner)
+	resp, err := h.createTx(r.Context(), q, tenant, no)
 	switch {
-	case errors.Is(err, errKeyReused):
-		h.metrics.idem("key_reused")
-		writeError(w, newError(http.StatusUnprocessableEntity, CodeIdempotencyKeyReused, HeaderIdempotencyKey,
-			"Idempotency-Key %q was first used with a different request body; use a new key for a new request", key))
-		return
-	case errors.Is(err, errInProgress):
-		h.metrics.idem("in_progress")
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
-			"a request with Idempotency-Key %q is still running; retry after %d s", key, RetryAfterSeconds))
-		return
+	case errors.Is(err, orders.ErrConflict):
+		writeError(w, newError(http.StatusConflict, CodeOrderConflict, "order_id", "order %q exists with different details", no.ID))
 	case err != nil:
-		h.release(ctx, ikey, owner)
-		h.dbFailure(w, r, "claim idempotency key", err)
-		return
-	case prev != nil:
-		body := prev.body
-		if prev.outcome != nil {
-			if body, err = render(prev.outcome); err != nil {
-				h.dbFailure(w, r, "replay stored response", err)
-				return
-			}
-		}
-		h.metrics.idem("replayed")
-		w.Header().Set(HeaderReplayed, "true")
-		writeJSON(w, prev.status, body)
-		return
-	case claim.Mode == effects.ModeTakeover:
-		h.metrics.idem("takeover")
+		h.idem.Fail(w, r, "create order", err)
 	default:
-		h.metrics.idem("new")
-	}
-	resp, refusal, err := do(ctx, claim)
-	switch {
-	case refusal != nil:
-		h.release(ctx, ikey, owner)
-		writeError(w, refusal)
-	case errors.Is(err, errLeaseLost):
-		h.release(ctx, ikey, owner)
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-		writeError(w, newError(http.StatusConflict, CodeRequestInProgress, HeaderIdempotencyKey,
-			"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
-	case err != nil:
-		h.release(ctx, ikey, owner)
-		h.dbFailure(w, r, what, err)
-	default:
-		writeJSON(w, resp.status, resp.body)
-	}
-}
-
-// release frees owner's claim on key after a failure that wrote nothing, on a
-// fresh context bounded by ReleaseTimeout. A failed release is logged; the key
-// then frees when its lease ends.
-func (h *Handler) release(ctx context.Context, key effects.Key, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
-	defer cancel()
-	if err := h.idem.release(rctx, key, owner); err != nil {
-		h.logger.WarnContext(rctx, "release idempotency key; it frees when its lease runs out", "error", err)
+		resp.Write(w)
 	}
 }
 
 // createTx writes the order, its outbox row and the stored response (its
-// outcome, which render turns into the body) in one transaction: all of
-// them or none.
-func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Claim, no orders.NewOrder, render renderer) (stored, error) {
-	var resp stored
+// outcome, which the route's replay turns into the body) in one
+// transaction: all of them or none.
+func (h *Handler) createTx(ctx context.Context, q *idempotency.Request, tenant string, no orders.NewOrder) (idempotency.Response, error) {
+	var resp idempotency.Response
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
 		order, created, err := h.store.CreateAndEnqueueTx(ctx, tx, no)
 		if err != nil {
@@ -570,10 +509,10 @@ func (h *Handler) createTx(ctx context.Context, tenant string, claim *effects.Cl
 		if created {
 			status = http.StatusCreated
 		}
-		if resp, err = storedOf(status, orderOutcomeOf(order), render, body); err != nil {
+		if resp, err = responseOf(status, orderOutcomeOf(order), body); err != nil {
 			return err
 		}
-		return h.idem.finishTx(ctx, tx, claim, resp)
+		return q.CompleteTx(ctx, tx, resp)
 	})
 	return resp, err
 }
@@ -810,7 +749,7 @@ func (h *Handler) dbFailure(w http.ResponseWriter, r *http.Request, what string,
 
 // Prune deletes the Handler's expired idempotency records; see Prune.
 func (h *Handler) Prune(ctx context.Context) (int64, error) {
-	return prune(ctx, h.idem.claims, nil)
+	return h.idem.Prune(ctx)
 }
 
 func randomHex(n int) string {

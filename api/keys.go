@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/idempotency"
 )
 
 // The environment variables of the keys, which internal/config reads for
@@ -78,7 +79,7 @@ func ParseKeys(s string) (*Keys, error) {
 			if len(tenant) > MaxTenantLen {
 				return nil, fmt.Errorf("%w: entry %d: tenant %.24q… (%d bytes) is too long: at most %d bytes", ErrBadKeys, n, tenant, len(tenant), MaxTenantLen)
 			}
-			if _, err := requestKey(tenant, ":"); err != nil { // the longest effect key of an Idempotency-Key
+			if _, err := idempotency.StoredKey(tenant, ":"); err != nil { // the longest effect key of an Idempotency-Key
 				return nil, fmt.Errorf("%w: entry %d: tenant %q is not a valid effect-key part", ErrBadKeys, n, tenant)
 			}
 			if len(key) < MinKeyLen {

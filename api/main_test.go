@@ -30,6 +30,7 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/outbox/temporalstart"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -44,6 +45,13 @@ var (
 // childEnv makes the test binary serve the API instead of running tests, so
 // that a test can kill a real process mid-request. See startChild.
 const childEnv = "KEYED_API_TEST_CHILD_DB"
+
+// The child's Temporal address, namespace and task queue, for Prefer: wait.
+const (
+	childTemporalEnv  = "KEYED_API_TEST_CHILD_TEMPORAL"
+	childNamespaceEnv = "KEYED_API_TEST_CHILD_NAMESPACE"
+	childTaskQueueEnv = "KEYED_API_TEST_CHILD_TASK_QUEUE"
+)
 
 func TestMain(m *testing.M) {
 	if url := os.Getenv(childEnv); url != "" {
@@ -67,8 +75,20 @@ func runChild(url string) {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	h, err := api.NewHandler(pool, keys, &api.HandlerOpts{RequestTimeout: time.Second, RequestLease: 2 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	opts := &api.HandlerOpts{RequestTimeout: time.Second, RequestLease: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if addr := os.Getenv(childTemporalEnv); addr != "" {
+		// Prefer: wait, with the relay's starts on the given task queue.
+		c, err := client.NewLazyClient(client.Options{HostPort: addr, Namespace: os.Getenv(childNamespaceEnv), Logger: quietLogger{}})
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		opts.Starter = temporalstart.New(c, &temporalstart.Opts{TaskQueue: os.Getenv(childTaskQueueEnv),
+			Configure: pipeline.Configure(workflows.Pipelines(), pool)})
+		opts.MaxWait, opts.RequestLease = 2*time.Second, 5*time.Second
+	}
+	h, err := api.NewHandler(pool, keys, opts)
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
@@ -95,8 +115,15 @@ type child struct {
 // schema and keys.
 func (b *bundle) startChild(t *testing.T) *child {
 	t.Helper()
+	return startChildOn(t, b.url, b.keyList)
+}
+
+// startChildOn runs the test binary as an API server over the database at
+// url with the keys keyList and the extra environment env.
+func startChildOn(t *testing.T, url, keyList string, env ...string) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+b.url, api.EnvKeys+"="+b.keyList, api.EnvKeysFile+"=")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+url, api.EnvKeys+"="+keyList, api.EnvKeysFile+"="), env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +32,9 @@ type orderOutcome struct {
 	Status    orders.Status `json:"status"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
+	// Charge is set in an answer that waited (Prefer: wait); a record
+	// without it renders the body it rendered before.
+	Charge *ChargeView `json:"charge,omitempty"`
 }
 
 // refundOutcome is what POST /v1/orders/{id}/refunds decided: the refund
@@ -51,28 +52,8 @@ type refundOutcome struct {
 	Effects        []EffectView `json:"effects"`
 }
 
-// errNotRendered means a body rendered from an outcome and the request is
-// not the body of the response: the request does not carry what the body
-// shows, and a replay would differ. The request fails (500) rather than
-// store an outcome it cannot replay.
-var errNotRendered = errors.New("the response does not render from its outcome and the request")
-
 // renderer renders a response body from its outcome and the request.
 type renderer func(*outcome) ([]byte, error)
-
-// storedOf returns the response to send and store for status and body:
-// body as rendered from out by render, after checking that it is the
-// response's body byte for byte.
-func storedOf(status int, out *outcome, render renderer, body []byte) (stored, error) {
-	got, err := render(out)
-	if err != nil {
-		return stored{}, err
-	}
-	if !bytes.Equal(got, body) {
-		return stored{}, errNotRendered
-	}
-	return stored{status: status, body: got, outcome: out}, nil
-}
 
 // encodeBody returns v as JSON and a newline, the body of every response.
 func encodeBody(v any) ([]byte, error) {
@@ -97,7 +78,7 @@ func orderRenderer(tenant string, no orders.NewOrder) renderer {
 		o := out.Order
 		return encodeBody(OrderCreated{Order: &orders.Order{TenantID: tenant, ID: no.ID, AmountMinor: no.AmountMinor,
 			Currency: no.Currency, CustomerEmail: no.CustomerEmail, PaymentMethod: no.PaymentMethod,
-			Status: o.Status, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}, WorkflowID: orders.WorkflowID(tenant, no.ID)})
+			Status: o.Status, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}, WorkflowID: orders.WorkflowID(tenant, no.ID), Charge: o.Charge})
 	}
 }
 

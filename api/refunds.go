@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/idempotency"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/refunds"
@@ -148,34 +149,30 @@ func refundHash(in refunds.RefundInput) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, tenant string) {
-	key, aerr := idempotencyKey(r)
-	if aerr != nil {
-		writeError(w, aerr)
+func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, _ string) {
+	q := idempotency.FromContext(r.Context())
+	in := q.Value().(refunds.RefundInput)
+	if wait, ok := h.preferredWait(r); ok {
+		h.createRefundWaiting(w, r, q, in, wait)
 		return
 	}
-	req, aerr := h.decodeRefund(w, r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
+	resp, refusal, err := h.refundTx(r.Context(), q, in)
+	switch {
+	case refusal != nil:
+		writeError(w, refusal)
+	case err != nil:
+		h.idem.Fail(w, r, "request refund", err)
+	default:
+		resp.Write(w)
 	}
-	in, aerr := refundInput(tenant, r.PathValue("id"), req)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	render := refundRenderer(in)
-	h.idempotent(w, r, tenant, key, refundHash(in), "request refund", render, func(ctx context.Context, claim *effects.Claim) (stored, *Error, error) {
-		return h.refundTx(ctx, claim, in, render)
-	})
 }
 
 // refundTx checks the refund against its order and records its start and
-// the stored response (its outcome, which render turns into the body) in
-// one transaction: all of them or none. Every read goes through the
+// the stored response (its outcome, which the route's replay turns into the
+// body) in one transaction: all of them or none. Every read goes through the
 // transaction. A refusal comes back as an *Error, and writes nothing.
-func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds.RefundInput, render renderer) (stored, *Error, error) {
-	var resp stored
+func (h *Handler) refundTx(ctx context.Context, q *idempotency.Request, in refunds.RefundInput) (idempotency.Response, *Error, error) {
+	var resp idempotency.Response
 	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
 		order, created, err := refunds.RequestTx(ctx, tx, h.store, in)
 		if err != nil {
@@ -193,27 +190,36 @@ func (h *Handler) refundTx(ctx context.Context, claim *effects.Claim, in refunds
 		if created {
 			status = http.StatusAccepted
 		}
-		if resp, err = storedOf(status, refundOutcomeOf(view), render, body); err != nil {
+		if resp, err = responseOf(status, refundOutcomeOf(view), body); err != nil {
 			return err
 		}
-		return h.idem.finishTx(ctx, tx, claim, resp)
+		return q.CompleteTx(ctx, tx, resp)
 	})
+	if refusal := refundRefusal(err, in); refusal != nil {
+		return resp, refusal, nil
+	}
+	return resp, nil, err
+}
+
+// refundRefusal is the answer to a refund refused by its order or ledger
+// (err from refunds.RequestTx), or nil for success or a failure.
+func refundRefusal(err error, in refunds.RefundInput) *Error {
 	var exceeds *refunds.ExceedsError
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
-		return resp, newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", in.OrderID), nil
+		return newError(http.StatusNotFound, CodeNotFound, "id", "no order %q", in.OrderID)
 	case errors.Is(err, refunds.ErrConflict):
-		return resp, newError(http.StatusConflict, CodeRefundConflict, "refund_id",
-			"refund %q of order %q was requested with another amount or reason; use a new refund_id for a new refund", in.RefundID, in.OrderID), nil
+		return newError(http.StatusConflict, CodeRefundConflict, "refund_id",
+			"refund %q of order %q was requested with another amount or reason; use a new refund_id for a new refund", in.RefundID, in.OrderID)
 	case errors.Is(err, refunds.ErrNotRefundable):
-		return resp, newError(http.StatusConflict, CodeOrderNotRefundable, "id",
-			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID), nil
+		return newError(http.StatusConflict, CodeOrderNotRefundable, "id",
+			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID)
 	case errors.As(err, &exceeds):
-		return resp, newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
+		return newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
 			"a refund of %d exceeds what is left of the charge: %d charged, %d refunded or in flight, %d left (minor units)",
-			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor), nil
+			exceeds.AmountMinor, exceeds.ChargedMinor, exceeds.RefundedMinor, exceeds.ChargedMinor-exceeds.RefundedMinor)
 	}
-	return resp, nil, err
+	return nil
 }
 
 func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant string) {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/internal/fakestripe"
 )
 
 // statusRow is one (status, code) pair of the error table in api/README.md.
@@ -22,23 +24,33 @@ type statusRow struct {
 	when   string
 }
 
-// readmeStatusTable parses the "| status | code | when |" table of
-// api/README.md into one row per (status, code) pair.
+// readmeStatusTable parses every "| status | code | when |" table of
+// api/README.md (the Prefer: wait answers and the errors) into one row per
+// (status, code) pair.
 func readmeStatusTable(t *testing.T) []statusRow {
 	t.Helper()
 	md, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	lines := strings.Split(string(md), "\n")
-	start := -1
+	var starts []int
 	for i, l := range lines {
 		if strings.TrimSpace(l) == "| status | code | when |" {
-			start = i + 2 // skip the separator
+			starts = append(starts, i+2) // skip the separator
 		}
 	}
-	require.Positive(t, start, "api/README.md has no | status | code | when | table")
+	require.NotEmpty(t, starts, "api/README.md has no | status | code | when | table")
 	codeRE := regexp.MustCompile("`([a-z_]+)`")
 	var rows []statusRow
-	for _, l := range lines[start:] {
+	for _, start := range starts {
+		rows = append(rows, tableRows(t, lines[start:], codeRE)...)
+	}
+	return rows
+}
+
+// tableRows parses the rows of one table, up to its end.
+func tableRows(t *testing.T, lines []string, codeRE *regexp.Regexp) []statusRow {
+	var rows []statusRow
+	for _, l := range lines {
 		if !strings.HasPrefix(l, "|") {
 			break
 		}
@@ -47,6 +59,9 @@ func readmeStatusTable(t *testing.T) []statusRow {
 		status, err := strconv.Atoi(strings.TrimSpace(cells[0]))
 		require.NoError(t, err, "row %q: one status per row", l)
 		codes := codeRE.FindAllStringSubmatch(cells[1], -1)
+		if status < 300 {
+			codes = codes[:min(1, len(codes))] // an answer has one state
+		}
 		require.NotEmpty(t, codes, "row %q has no code", l)
 		for _, c := range codes {
 			rows = append(rows, statusRow{status: status, code: c[1], when: cells[2]})
@@ -74,6 +89,15 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 	}
 	post := func(idemKey, body string) response { return do("POST", "/v1/orders", b.keyA, idemKey, body) }
 	valid := orderBody("ord_t", 100)
+	// w is the whole path (a worker behind the API), for the Prefer: wait
+	// rows, made once when the first of them runs.
+	var wb *waitBundle
+	w := func() *waitBundle {
+		if wb == nil {
+			wb = waitSetup(t)
+		}
+		return wb
+	}
 
 	scenarios := map[string]func() response{
 		"400 missing_idempotency_key": func() response { return post("", valid) },
@@ -136,6 +160,20 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, doAt(t, c, "http://"+limited.Addr(), "GET", "/v1/orders/ord_none", b.keyA, "", "").status)
 			return doAt(t, c, "http://"+limited.Addr(), "POST", "/v1/orders", b.keyA, "k-limited", valid)
 		},
+		"201 paid": func() response {
+			return w().post(t, w().srv.URL, "/v1/orders", "k-w-paid", orderBody("ord_w_paid", 100), "wait=10")
+		},
+		"201 failed": func() response {
+			return w().post(t, w().srv.URL, "/v1/orders", "k-w-declined", strings.Replace(orderBody("ord_w_declined", 100), "pm_card_visa", "pm_card_chargeDeclined", 1), "wait=10")
+		},
+		"202 pending": func() response {
+			w().w.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 2 * time.Second, Match: "ord_w_slow"})
+			return w().post(t, w().srv.URL, "/v1/orders", "k-w-slow", orderBody("ord_w_slow", 100), "wait=1")
+		},
+		"201 refunded": func() response {
+			require.Equal(t, http.StatusCreated, w().post(t, w().srv.URL, "/v1/orders", "k-w-r", orderBody("ord_w_r", 100), "wait=10").status)
+			return w().post(t, w().srv.URL, "/v1/orders/ord_w_r/refunds", "k-w-refund", refundBody("r1", 50, ""), "wait=10")
+		},
 		"500 internal": func() response {
 			// A missing table is a fault of the deployment, not of the database's availability.
 			require.Equal(t, http.StatusCreated, post("k-i", orderBody("ord_i", 100)).status)
@@ -160,8 +198,12 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 		r := scenario()
 		require.Equal(t, row.status, r.status, "%s: %s", name, r.body)
 		require.True(t, strings.HasPrefix(r.header.Get("Content-Type"), "application/json"), "%s: %s", name, r.header.Get("Content-Type"))
-		require.Equal(t, row.code, decodeError(t, r).Code, "%s: %s", name, r.body)
-		for _, h := range []string{"Retry-After", "Allow"} {
+		if row.status < 400 {
+			require.Equal(t, row.code, answerState(t, r), "%s: %s", name, r.body)
+		} else {
+			require.Equal(t, row.code, decodeError(t, r).Code, "%s: %s", name, r.body)
+		}
+		for _, h := range []string{"Retry-After", "Allow", "Location"} {
 			if strings.Contains(row.when, "`"+h+"`") || strings.Contains(row.when, h) {
 				require.NotEmpty(t, r.header.Get(h), "%s: the README promises %s", name, h)
 			}
@@ -171,4 +213,19 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 	for name := range scenarios {
 		require.True(t, inTable[name], "this test drives %s, which api/README.md does not list", name)
 	}
+}
+
+// answerState is the state a 2xx answer reports: its order's status, or a
+// refund's state.
+func answerState(t *testing.T, r response) string {
+	t.Helper()
+	var a struct {
+		Order *struct{ Status string }
+		State string
+	}
+	require.NoError(t, json.Unmarshal(r.body, &a), "%s", r.body)
+	if a.Order != nil {
+		return a.Order.Status
+	}
+	return a.State
 }

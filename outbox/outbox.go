@@ -157,6 +157,20 @@ FROM keyed_outbox WHERE workflow_id = $1`, workflowID).
 	return &e, nil
 }
 
+// MarkStarted marks workflowID's row sent as run runID, for a caller that
+// started the run itself (an API's Update-with-Start), so that no relay
+// starts it again; a row sent already is left as it is. It reports whether
+// it marked the row, and returns the database error.
+func MarkStarted(ctx context.Context, db effects.DB, workflowID, runID string) (bool, error) {
+	tag, err := db.Exec(ctx, `
+UPDATE keyed_outbox SET sent_at = now(), run_id = $2, claimed_by = NULL, last_error = NULL
+WHERE workflow_id = $1 AND sent_at IS NULL`, workflowID, runID)
+	if err != nil {
+		return false, fmt.Errorf("mark %s started: %w", workflowID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // Stats describes the unsent rows of the outbox.
 type Stats struct {
 	// Depth is the number of unsent rows, due or backing off.

@@ -79,8 +79,8 @@ type Run struct {
 
 // New returns the Run of the workflow ctx with input in, showing steps
 // (pending) from the start; a step not among them joins when it first runs.
-// It registers the status query and the UpdateDecide update. It returns a
-// non-retryable InvalidInput error when in cannot key one of steps, and the
+// It registers the status query and the UpdateDecide and UpdateAwaitSteps
+// updates. It returns a non-retryable InvalidInput error when in cannot key one of steps, and the
 // SDK's error when a handler cannot be registered.
 func New(ctx workflow.Context, in Keyer, steps []step.Declaration, opts *Opts) (*Run, error) {
 	r := &Run{in: in, decisionTimeout: DefaultDecisionTimeout}
@@ -99,6 +99,9 @@ func New(ctx workflow.Context, in Keyer, steps []step.Declaration, opts *Opts) (
 		return nil, fmt.Errorf("register status query: %w", err)
 	}
 	if err := r.setDecideHandler(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.setAwaitHandler(ctx); err != nil {
 		return nil, err
 	}
 	r.ShowDetails(ctx)

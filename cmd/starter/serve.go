@@ -26,8 +26,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			"API keys come from the environment only (KEYED_API_KEYS or KEYED_API_KEYS_FILE); the tenant is\n"+
 			"the key's. Each tenant may send KEYED_API_RATE_LIMIT requests a second in bursts of\n"+
 			"KEYED_API_RATE_BURST, per API process; beyond that 429 with Retry-After.\n"+
-			"Orders are started by an outbox relay: the worker runs one; --relay runs one here too, and only\n"+
-			"then are the Temporal settings used.")
+			"Orders are started by an outbox relay: the worker runs one; --relay runs one here too. A POST with\n"+
+			"Prefer: wait=N (at most KEYED_API_MAX_WAIT) starts or joins the run itself and answers with its outcome.")
 	metrics := f.Bool("metrics", true, "serve /metrics on the API's port")
 	var keys *api.Keys
 	f.loader.Check(func(c *config.Config, add func(string, string, ...any)) { keys = serveKeys(c.API, add) })
@@ -37,7 +37,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	opts := []fx.Option{
-		fx.Supply(fxapi.Config{Addr: cfg.API.Addr, Keys: keys, ServeMetrics: *metrics}),
+		fx.Supply(fxapi.Config{Addr: cfg.API.Addr, Keys: keys, ServeMetrics: *metrics, MaxWait: cfg.API.MaxWait}),
 		fx.Provide(newServeRegistry),
 		fxapi.Module,
 	}

@@ -139,6 +139,8 @@ const (
 	// in bursts of up to 200, as Stripe's live mode allows.
 	DefaultAPIRateLimit = 100
 	DefaultAPIRateBurst = 200
+	// DefaultAPIMaxWait is KEYED_API_MAX_WAIT's default.
+	DefaultAPIMaxWait = 10 * time.Second
 	// ProviderTimeout bounds one HTTP request to Stripe or SendGrid. An
 	// ambiguous timeout is retried with the same idempotency key (or looked
 	// up at SendGrid), so a short bound costs nothing but a retry.
@@ -259,6 +261,9 @@ type API struct {
 	KeysFile string // KEYED_API_KEYS_FILE, one tenant=key a line
 	// RateLimit is the per-tenant limit.
 	RateLimit RateLimit
+	// MaxWait is KEYED_API_MAX_WAIT: the longest Prefer: wait honoured; 0
+	// ignores the preference.
+	MaxWait time.Duration
 }
 
 // RateLimit is the HTTP API's per-tenant rate limit (api.RateLimit): a

@@ -251,7 +251,7 @@ var Settings = []Setting{
 		Doc:  "the HTTP API's listen address; `0.0.0.0:8080` in a container"},
 	{Env: "KEYED_SERVE_RELAY", Flag: "relay", Field: "API.Relay", For: InServe, Default: false,
 		Help: "also run an outbox relay in this process",
-		Doc:  "also run an outbox relay in the API process (the worker always runs one); only then are the Temporal settings used"},
+		Doc:  "also run an outbox relay in the API process (the worker always runs one); the API uses the Temporal settings for it and for `Prefer: wait`"},
 	{Env: "KEYED_API_KEYS", Field: "API.Keys", For: InServe, Secret: true,
 		Help: "the API keys, tenant=key,…",
 		Doc: "`acme=sk_…,globex=sk_…`: one bearer key per tenant, at least 16 bytes; the tenant comes from the key, and must leave room for its effect keys, " +
@@ -266,6 +266,11 @@ var Settings = []Setting{
 	{Env: "KEYED_API_RATE_BURST", Field: "API.RateLimit.Burst", For: InServe, Default: DefaultAPIRateBurst, Check: burst,
 		Help: "requests a tenant may send at once after a quiet spell",
 		Doc:  "how many requests a tenant may send at once after a quiet spell; at least 1 while the limit is on"},
+
+	{Env: "KEYED_API_MAX_WAIT", Field: "API.MaxWait", For: InServe, Default: DefaultAPIMaxWait, Check: maxWait,
+		Help: "the longest Prefer: wait a POST may wait for its outcome; 0 ignores the preference",
+		Doc: "the longest a `POST /v1/orders` or refund with `Prefer: wait=N` waits for the charge (or refund) to settle before it answers `202`; " +
+			"under 20 s, so that the 30 s Idempotency-Key lease outlasts the request. `0` ignores the preference"},
 
 	{Env: "KEYED_TEMPORAL_BIN", For: InTests, DefaultDoc: "bin/temporal",
 		Help: "the Temporal CLI that runs the dev server",
@@ -323,6 +328,15 @@ func oneOf(allowed ...string) func(any, *Config) error {
 		}
 		return fmt.Errorf("%q is not %s", v, strings.Join(allowed, " or "))
 	}
+}
+
+// maxWait accepts 0 (off) up to under 20 s: the request lease (30 s) must
+// exceed twice the request timeout (5 s) plus the wait.
+func maxWait(v any, _ *Config) error {
+	if d := v.(time.Duration); d < 0 || d >= 20*time.Second {
+		return fmt.Errorf("%s is not between 0 and 20s", d)
+	}
+	return nil
 }
 
 func positive(v any, _ *Config) error {

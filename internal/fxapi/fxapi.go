@@ -3,17 +3,23 @@
 package fxapi
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox/temporalstart"
+	"github.com/keyedhq/keyed/pipeline"
 )
 
 // Config is what Module needs beyond the shared configuration. The
@@ -27,13 +33,17 @@ type Config struct {
 	// ServeMetrics mounts the app's prometheus.Gatherer at /metrics on the
 	// API's port, for an app with no MetricsModule serving it elsewhere.
 	ServeMetrics bool
+	// MaxWait is the longest Prefer: wait honoured (config.API.MaxWait),
+	// with the app's Temporal client; zero ignores the preference.
+	MaxWait time.Duration
 }
 
 // Module serves keyed's HTTP API on Config.Addr: OnStart binds the port (a
 // taken port fails the start), OnStop drains within the stop timeout. It
 // prunes idempotency records hourly, registers request metrics and spans
 // when the app has a Registerer or TracerProvider, and applies
-// config.RateLimit per tenant in this process.
+// config.RateLimit per tenant in this process. With the app's Temporal
+// client, POST /v1/orders and refunds honour Prefer: wait.
 var Module = fx.Module("api",
 	fx.Provide(newAPIHandler, newAPIServer),
 	fx.Invoke(func(*api.Server) {}),
@@ -48,6 +58,11 @@ type apiIn struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer `optional:"true"`
 	Gatherer   prometheus.Gatherer   `optional:"true"`
+	// With a Temporal client, POST routes honour Prefer: wait, starting
+	// runs with the relay's options (every spec's Configure).
+	Temporal       client.Client   `optional:"true"`
+	TemporalConfig config.Temporal `optional:"true"`
+	Specs          []pipeline.Spec `optional:"true"`
 }
 
 func newAPIHandler(in apiIn) (*api.Handler, error) {
@@ -56,6 +71,11 @@ func newAPIHandler(in apiIn) (*api.Handler, error) {
 	}
 	opts := &api.HandlerOpts{Effects: in.Effects, Logger: in.Logger.With("component", "api"),
 		RateLimit: api.RateLimit{Rate: in.RateLimit.Rate, Burst: in.RateLimit.Burst}}
+	if in.Temporal != nil && in.Config.MaxWait > 0 {
+		opts.MaxWait = in.Config.MaxWait
+		opts.Starter = temporalstart.New(in.Temporal, &temporalstart.Opts{TaskQueue: cmp.Or(in.TemporalConfig.TaskQueue, orders.TaskQueue),
+			Configure: pipeline.Configure(in.Specs, in.Pool)})
+	}
 	if in.Registerer != nil {
 		m, err := api.NewMetrics(in.Registerer)
 		if err != nil {

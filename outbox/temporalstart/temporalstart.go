@@ -56,11 +56,43 @@ func New(c client.Client, opts *Opts) *Starter {
 // error wrapping outbox.ErrInvalid for a missing workflow type, ID or task
 // queue, Configure's error, and the client's error otherwise.
 func (s *Starter) Start(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+	o, err := s.options(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return Execute(ctx, s.client, o, req.WorkflowType, req.Payload)
+}
+
+// UpdateWithStart sends upd to req's run, starting the run as Start would
+// (same options, conflict policy USE_EXISTING) when none is going, in one
+// atomic call, and returns the update's handle once upd.WaitForStage is
+// reached. Unlike Start it never starts a run after a closed one (reuse
+// policy REJECT_DUPLICATE): a closed run is the client's error, for the
+// caller to read the outcome elsewhere. It returns Start's option errors and
+// the client's.
+func (s *Starter) UpdateWithStart(ctx context.Context, req outbox.Request, upd client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	o, err := s.options(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	o.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
+	op := s.client.NewWithStartWorkflowOperation(o, req.WorkflowType, req.Payload)
+	h, err := s.client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: op, UpdateOptions: upd})
+	if err != nil {
+		return nil, fmt.Errorf("update-with-start %s: %w", req.WorkflowID, err)
+	}
+	return h, nil
+}
+
+// options returns the start options of req: its ID and task queue, reuse
+// policy ALLOW_DUPLICATE_FAILED_ONLY, and Configure's changes.
+func (s *Starter) options(ctx context.Context, req outbox.Request) (client.StartWorkflowOptions, error) {
 	if s.client == nil {
-		return nil, errors.New("start workflow: client is nil")
+		return client.StartWorkflowOptions{}, errors.New("start workflow: client is nil")
 	}
 	if req.WorkflowType == "" || req.WorkflowID == "" {
-		return nil, fmt.Errorf("start workflow: %w: workflow type %q, ID %q", outbox.ErrInvalid, req.WorkflowType, req.WorkflowID)
+		return client.StartWorkflowOptions{}, fmt.Errorf("start workflow: %w: workflow type %q, ID %q", outbox.ErrInvalid, req.WorkflowType, req.WorkflowID)
 	}
 	o := client.StartWorkflowOptions{
 		ID:                    req.WorkflowID,
@@ -69,15 +101,15 @@ func (s *Starter) Start(ctx context.Context, req outbox.Request) (*outbox.Starte
 	}
 	if s.opts.Configure != nil {
 		if err := s.opts.Configure(ctx, req, &o); err != nil {
-			return nil, fmt.Errorf("start %s: configure: %w", req.WorkflowID, err)
+			return o, fmt.Errorf("start %s: configure: %w", req.WorkflowID, err)
 		}
 	}
 	if o.TaskQueue == "" {
-		return nil, fmt.Errorf("start %s: %w: no task queue", req.WorkflowID, outbox.ErrInvalid)
+		return o, fmt.Errorf("start %s: %w: no task queue", req.WorkflowID, outbox.ErrInvalid)
 	}
 	// What the relay's guarantee rests on, whatever Configure did.
 	o.ID = req.WorkflowID
-	return Execute(ctx, s.client, o, req.WorkflowType, req.Payload)
+	return o, nil
 }
 
 // Execute starts workflow with arg under o in one atomic call (conflict

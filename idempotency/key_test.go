@@ -1,4 +1,4 @@
-package api
+package idempotency
 
 import (
 	"strings"
@@ -23,21 +23,21 @@ func TestParseIdempotencyKey(t *testing.T) {
 		`"` + strings.Repeat("k", 255) + `"`:     strings.Repeat("k", 255),
 		`"` + strings.Repeat(`\\`, 255) + `"`:    strings.Repeat(`\`, 255), // the limit counts the unquoted key
 	} {
-		got, problem := parseIdempotencyKey(value)
+		got, problem := ParseKey(value)
 		require.Empty(t, problem, "%q", value)
 		require.Equal(t, want, got, "%q", value)
 	}
 	for _, value := range []string{"", " ", `""`, `"`, `"abc`, `"abc\"`, `"a\bc"`, `"abc\`, `"abc";x=1`, `"abc";x`,
 		`"abc" x`, `"abc","def"`, "\"a\x7fb\"", "\"a\nb\"", "\"\u00e9\"", `"` + strings.Repeat("k", 256) + `"`,
 		strings.Repeat("k", 256), "two words", "k\x01", "cl\u00e9"} {
-		got, problem := parseIdempotencyKey(value)
+		got, problem := ParseKey(value)
 		require.NotEmpty(t, problem, "%q accepted as %q", value, got)
 		require.Empty(t, got, "%q", value)
 	}
 }
 
 // FuzzParseIdempotencyKey checks, on any value, that an accepted key is 1
-// to MaxIdempotencyKeyLen bytes of printable ASCII; that a bare value is
+// to MaxKeyLen bytes of printable ASCII; that a bare value is
 // its own key; and that an accepted key written as an RFC 8941 string
 // parses back to itself, so the two forms always name one key.
 func FuzzParseIdempotencyKey(f *testing.F) {
@@ -46,13 +46,13 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, value string) {
-		key, problem := parseIdempotencyKey(value)
+		key, problem := ParseKey(value)
 		if problem != "" {
 			require.Empty(t, key)
 			return
 		}
 		require.NotEmpty(t, key)
-		require.LessOrEqual(t, len(key), MaxIdempotencyKeyLen)
+		require.LessOrEqual(t, len(key), MaxKeyLen)
 		for i := 0; i < len(key); i++ {
 			require.True(t, key[i] >= 0x20 && key[i] <= 0x7e, "%q: byte %d of %q", value, i, key)
 		}
@@ -60,7 +60,7 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 			require.Equal(t, trimmed, key, "a bare value is its own key")
 		}
 		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
-		again, problem := parseIdempotencyKey(quoted)
+		again, problem := ParseKey(quoted)
 		require.Empty(t, problem, "%q (the key of %q) quoted as %q", key, value, quoted)
 		require.Equal(t, key, again)
 	})

@@ -1,39 +1,18 @@
-package api
+package idempotency
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 )
 
-// idempotencyKey returns the request's Idempotency-Key, parsed by
-// parseIdempotencyKey, or a 400: missing_idempotency_key when there is
-// none, invalid_idempotency_key when there are several or the one is
-// malformed.
-func idempotencyKey(r *http.Request) (string, *Error) {
-	vals := r.Header.Values(HeaderIdempotencyKey)
-	if len(vals) == 0 {
-		return "", newError(http.StatusBadRequest, CodeMissingIdempotencyKey, HeaderIdempotencyKey,
-			"POST needs an Idempotency-Key header: a unique value per logical request, sent unchanged on every retry")
-	}
-	if len(vals) > 1 {
-		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "send one Idempotency-Key header, not %d", len(vals))
-	}
-	key, problem := parseIdempotencyKey(vals[0])
-	if problem != "" {
-		return "", newError(http.StatusBadRequest, CodeInvalidIdempotencyKey, HeaderIdempotencyKey, "Idempotency-Key %s", problem)
-	}
-	return key, nil
-}
-
-// parseIdempotencyKey returns the key an Idempotency-Key field value carries,
+// ParseKey returns the key an Idempotency-Key field value carries,
 // or what is wrong with it. Surrounding spaces and tabs are trimmed. A value
 // starting with a double quote is an RFC 8941 String (printable ASCII, \" and
 // \\ unescaped, nothing after the closing quote, so no parameters); any other
 // is a bare token of printable ASCII without spaces. abc and "abc" are one
-// key, of 1 to MaxIdempotencyKeyLen bytes. problem follows "Idempotency-Key"
+// key, of 1 to MaxKeyLen bytes. problem follows "Idempotency-Key"
 // and never quotes the value.
-func parseIdempotencyKey(v string) (key, problem string) {
+func ParseKey(v string) (key, problem string) {
 	v = strings.Trim(v, " \t")
 	if v == "" {
 		return "", "is empty"
@@ -82,8 +61,8 @@ func keyProblem(key string, quoted bool) string {
 	switch {
 	case key == "":
 		return "is an empty string"
-	case len(key) > MaxIdempotencyKeyLen:
-		return fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyLen)
+	case len(key) > MaxKeyLen:
+		return fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxKeyLen)
 	case quoted:
 		return ""
 	}
