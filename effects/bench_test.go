@@ -347,7 +347,7 @@ func claimLatencies(b *testing.B, c *effects.Client, pool *pgxpool.Pool, work fu
 				default:
 				}
 				t := time.Now()
-				key := effects.MustKey("live", "order", fmt.Sprint(time.Now().UnixNano(), seq.Add(1)), "charge")
+				key := effects.MustKey("live", "order", fmt.Sprintf("%d-%d", time.Now().UnixNano(), seq.Add(1)), "charge")
 				cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
 				if err == nil {
 					err = c.Complete(ctx, cl, map[string]any{"id": "pi_123"})
