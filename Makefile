@@ -47,9 +47,13 @@ build: ## Build the worker, starter, fakes and demo binaries into bin/.
 	go build -o bin/ ./cmd/...
 
 .PHONY: bench
-bench: postgres ## Benchmark claim+complete against raw pgx at 1, 8 and 32 connections; effect storage per million records and prune rate, before and after migration 0009.
+bench: postgres ## Benchmark claim+complete, partitioned beside unpartitioned and raw pgx, at 1, 8 and 32 connections; effect storage per million records and retirement rate, before and after migration 0009 and partitioned.
 	go test -run '^$$' -bench ClaimComplete -benchtime 5000x -count 3 ./effects
 	go test -run '^$$' -bench EffectStorage -benchtime 1x -timeout 30m ./effects
+
+.PHONY: bench-retire
+bench-retire: postgres ## Retire 10 million expired effect records by DELETE and by dropping leaves, side by side: time, WAL bytes, claim p99 idle and meanwhile (RETIRE_ROWS=... to change).
+	RETIRE_ROWS=$${RETIRE_ROWS:-10000000} go test -run '^$$' -bench Retire -benchtime 1x -timeout 60m ./effects
 
 .PHONY: bench-api
 bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempotency-Keys, side by side.

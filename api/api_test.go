@@ -481,7 +481,7 @@ func TestServerShutsDownGracefully(t *testing.T) {
 
 func TestPruneKeepsResponsesForTheRetention(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, setupOpts{unpartitioned: true})
 	for _, k := range []string{"old", "young"} {
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/orders", b.keyA, k, orderBody("ord_"+k, 1)).status)
 	}

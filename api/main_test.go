@@ -167,13 +167,16 @@ type setupOpts struct {
 	// maxConns, if set, gives the handler a pool of its own of that size;
 	// bundle.pool stays apart for the test's own queries.
 	maxConns int32
+	// unpartitioned keeps keyed_effects unpartitioned (an install not yet
+	// converted), where API records are pruned by DELETE.
+	unpartitioned bool
 }
 
 func setup(t testing.TB, opts ...setupOpts) *bundle {
 	t.Helper()
 	schema, url := effectstest.NewSchema(t)
 	_ = schema
-	pool := dbtest.Connect(t, url, &effectstest.PoolOpts{MaxConns: 32})
+	pool := dbtest.Connect(t, url, &effectstest.PoolOpts{MaxConns: 32, Unpartitioned: len(opts) > 0 && opts[0].unpartitioned})
 	b := &bundle{
 		ctx:       context.Background(),
 		url:       url,

@@ -56,16 +56,17 @@ const (
 	CheckDeadLetters      = "dead_letters"
 	CheckSuppression      = "suppression"
 	CheckReconcile        = "reconcile"
+	CheckPartitions       = "partitions"
 )
 
 // AllChecks lists every check in report order.
 var AllChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes,
-	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile}
+	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile, CheckPartitions}
 
 // CheapChecks are the checks a worker runs at start and then hourly: a few
 // small queries and calls (the timeouts' one reads the window's effect
 // records by kind), no scans of history or visibility.
-var CheapChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile}
+var CheapChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile, CheckPartitions}
 
 // Check is one verdict about one subject: an activity, a setting, a search
 // attribute, or the deployment.
@@ -265,7 +266,7 @@ func Run(ctx context.Context, deps Deps, opts *Opts) (*Report, error) {
 	checks := map[string]func(context.Context) []Check{
 		CheckClassified: r.classified, CheckTimeouts: r.timeouts, CheckLease: r.lease, CheckRetention: r.retention,
 		CheckSearchAttributes: r.searchAttributes, CheckPool: r.pool, CheckDeadLetters: r.deadLetters,
-		CheckSuppression: r.suppression, CheckReconcile: r.reconcile,
+		CheckSuppression: r.suppression, CheckReconcile: r.reconcile, CheckPartitions: r.partitions,
 	}
 	for _, name := range AllChecks {
 		if slices.Contains(r.o.Checks, name) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,59 +21,87 @@ import (
 )
 
 // BenchmarkClaimComplete measures claim plus complete of fresh keys through
-// the Client against the bare two SQL statements sent through raw pgx, at 1,
-// 8 and 32 connections, in the same run. It reports both rates and
-// keyed/raw, the ratio to watch (target: 0.9 or better).
+// the Client on the partitioned layout (the lifetimes keyed sets, with a
+// lifetime's worth of leaves) and on an unpartitioned table, and the bare
+// two SQL statements through raw pgx on the unpartitioned table, at 1, 8
+// and 32 connections, alternating in the same run. It reports the three
+// rates, part/plain (the cost of partitioning; target 0.95) and part/raw.
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, conns := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
-			pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns)})
-			metrics, err := effects.NewMetrics(prometheus.NewRegistry())
-			require.NoError(b, err)
-			// Logging is switched off: the benchmark measures the library,
-			// not a log handler's formatting.
-			client := effectstest.NewClient(b, pool, &effects.ClientOpts{
-				Metrics: metrics,
-				Logger:  slog.New(slog.DiscardHandler),
-			})
 			ctx := context.Background()
+			part := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns)})
+			plain := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns), Unpartitioned: true})
+			partClient, plainClient := benchClient(b, part), benchClient(b, plain)
+			benchLeaves(b, partClient)
 			var seq atomic.Int64
-
-			keyed := func() error {
-				key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
-				cl, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
-				if err != nil {
-					return err
+			keyed := func(c *effects.Client) func() error {
+				return func() error {
+					key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
+					cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
+					if err != nil {
+						return err
+					}
+					return c.Complete(ctx, cl, map[string]any{"id": "pi_123", "amount": 500})
 				}
-				return client.Complete(ctx, cl, map[string]any{"id": "pi_123", "amount": 500})
 			}
-			raw := func() error { return rawClaimComplete(ctx, pool, fmt.Sprintf("bench:order:%d:charge", seq.Add(1))) }
+			raw := func() error { return rawClaimComplete(ctx, plain, fmt.Sprintf("bench:order:%d:charge", seq.Add(1))) }
+			ops := []func() error{keyed(partClient), keyed(plainClient), raw}
 
 			b.ResetTimer()
-			// Alternate in small chunks, swapping which side goes first, so
-			// that both see the same table size, cache and machine load.
+			// Alternate in small chunks, rotating which side goes first, so
+			// that all see the same table size, cache and machine load.
 			const chunk = 250
-			var keyedTime, rawTime time.Duration
+			took := make([]time.Duration, len(ops))
 			done := 0
 			for round := 0; done < b.N; round++ {
 				n := min(chunk, b.N-done)
-				if round%2 == 0 {
-					keyedTime += runConcurrent(b, conns, n, keyed)
-					rawTime += runConcurrent(b, conns, n, raw)
-				} else {
-					rawTime += runConcurrent(b, conns, n, raw)
-					keyedTime += runConcurrent(b, conns, n, keyed)
+				for i := range ops {
+					j := (i + round) % len(ops)
+					took[j] += runConcurrent(b, conns, n, ops[j])
 				}
 				done += n
 			}
 			b.StopTimer()
-			ops := float64(b.N)
-			keyedRate, rawRate := ops/keyedTime.Seconds(), ops/rawTime.Seconds()
-			b.ReportMetric(keyedRate, "keyed_ops/s")
-			b.ReportMetric(rawRate, "raw_ops/s")
-			b.ReportMetric(keyedRate/rawRate, "keyed/raw")
+			rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
+			b.ReportMetric(rate(0), "keyed_ops/s")
+			b.ReportMetric(rate(1), "plain_ops/s")
+			b.ReportMetric(rate(2), "raw_ops/s")
+			b.ReportMetric(rate(0)/rate(1), "part/plain")
+			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
 		})
 	}
+}
+
+// benchLifetimes is the table a worker sets with the default settings.
+var benchLifetimes = []effects.Lifetime{
+	{Kind: "", Keep: effects.DefaultRetention},
+	{Kind: "charge", Keep: 180 * 24 * time.Hour},
+	{Kind: "refund_stripe", Keep: 180 * 24 * time.Hour},
+	{Kind: "api_request", Keep: 24 * time.Hour},
+}
+
+// benchLeaves sets benchLifetimes and makes the leaves a deployment has
+// after running for a lifetime: each class's leaves back over its keep
+// plus a width, the rest retired.
+func benchLeaves(b *testing.B, c *effects.Client) {
+	ctx := context.Background()
+	require.NoError(b, c.SetLifetimes(ctx, benchLifetimes, nil))
+	_, err := c.EnsureLeaves(ctx, 180*24*time.Hour+45*24*time.Hour, 0)
+	require.NoError(b, err)
+	_, err = c.Retire(ctx, nil)
+	require.NoError(b, err)
+	leaves, err := c.Leaves(ctx)
+	require.NoError(b, err)
+	b.ReportMetric(float64(len(leaves)), "leaves")
+}
+
+func benchClient(b *testing.B, pool *pgxpool.Pool) *effects.Client {
+	metrics, err := effects.NewMetrics(prometheus.NewRegistry())
+	require.NoError(b, err)
+	// Logging is switched off: the benchmark measures the library, not a
+	// log handler's formatting.
+	return effectstest.NewClient(b, pool, &effects.ClientOpts{Metrics: metrics, Logger: slog.New(slog.DiscardHandler)})
 }
 
 func runConcurrent(b *testing.B, workers, n int, op func() error) time.Duration {
@@ -141,12 +170,17 @@ func BenchmarkEffectStorage(b *testing.B) {
 		require.NoError(b, err, "STORAGE_ROWS")
 		rows = n
 	}
-	for _, layout := range []string{"before", "after"} {
+	for _, layout := range []string{"before", "after", "partitioned"} {
 		b.Run("layout="+layout, func(b *testing.B) {
-			pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: 4})
+			pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: 4, Unpartitioned: layout != "partitioned"})
 			ctx := context.Background()
-			if layout == "before" {
+			client := effectstest.NewClient(b, pool, &effects.ClientOpts{Logger: slog.New(slog.DiscardHandler)})
+			switch layout {
+			case "before":
 				_, err := pool.Exec(ctx, legacyLayoutSQL)
+				require.NoError(b, err)
+			case "partitioned":
+				_, err := client.EnsureLeaves(ctx, 41*24*time.Hour, 0)
 				require.NoError(b, err)
 			}
 			loadEffects(b, pool, rows)
@@ -154,8 +188,8 @@ func BenchmarkEffectStorage(b *testing.B) {
 			heap, idx := effectSizes(b, pool)
 			b.ReportMetric(perM(heap+idx), "MiB/M_loaded")
 			var hot, upd int64
-			require.NoError(b, pool.QueryRow(ctx, `SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables
-				WHERE relid = 'keyed_effects'::regclass`).Scan(&hot, &upd))
+			require.NoError(b, pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_hot_upd), 0), coalesce(sum(n_tup_upd), 0)
+				FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('keyed_effects'))`).Scan(&hot, &upd))
 			if upd > 0 {
 				b.ReportMetric(float64(hot)/float64(upd), "hot_share")
 			}
@@ -166,8 +200,17 @@ func BenchmarkEffectStorage(b *testing.B) {
 			b.ReportMetric(perM(idx), "index_MiB/M")
 			b.ReportMetric(perM(heap+idx), "MiB/M")
 
-			client := effectstest.NewClient(b, pool, &effects.ClientOpts{Logger: slog.New(slog.DiscardHandler)})
 			start := time.Now()
+			if layout == "partitioned" {
+				require.NoError(b, client.SetLifetimes(ctx, []effects.Lifetime{{Kind: "", Keep: 24 * time.Hour}}, nil))
+				_, err := client.Retire(ctx, nil)
+				require.NoError(b, err)
+				var left int64
+				require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_effects`).Scan(&left))
+				require.Zero(b, left, "every loaded record is past its lifetime")
+				b.ReportMetric(float64(rows)/time.Since(start).Seconds(), "pruned/s")
+				return
+			}
 			n, err := client.Prune(ctx, &effects.PruneOpts{Retention: effects.DefaultRetention})
 			require.NoError(b, err)
 			require.EqualValues(b, rows, n, "every loaded record is past the retention")
@@ -211,10 +254,130 @@ WHERE key = ANY($1)`, keys)
 	}
 }
 
-// effectSizes returns keyed_effects' heap (with TOAST) and index sizes.
+// effectSizes returns keyed_effects' heap (with TOAST) and index sizes,
+// summed over its partitions.
 func effectSizes(b *testing.B, pool *pgxpool.Pool) (heap, idx int64) {
-	err := pool.QueryRow(context.Background(), `SELECT pg_table_size('keyed_effects'), pg_indexes_size('keyed_effects')`).
+	err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
+		coalesce(sum(pg_indexes_size(relid)), 0)::bigint FROM pg_partition_tree('keyed_effects')`).
 		Scan(&heap, &idx)
 	require.NoError(b, err)
 	return heap, idx
+}
+
+// BenchmarkRetire retires RETIRE_ROWS expired records (default 1 000 000;
+// make bench-retire sets 10 000 000) two ways, side by side: Prune's
+// batched DELETE on the unpartitioned table and Retire's drop of whole
+// leaves. For each it reports the time the retirement took, its WAL bytes
+// (the WAL written meanwhile less what the claims alone write at the same
+// rate), and the p99 of claim+complete at 8 connections idle and while it
+// runs. It ignores b.N: run it with -benchtime 1x.
+func BenchmarkRetire(b *testing.B) {
+	rows := 1_000_000
+	if v := os.Getenv("RETIRE_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "RETIRE_ROWS")
+		rows = n
+	}
+	for _, layout := range []string{"delete", "drop"} {
+		b.Run("retire="+layout, func(b *testing.B) {
+			ctx := context.Background()
+			pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: 12, Unpartitioned: layout == "delete"})
+			client := benchClient(b, pool)
+			retire := func() error {
+				_, err := client.Prune(ctx, &effects.PruneOpts{Retention: 24 * time.Hour, BatchSize: 5000})
+				return err
+			}
+			if layout == "drop" {
+				require.NoError(b, client.SetLifetimes(ctx, []effects.Lifetime{{Kind: "", Keep: 24 * time.Hour}}, nil))
+				_, err := client.EnsureLeaves(ctx, 41*24*time.Hour, 0)
+				require.NoError(b, err)
+				retire = func() error { _, err := client.Retire(ctx, nil); return err }
+			}
+			bulkLoadExpired(b, pool, rows)
+			idle, idleWAL, idleTook := claimLatencies(b, client, pool, func() error { time.Sleep(3 * time.Second); return nil })
+			during, wal, took := claimLatencies(b, client, pool, retire)
+			walRate := float64(idleWAL) / idleTook.Seconds()
+			b.ReportMetric(took.Seconds(), "retire_s")
+			b.ReportMetric(max(float64(wal)-walRate*took.Seconds(), 0)/(1<<20), "retire_WAL_MiB")
+			b.ReportMetric(float64(p99(idle).Microseconds())/1000, "idle_p99_ms")
+			b.ReportMetric(float64(p99(during).Microseconds())/1000, "during_p99_ms")
+			b.ReportMetric(float64(p99(during))/float64(p99(idle)), "p99_during/idle")
+			var left int64
+			require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_effects WHERE kind = 'receipt'`).Scan(&left))
+			require.Zero(b, left, "every expired record is gone")
+		})
+	}
+}
+
+// bulkLoadExpired writes rows finished receipt records, 40 days old, in a
+// few large statements.
+func bulkLoadExpired(b *testing.B, pool *pgxpool.Pool, rows int) {
+	const batch = 200_000
+	for from := 0; from < rows; from += batch {
+		_, err := pool.Exec(context.Background(), `
+INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, result, created_at, finished_at)
+SELECT 'tenant' || g % 50 || ':order:' || md5(g::text) || ':receipt', 'tenant' || g % 50, 'receipt', 'succeeded',
+	'checkout:' || md5(g::text) || '/receipt', 'sha256:' || left(md5(g::text), 32), '{"message_id":"sg_0123456789abcdef"}',
+	now() - interval '40 days' + g * interval '1 millisecond', now() - interval '40 days' + g * interval '1 millisecond'
+FROM generate_series($1::bigint, $2::bigint) g`, from, min(from+batch, rows)-1)
+		require.NoError(b, err)
+	}
+	_, err := pool.Exec(context.Background(), `ANALYZE keyed_effects`)
+	require.NoError(b, err)
+}
+
+// claimLatencies runs claim+complete of fresh charge keys at 8 connections
+// for as long as work runs, and returns each pair's latency, the WAL bytes
+// written meanwhile and how long work took.
+func claimLatencies(b *testing.B, c *effects.Client, pool *pgxpool.Pool, work func() error) ([]time.Duration, int64, time.Duration) {
+	ctx := context.Background()
+	var before string
+	require.NoError(b, pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before))
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				t := time.Now()
+				key := effects.MustKey("live", "order", fmt.Sprintf("%d-%d", time.Now().UnixNano(), seq.Add(1)), "charge")
+				cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
+				if err == nil {
+					err = c.Complete(ctx, cl, map[string]any{"id": "pi_123"})
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				lat = append(lat, time.Since(t))
+				mu.Unlock()
+			}
+		})
+	}
+	start := time.Now()
+	err := work()
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	require.NoError(b, err)
+	var wal int64
+	require.NoError(b, pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, before).Scan(&wal))
+	return lat, wal, took
+}
+
+func p99(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)*99/100]
 }

@@ -146,7 +146,9 @@ type Claim struct {
 	Done       bool
 	Result     json.RawMessage
 
-	maxResult int // ClaimParams.MaxResultBytes, or zero
+	maxResult int       // ClaimParams.MaxResultBytes, or zero
+	createdAt time.Time // the record's created_at
+	leaf      string    // the table holding the record: its leaf, or keyed_effects unpartitioned
 }
 
 // Decode unmarshals the stored outcome of a Done claim into v.
@@ -181,43 +183,42 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 	return c.claim(ctx, tx, p)
 }
 
-// claimSQL inserts the claim or, when the key has a record, reads it, in one
-// round trip; the first column says which. A racer's record committed while
-// the insert waited reads as no row, and the caller tries again. $7 turns
+// claimSQL claims through keyed_effects_claim (effects' migration 2): it
+// inserts the claim or, when the key has a record, reads it, in one round
+// trip; the first column says which. A racer's record committed while the
+// insert waited reads as no row, and the caller tries again. $7 turns
 // synchronous_commit off for the statement's transaction (AsyncCommit).
-const claimSQL = `
-WITH ins AS (
-	INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
-	SELECT $1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond'
-	FROM (SELECT CASE WHEN $7::boolean THEN set_config('synchronous_commit', 'off', true) END) AS commit_mode
-	ON CONFLICT (key) DO NOTHING
-	RETURNING generation, attempts, lease_until, created_at)
-SELECT true, generation, attempts, lease_until, '', '', '', NULL::jsonb, '', '', created_at, true FROM ins
-UNION ALL
-SELECT false, generation, attempts, lease_until, state, owner, fingerprint, result,
-	coalesce(error_code, ''), coalesce(error_message, ''), created_at, coalesce(lease_until > now(), false)
-FROM keyed_effects WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`
+const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7)`
 
 // queryClaim runs claimSQL and returns the record it read (for a new
 // claim, only Generation, Attempts, LeaseUntil and CreatedAt), whether the
 // claim inserted it, and whether its lease is live.
-func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, inserted, live bool, err error) {
+func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, leaf string, inserted, live bool, err error) {
 	rec = &Record{}
 	err = db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
 		lease.Microseconds(), p.AsyncCommit).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
-		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live)
-	return rec, inserted, live, err
+		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live, &leaf)
+	return rec, leaf, inserted, live, err
+}
+
+// table is the table a statement about the claim's record names: its leaf,
+// so that the statement plans and locks one table, not every leaf.
+func (cl *Claim) table() string {
+	if cl.leaf == "" {
+		return "keyed_effects"
+	}
+	return cl.leaf
 }
 
 // claimTakeSQL takes over an existing record only if it is still the
 // generation that was read and may still be taken: a concurrent taker bumps
 // the generation, and a concurrent Extend makes the lease live again.
 const claimTakeSQL = `
-UPDATE keyed_effects
+UPDATE %s
 SET state = 'claimed', owner = $3, generation = generation + 1, attempts = attempts + 1,
     lease_until = now() + $4 * interval '1 microsecond',
     error_code = NULL, error_message = NULL, finished_at = NULL, updated_at = now()
-WHERE key = $1 AND generation = $2
+WHERE key = $1 AND generation = $2 AND created_at = $5
   AND (state = 'failed_transient' OR (state = 'claimed' AND (owner = $3 OR lease_until <= now())))
 RETURNING generation, attempts, lease_until`
 
@@ -246,8 +247,8 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	// the read (a racer's commit or takeover, or a prune of a finished
 	// record).
 	for round := 0; round < 5; round++ {
-		rec, inserted, live, err := queryClaim(ctx, db, p, lease)
-		if errors.Is(err, pgx.ErrNoRows) {
+		rec, leaf, inserted, live, err := queryClaim(ctx, db, p, lease)
+		if errors.Is(err, pgx.ErrNoRows) || layoutChanged(err) {
 			continue
 		}
 		if err != nil {
@@ -255,6 +256,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		}
 		if inserted {
 			cl.Mode, cl.Generation, cl.Attempt, cl.LeaseUntil = ModeNew, rec.Generation, rec.Attempts, *rec.LeaseUntil
+			cl.createdAt, cl.leaf = rec.CreatedAt, leaf
 			return c.acquired(ctx, cl, start), nil
 		}
 		if rec.Fingerprint != p.Fingerprint {
@@ -286,7 +288,8 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 		case StateFailedTransient:
 			cl.Mode = ModeRetry
 		}
-		err = db.QueryRow(ctx, claimTakeSQL, p.Key.String(), rec.Generation, p.Owner, lease.Microseconds()).
+		cl.createdAt, cl.leaf = rec.CreatedAt, leaf
+		err = db.QueryRow(ctx, fmt.Sprintf(claimTakeSQL, cl.table()), p.Key.String(), rec.Generation, p.Owner, lease.Microseconds(), rec.CreatedAt).
 			Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil)
 		if err == nil {
 			return c.acquired(ctx, cl, start), nil
@@ -298,6 +301,15 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	}
 	c.metrics.inProgress(p.Kind)
 	return nil, fmt.Errorf("claim %s: %w: record kept changing under contention", p.Key, ErrInProgress)
+}
+
+// layoutChanged reports the error of a claim that began on the
+// unpartitioned table and ran into Partition's swap (its ON CONFLICT finds
+// no unique index on the partitioned parent); it did nothing, and the next
+// round claims on the new layout.
+func layoutChanged(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P10"
 }
 
 func (c *Client) acquired(ctx context.Context, cl *Claim, start time.Time) *Claim {
@@ -342,9 +354,10 @@ func (c *Client) complete(ctx context.Context, db DB, claim *Claim, result any) 
 		return fmt.Errorf("complete %s: %w: %d bytes, limit %d", claim.Key, ErrResultTooLarge, len(body), limit)
 	}
 	tag, err := db.Exec(ctx, `
-UPDATE keyed_effects
+UPDATE `+claim.table()+`
 SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'`, claim.Key.String(), claim.Generation, body, claim.Owner)
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5`,
+		claim.Key.String(), claim.Generation, body, claim.Owner, claim.createdAt)
 	if err != nil {
 		return fmt.Errorf("complete %s: %w", claim.Key, err)
 	}
@@ -387,9 +400,10 @@ func (c *Client) fail(ctx context.Context, db DB, claim *Claim, cause error) err
 	}
 	code := errorCode(cause)
 	tag, err := db.Exec(ctx, `
-UPDATE keyed_effects
+UPDATE `+claim.table()+`
 SET state = $3, error_code = $4, error_message = $5, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $6 AND state = 'claimed'`, claim.Key.String(), claim.Generation, state, code, msg, claim.Owner)
+WHERE key = $1 AND generation = $2 AND owner = $6 AND state = 'claimed' AND created_at = $7`,
+		claim.Key.String(), claim.Generation, state, code, msg, claim.Owner, claim.createdAt)
 	if err != nil {
 		return fmt.Errorf("fail %s: %w", claim.Key, err)
 	}
@@ -414,9 +428,9 @@ func (c *Client) Extend(ctx context.Context, claim *Claim, lease time.Duration) 
 		lease = c.lease
 	}
 	err := c.db.QueryRow(ctx, `
-UPDATE keyed_effects SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
-WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed'
-RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds(), claim.Owner).Scan(&claim.LeaseUntil)
+UPDATE `+claim.table()+` SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5
+RETURNING lease_until`, claim.Key.String(), claim.Generation, lease.Microseconds(), claim.Owner, claim.createdAt).Scan(&claim.LeaseUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("extend %s: %w", claim.Key, ErrLeaseLost)
 	}

@@ -315,7 +315,7 @@ func TestCompleteTxRollbackLeavesNothing(t *testing.T) {
 
 func TestPrune(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := legacySetup(t)
 	old := effects.MustKey("acme", "old", "charge")
 	fresh := effects.MustKey("acme", "fresh", "charge")
 	live := effects.MustKey("acme", "live", "charge")
@@ -330,8 +330,8 @@ func TestPrune(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Age everything well past retention; the claims must still survive.
-	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = now() - interval '90 days',
-		finished_at = CASE WHEN state = 'claimed' THEN NULL ELSE now() - interval '90 days' END WHERE key <> $1`, fresh.String())
+	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = now() - interval '40 days',
+		finished_at = CASE WHEN state = 'claimed' THEN NULL ELSE now() - interval '40 days' END WHERE key <> $1`, fresh.String())
 	require.NoError(t, err)
 	b.expire(t, expired)
 

@@ -37,8 +37,8 @@ func ExampleMigrator() {
 		fmt.Println("applied:", applied)
 	}
 	// Output:
-	// pending: [1]
-	// applied: [1]
+	// pending: [1 2]
+	// applied: [1 2]
 	// applied: []
 }
 

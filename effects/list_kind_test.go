@@ -12,7 +12,9 @@ import (
 func TestListKindReturnsOneKindInTheWindowAcrossTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	from := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	from := time.Now().UTC().Truncate(24 * time.Hour).Add(-5*24*time.Hour + 12*time.Hour)
+	_, err := b.client.EnsureLeaves(b.ctx, 7*24*time.Hour, 0)
+	require.NoError(t, err)
 	to := from.Add(24 * time.Hour)
 	at := func(key effects.Key, created time.Time) {
 		t.Helper()

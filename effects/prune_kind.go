@@ -30,7 +30,7 @@ type PruneKindOpts struct {
 const pruneKindSQL = `
 DELETE FROM keyed_effects WHERE key IN (
 	SELECT key FROM keyed_effects
-	WHERE created_at < now() - $2 * interval '1 microsecond' AND kind = $1 AND ` + pruneKindWhere + `
+	WHERE class = 'legacy' AND created_at < now() - $2 * interval '1 microsecond' AND kind = $1 AND ` + pruneKindWhere + `
 	ORDER BY created_at LIMIT $4
 	FOR UPDATE SKIP LOCKED)
 AND ` + pruneKindWhere
@@ -39,7 +39,8 @@ const pruneKindWhere = `(
 	(state <> 'claimed' AND finished_at < now() - $2 * interval '1 microsecond')
 	OR ($3 AND state = 'claimed' AND lease_until < now() - $2 * interval '1 microsecond'))`
 
-// PruneKind deletes, in batches, the records of kind that finished longer than
+// PruneKind deletes, in batches, the unpartitioned or legacy records of kind
+// (as Prune; leaves are dropped by Retire) that finished longer than
 // the retention ago (and with ExpiredClaims its long-expired claims), and
 // returns how many it deleted. It returns an error for an empty kind, a
 // retention under one hour or a failed DELETE, with the count so far.

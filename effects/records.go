@@ -118,9 +118,11 @@ type PruneOpts struct {
 	BatchSize int
 }
 
-// Prune deletes, in batches, finished records whose finish is older than the
-// retention, and returns how many it deleted. It never deletes a claim, live
-// or expired: only a takeover or an operator ends one.
+// Prune deletes, in batches, finished records of an unpartitioned table or
+// of the legacy partition of a converted one whose finish is older than the
+// retention, and returns how many it deleted. Leaves are dropped whole by
+// Retire instead. It never deletes a claim, live or expired: only a
+// takeover or an operator ends one.
 func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if opts == nil {
 		opts = &PruneOpts{}
@@ -138,7 +140,7 @@ func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	total, err := DeleteInBatches(ctx, c.db, batch, `
 DELETE FROM keyed_effects WHERE key IN (
 	SELECT key FROM keyed_effects
-	WHERE created_at < now() - $1 * interval '1 microsecond'
+	WHERE class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
 	  AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
 	ORDER BY created_at LIMIT $2
 	FOR UPDATE SKIP LOCKED)

@@ -102,7 +102,7 @@ func TestAsyncCommitClaim(t *testing.T) {
 // long-expired claims; nothing of other kinds, nothing young, no live claim.
 func TestPruneKind(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := legacySetup(t)
 	insert := func(key, kind, state, ago string) {
 		_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, lease_until, created_at, finished_at)
 			VALUES ($1, 'acme', $2, $3, 'o',

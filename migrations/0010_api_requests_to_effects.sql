@@ -13,6 +13,17 @@
 -- still running the old version keep claiming and storing there, and
 -- dropping it would fail every POST they serve until they are replaced.
 -- Drop it in a later release, once no binary older than this one runs.
+-- On a partitioned keyed_effects (effects migration 2) the records go to
+-- leaves, made first for the last two days, and a key already recorded is
+-- skipped by NOT EXISTS (a partitioned table has no unique key to conflict
+-- on; nothing else writes while migrations hold their lock).
+DO $$
+BEGIN
+    IF to_regproc('keyed_effects_ensure_leaves') IS NOT NULL THEN
+        PERFORM keyed_effects_ensure_leaves(interval '2 days', interval '0');
+    END IF;
+END
+$$;
 INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, result, created_at, updated_at, finished_at)
 SELECT CASE
            WHEN strpos(idempotency_key, ':') = 0 AND length(tenant_id || ':idempotency:' || idempotency_key) <= 255
@@ -22,6 +33,10 @@ SELECT CASE
        tenant_id, 'api_request', 'succeeded', owner, request_hash,
        jsonb_build_object('status', status, 'body', convert_from(response, 'UTF8')),
        created_at, finished_at, finished_at
-FROM keyed_api_requests
-WHERE state = 'done'
-ON CONFLICT (key) DO NOTHING;
+FROM keyed_api_requests r
+WHERE state = 'done' AND NOT EXISTS (
+    SELECT FROM keyed_effects e WHERE e.key = CASE
+        WHEN strpos(r.idempotency_key, ':') = 0 AND length(r.tenant_id || ':idempotency:' || r.idempotency_key) <= 255
+        THEN r.tenant_id || ':idempotency:' || r.idempotency_key
+        ELSE r.tenant_id || ':idempotency-sha256:' || encode(sha256(convert_to(r.idempotency_key, 'UTF8')), 'hex')
+    END);

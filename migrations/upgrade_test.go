@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/migrations"
 )
@@ -23,8 +24,9 @@ var oldEffectsFiles = map[int]string{
 	9: "testdata/old_0009_effects_slim.sql",
 }
 
-// A database that ran the old app files up to version 1, 6 or 9 upgrades to
-// exactly the effects schema of a new database, keeping its records.
+// A database that ran the old app files up to version 1, 6 or 9 upgrades,
+// then converts (effects.Partition), to exactly the effects schema of a new
+// database, keeping its records.
 func TestUpgradeFromAppOwnedEffectsTables(t *testing.T) {
 	t.Parallel()
 	fresh := newPool(t)
@@ -47,6 +49,9 @@ func TestUpgradeFromAppOwnedEffectsTables(t *testing.T) {
 			applied, err := migrations.Apply(ctx, pool)
 			require.NoError(t, err)
 			require.NotContains(t, applied, upTo, "recorded versions still match")
+			converted, err := effects.Partition(ctx, pool)
+			require.NoError(t, err)
+			require.True(t, converted, "a table with records converts on request, not in the migration")
 			require.Equal(t, want, effectsSchema(t, pool))
 
 			var owner string

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -176,6 +177,32 @@ func LongestRun(specs []Spec) time.Duration {
 		longest = max(longest, total)
 	}
 	return longest
+}
+
+// Lifetimes returns the table of effect kinds and lifetimes the specs'
+// declarations give: every step whose Keep is not KeepDefault keeps its
+// records keep[Keep], and every other kind keep[KeepDefault]. It returns an
+// error for a Keep without a duration.
+func Lifetimes(specs []Spec, keep map[step.Keep]time.Duration) ([]effects.Lifetime, error) {
+	def, ok := keep[step.KeepDefault]
+	if !ok {
+		return nil, errors.New("lifetimes: no duration for KeepDefault")
+	}
+	out, seen := []effects.Lifetime{{Kind: "", Keep: def}}, map[string]bool{}
+	for _, s := range specs {
+		for _, d := range s.Steps {
+			if d.Keep == step.KeepDefault || seen[d.Step] {
+				continue
+			}
+			k, ok := keep[d.Keep]
+			if !ok {
+				return nil, fmt.Errorf("lifetimes: step %s: no duration for its Keep %d", d.Name, d.Keep)
+			}
+			seen[d.Step] = true
+			out = append(out, effects.Lifetime{Kind: d.Step, Keep: k})
+		}
+	}
+	return out, nil
 }
 
 // RunOfKey returns the workflow ID of the run whose step makes the effect

@@ -77,6 +77,16 @@ type Options struct {
 	ScheduleToClose time.Duration
 }
 
+// Keep names how long a step's effect records are kept: KeepDefault for
+// EFFECTS_RETENTION, KeepMoney for MONEY_RETENTION (charges and refunds,
+// which a dispute can question for months).
+type Keep int
+
+const (
+	KeepDefault Keep = iota
+	KeepMoney
+)
+
 // Declaration declares a keyed step: the single source of its activity
 // name, effect class, key step (the last part of its effect key), delivery
 // policy (irreversible sends only), activity options and the rule for an
@@ -91,6 +101,8 @@ type Declaration struct {
 	// on any other class.
 	Policy  notify.Policy
 	Options Options
+	// Keep says how long the step's effect records are kept.
+	Keep Keep
 	// Outcome checks an operator's "done" outcome; Declare sets it from
 	// the outcome type. Nil means any JSON result.
 	Outcome Outcome `json:"-"`

@@ -35,7 +35,7 @@ var (
 	DeclReserve = step.Declare[refunds.RefundInput, refunds.ReserveResult](step.Declaration{Name: NameReserve,
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepReserve})
 	DeclStripe = step.Declare[refunds.RefundInput, refunds.StripeResult](step.Declaration{Name: NameRefundAtStripe,
-		Class: effects.ClassExternalCreate, Step: refunds.StepStripe})
+		Class: effects.ClassExternalCreate, Step: refunds.StepStripe, Keep: step.KeepMoney})
 	DeclMark = step.Declare[refunds.RefundInput, refunds.MarkResult](step.Declaration{Name: NameMarkRefunded,
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepMark})
 	DeclEmail = step.Declare[refunds.RefundInput, refunds.EmailResult](step.Declaration{Name: NameSendRefundEmail,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/migrations"
 )
@@ -18,15 +19,19 @@ type migrateResult struct {
 	// Applied lists the versions this run applied; empty when the schema
 	// was up to date.
 	Applied []int `json:"applied"`
+	// Partitioned is set when --partition converted keyed_effects.
+	Partitioned bool `json:"partitioned,omitempty"`
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "migrate", "[--json] [flags]",
 		"Applies keyed's database migrations to the schema DATABASE_URL selects (search_path=SCHEMA, else\n"+
 			"the database's default, usually public) and prints what it applied. The worker does this on start;\n"+
-			"run it from a deployment job instead when workers run with MIGRATE_ON_START=false.",
+			"run it from a deployment job instead when workers run with MIGRATE_ON_START=false. With --partition it\n"+
+			"then converts an unpartitioned keyed_effects to leaves online (docs/operating.md, \"Partitioning\").",
 		config.TemporalFlags, config.MigrateFlag)
 	asJSON := f.Bool("json", false, "print the result as JSON")
+	partition := f.Bool("partition", false, "convert an unpartitioned keyed_effects online after migrating")
 	cfg, err := f.parse(args)
 	if err != nil {
 		return err
@@ -45,8 +50,18 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		res.Applied = append([]int{}, applied...)
+		if *partition {
+			if res.Partitioned, err = effects.Partition(ctx, pool); err != nil {
+				return err
+			}
+		}
 		if *asJSON {
 			return writeJSON(e.stdout, res)
+		}
+		if res.Partitioned {
+			if _, err := fmt.Fprintf(e.stdout, "converted keyed_effects in schema %s to partitioned leaves\n", clean(res.Schema)); err != nil {
+				return err
+			}
 		}
 		if len(applied) == 0 {
 			_, err = fmt.Fprintf(e.stdout, "schema %s is up to date\n", clean(res.Schema))

@@ -104,6 +104,9 @@ func WithSearchPath(url, schema string) string {
 type PoolOpts struct {
 	// MaxConns sets the pool size. Zero means 16.
 	MaxConns int32
+	// Unpartitioned keeps keyed_effects unpartitioned, as an install from
+	// before effects migration 2 that was not converted.
+	Unpartitioned bool
 }
 
 // NewPool creates a fresh schema (see NewSchema), applies the effects
@@ -126,6 +129,9 @@ func Connect(t testing.TB, url string, opts ...*PoolOpts) *pgxpool.Pool {
 	cfg.MaxConns = 16
 	if len(opts) > 0 && opts[0] != nil && opts[0].MaxConns > 0 {
 		cfg.MaxConns = opts[0].MaxConns
+	}
+	if len(opts) > 0 && opts[0] != nil && opts[0].Unpartitioned {
+		cfg.ConnConfig.RuntimeParams["keyed.effects_partition"] = "off"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

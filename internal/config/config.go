@@ -122,6 +122,9 @@ const (
 	// bench-pipeline (see docs/benchmarks.md).
 	DefaultPollers          = 8
 	DefaultEffectsRetention = effects.DefaultRetention
+	// DefaultMoneyRetention keeps charge and refund records half a year:
+	// card networks allow disputes for up to 120 days and more.
+	DefaultMoneyRetention = 180 * 24 * time.Hour
 	// IdempotencyRetention is how long the API keeps a stored response
 	// replayable under its Idempotency-Key (api.Retention): 24 hours, as at
 	// Stripe. EFFECTS_RETENTION must cover it.
@@ -291,6 +294,9 @@ type WorkerTuning struct {
 	// EffectsRetention is EFFECTS_RETENTION: finished effect records older
 	// than this are pruned.
 	EffectsRetention time.Duration
+	// MoneyRetention is MONEY_RETENTION: how long charge and refund
+	// records are kept (steps declared with step.KeepMoney).
+	MoneyRetention time.Duration
 	// PruneEvery is PRUNE_EVERY: the window in which one replica prunes.
 	PruneEvery time.Duration
 	// SettleEvery is SETTLE_EVERY: the window in which one replica settles

@@ -11,11 +11,13 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
+	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/retention"
+	"github.com/keyedhq/keyed/step"
 )
 
 // RetentionModule prunes finished effect records (older than
@@ -59,13 +61,20 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 		return nil, err
 	}
 	lc, fxc, sender, w, logger := in.Lifecycle, in.Effects, in.Sender, in.Tuning, in.Logger
+	if w.MoneyRetention < w.EffectsRetention {
+		return nil, configErrorf("MONEY_RETENTION %s is shorter than EFFECTS_RETENTION %s: charges and refunds must be kept at least as long as any record",
+			w.MoneyRetention, w.EffectsRetention)
+	}
+	lifetimes, err := Lifetimes(in.Pipelines, w)
+	if err != nil {
+		return nil, err
+	}
+	log := logger.With("component", "retention")
 	jobs := []retention.Job{
-		{Name: "effects", Run: func(ctx context.Context) (int64, error) {
-			return fxc.Prune(ctx, &effects.PruneOpts{Retention: w.EffectsRetention})
-		}},
+		{Name: "effects", Run: func(ctx context.Context) (int64, error) { return retireEffects(ctx, fxc, w, log) }},
 		{Name: "sends", Run: sender.Prune},
 	}
-	p, err := retention.New(fxc, jobs, &retention.Opts{Every: w.PruneEvery, Logger: logger.With("component", "retention")})
+	p, err := retention.New(fxc, jobs, &retention.Opts{Every: w.PruneEvery, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +84,42 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 			if err := CheckRetention(ctx, in.Client, in.Temporal.Namespace, w.EffectsRetention, run); err != nil {
 				return err
 			}
+			if err := fxc.SetLifetimes(ctx, lifetimes, nil); err != nil {
+				return fmt.Errorf("set effect lifetimes: %w", err)
+			}
 			return p.Start(ctx)
 		},
 		OnStop: p.Stop,
 	})
 	return p, nil
+}
+
+// Lifetimes is the one table of effect kinds and lifetimes: the steps the
+// pipelines declare with step.KeepMoney keep MONEY_RETENTION, the API's
+// Idempotency-Key records the published 24 hours, every other kind
+// (receipts, mark-paid, decisions) EFFECTS_RETENTION.
+func Lifetimes(specs []pipeline.Spec, w config.WorkerTuning) ([]effects.Lifetime, error) {
+	table, err := pipeline.Lifetimes(specs, map[step.Keep]time.Duration{
+		step.KeepDefault: w.EffectsRetention, step.KeepMoney: w.MoneyRetention})
+	if err != nil {
+		return nil, err
+	}
+	return append(table, effects.Lifetime{Kind: api.KindAPIRequest, Keep: config.IdempotencyRetention}), nil
+}
+
+// retireEffects drops expired leaves (logging those a claim in flight
+// keeps) and prunes the legacy partition, if any, by EFFECTS_RETENTION;
+// it returns the leaves dropped plus the legacy records deleted.
+func retireEffects(ctx context.Context, fxc *effects.Client, w config.WorkerTuning, log *slog.Logger) (int64, error) {
+	res, err := fxc.Retire(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	for leaf, n := range res.Blocked {
+		log.WarnContext(ctx, "effect leaf past its lifetime kept: it holds claims in flight", "leaf", leaf, "claims", n)
+	}
+	n, err := fxc.Prune(ctx, &effects.PruneOpts{Retention: w.EffectsRetention})
+	return int64(len(res.Dropped)) + n, err
 }
 
 // CheckRetention refuses an effects retention under which a retry could

@@ -1,0 +1,79 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// partitionsAhead is how far ahead every class's leaves must reach; the
+// retention schedule creates two days ahead.
+const partitionsAhead = 24 * time.Hour
+
+// partitions checks the effect records' layout: fails when keyed_effects is
+// not partitioned (fix: starter effects partition), warns per class whose
+// leaves end less than a day ahead (claims would fail once they end) and
+// per leaf past its lifetime that claims in flight keep from being dropped.
+func (r *run) partitions(ctx context.Context) []Check {
+	c, err := effects.NewClient(r.deps.Pool, nil)
+	if err != nil {
+		return []Check{errorCheck(CheckPartitions, "keyed_effects", err, "")}
+	}
+	leaves, err := c.Leaves(ctx)
+	if err != nil {
+		return []Check{errorCheck(CheckPartitions, "keyed_effects", err, "check DATABASE_URL and the effects migrations")}
+	}
+	if len(leaves) == 0 {
+		return []Check{{Name: CheckPartitions, Subject: "keyed_effects", Status: StatusWarn,
+			Evidence: "keyed_effects is not partitioned: retention deletes records one by one",
+			Fix:      "run `starter migrate --partition` (online; see docs/operating.md)"}}
+	}
+	var out []Check
+	for class, ls := range byClass(leaves) {
+		out = append(out, r.classLeaves(ctx, class, ls)...)
+	}
+	return out
+}
+
+func byClass(leaves []effects.Leaf) map[string][]effects.Leaf {
+	m := map[string][]effects.Leaf{}
+	for _, l := range leaves {
+		m[l.Class] = append(m[l.Class], l)
+	}
+	return m
+}
+
+func (r *run) classLeaves(ctx context.Context, class string, ls []effects.Leaf) []Check {
+	subject := "keyed_effects_" + class
+	last := ls[len(ls)-1]
+	ahead := last.To.Sub(r.now)
+	c := Check{Name: CheckPartitions, Subject: subject, Status: StatusPass, Evidence: fmt.Sprintf(
+		"%d leaves, kept %s, the newest ends %s ahead", len(ls), days(last.Keep), days(ahead.Round(time.Hour)))}
+	if ahead < partitionsAhead {
+		c.Status, c.Fix = StatusWarn, "check that a worker runs the retention schedule (PRUNE_EVERY); its window creates leaves two days ahead"
+		c.Evidence = fmt.Sprintf("the newest leaf ends %s ahead, less than %s: claims of this class fail once it ends",
+			days(ahead.Round(time.Hour)), days(partitionsAhead))
+	}
+	var blocked []string
+	for _, l := range ls {
+		if !l.Expired(r.now) {
+			continue
+		}
+		var n int64
+		if err := r.deps.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{l.Name}.Sanitize()+` WHERE state = 'claimed'`).Scan(&n); err != nil {
+			return []Check{c, errorCheck(CheckPartitions, l.Name, err, "")}
+		}
+		blocked = append(blocked, fmt.Sprintf("%s (%d claims in flight)", l.Name, n))
+	}
+	if len(blocked) == 0 {
+		return []Check{c}
+	}
+	return []Check{c, {Name: CheckPartitions, Subject: subject, Status: StatusWarn,
+		Evidence: "past their lifetime but kept: " + strings.Join(blocked, ", "),
+		Fix:      "a leaf with claims in flight is never dropped: finish or resolve those runs (`starter attention`), then the next retention window drops it"}}
+}

@@ -1,0 +1,299 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultLeafWidth is the narrowest leaf: records are partitioned by day
+// unless a kind's lifetime asks for wider leaves (see Lifetime.Width).
+const DefaultLeafWidth = 24 * time.Hour
+
+// LeavesPerLifetime bounds how many leaves a kind's lifetime spans: a
+// kind's leaves are at least Keep/LeavesPerLifetime wide, so a claim looks
+// in a handful of leaves however long its records are kept.
+const LeavesPerLifetime = 4
+
+// ErrLifetime is wrapped by errors for a lifetime table SetLifetimes refuses.
+var ErrLifetime = errors.New("effects: bad lifetime")
+
+// Lifetime says how long records of one kind are kept before their leaf is
+// dropped. Kind "" covers every kind not listed.
+type Lifetime struct {
+	Kind string
+	// Keep is the least time a record is kept; it is dropped with its leaf
+	// at most Keep plus one leaf width after it was created. At least an
+	// hour.
+	Keep time.Duration
+}
+
+// Width is the width of the kind's leaves: Keep/LeavesPerLifetime rounded
+// up to whole base widths, and at least base (zero means DefaultLeafWidth).
+func (l Lifetime) Width(base time.Duration) time.Duration {
+	if base <= 0 {
+		base = DefaultLeafWidth
+	}
+	n := (l.Keep/LeavesPerLifetime + base - 1) / base
+	return max(n, 1) * base
+}
+
+var classPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,23}$`)
+
+// class is the partition class of a kind: the kind itself, "default" for "".
+func (l Lifetime) class() (string, error) {
+	if l.Kind == "" {
+		return "default", nil
+	}
+	c := strings.ReplaceAll(strings.ToLower(l.Kind), "-", "_")
+	if !classPattern.MatchString(c) || c == "default" || c == "legacy" {
+		return "", fmt.Errorf("%w: kind %q cannot name a partition (want [a-z][a-z0-9_-]{0,23}, not default or legacy)", ErrLifetime, l.Kind)
+	}
+	return c, nil
+}
+
+// SetLifetimesOpts configures SetLifetimes. A nil *SetLifetimesOpts means
+// all defaults.
+type SetLifetimesOpts struct {
+	// Width is the narrowest leaf. Zero means DefaultLeafWidth.
+	Width time.Duration
+}
+
+// SetLifetimes makes lifetimes the table of kinds and lifetimes
+// (keyed_effect_lifetimes) and creates the leaves of new kinds; a changed
+// width applies from the end of the kind's existing leaves. It refuses,
+// changing nothing, a table without the "" row, a Keep under an hour and a
+// kind that cannot name a partition (ErrLifetime). A kind dropped from the
+// table keeps its row, as its leaves hold records.
+func (c *Client) SetLifetimes(ctx context.Context, lifetimes []Lifetime, opts *SetLifetimesOpts) error {
+	if opts == nil {
+		opts = &SetLifetimesOpts{}
+	}
+	rows, err := lifetimeRows(lifetimes, opts.Width)
+	if err != nil {
+		return err
+	}
+	var kinds, classes []string
+	var keeps, widths []time.Duration
+	for _, r := range rows {
+		kinds, classes, keeps, widths = append(kinds, r.Kind), append(classes, r.class), append(keeps, r.Keep), append(widths, r.width)
+	}
+	if _, err := c.db.Exec(ctx, `
+INSERT INTO keyed_effect_lifetimes (kind, class, keep, width)
+SELECT * FROM unnest($1::text[], $2::text[], $3::interval[], $4::interval[])
+ON CONFLICT (kind) DO UPDATE SET keep = excluded.keep, width = excluded.width`, kinds, classes, keeps, widths); err != nil {
+		return fmt.Errorf("set effect lifetimes: %w", err)
+	}
+	_, err = ensureLeaves(ctx, c.db, 0, 2*opts.widthOr())
+	return err
+}
+
+func (o *SetLifetimesOpts) widthOr() time.Duration {
+	if o.Width > 0 {
+		return o.Width
+	}
+	return DefaultLeafWidth
+}
+
+type lifetimeRow struct {
+	Lifetime
+	class string
+	width time.Duration
+}
+
+func lifetimeRows(lifetimes []Lifetime, base time.Duration) ([]lifetimeRow, error) {
+	seen, rows := map[string]bool{}, make([]lifetimeRow, 0, len(lifetimes))
+	for _, l := range lifetimes {
+		class, err := l.class()
+		if err != nil {
+			return nil, err
+		}
+		if l.Keep < time.Hour {
+			return nil, fmt.Errorf("%w: kind %q: keep %s is under one hour", ErrLifetime, l.Kind, l.Keep)
+		}
+		if seen[class] {
+			return nil, fmt.Errorf("%w: kind %q is listed twice", ErrLifetime, l.Kind)
+		}
+		seen[class] = true
+		rows = append(rows, lifetimeRow{Lifetime: l, class: class, width: l.Width(base)})
+	}
+	if !seen["default"] {
+		return nil, fmt.Errorf("%w: no lifetime for kind \"\" (every kind not listed)", ErrLifetime)
+	}
+	return rows, nil
+}
+
+// Leaf is one partition of effect records: a class's records created in
+// [From, To).
+type Leaf struct {
+	Name  string
+	Class string
+	From  time.Time
+	To    time.Time
+	// Keep is the class's lifetime; the leaf may be dropped once To+Keep
+	// has passed and it holds no claim in flight.
+	Keep time.Duration
+}
+
+// Expired reports whether every record in the leaf is past its lifetime at now.
+func (l Leaf) Expired(now time.Time) bool { return !l.To.Add(l.Keep).After(now) }
+
+// Leaves lists the leaves of the partitioned table, oldest first within a
+// class. The legacy partition (a converted table) is not a leaf; an
+// unpartitioned table has none.
+func (c *Client) Leaves(ctx context.Context) ([]Leaf, error) {
+	rows, err := c.db.Query(ctx, `
+SELECT b.leaf, l.class, l.keep, b.lo, b.hi
+FROM keyed_effect_lifetimes l, keyed_effects_leaf_bounds('keyed_effects_' || l.class) b
+ORDER BY l.class, b.lo`)
+	if err != nil {
+		return nil, fmt.Errorf("list effect leaves: %w", err)
+	}
+	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Leaf, error) {
+		var l Leaf
+		err := r.Scan(&l.Name, &l.Class, &l.Keep, &l.From, &l.To)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list effect leaves: %w", err)
+	}
+	return leaves, nil
+}
+
+// EnsureLeaves creates, for every kind's class, the leaves from the one
+// holding now-behind to the one holding now+ahead, and returns the names
+// of those it created. Claims create no leaves; Retire calls this on the
+// retention schedule, and a backfill of old records calls it first.
+func (c *Client) EnsureLeaves(ctx context.Context, behind, ahead time.Duration) ([]string, error) {
+	return ensureLeaves(ctx, c.db, behind, ahead)
+}
+
+func ensureLeaves(ctx context.Context, db DB, behind, ahead time.Duration) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT keyed_effects_ensure_leaves($1, $2)`, behind, ahead)
+	if err != nil {
+		return nil, fmt.Errorf("create effect leaves: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("create effect leaves: %w", err)
+	}
+	return names, nil
+}
+
+// Partition converts an unpartitioned keyed_effects in place and reports
+// whether it did: the table becomes the partition of class "legacy" and
+// new claims go to leaves. Claims keep running; they wait for the brief
+// exclusive locks at the end. Records of the legacy partition stay until
+// PruneLegacy deletes them. See docs/operating.md for the procedure.
+func Partition(ctx context.Context, db MigratorDB) (bool, error) {
+	var converted bool
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT keyed_effects_partition()`).Scan(&converted)
+	})
+	if err != nil {
+		return false, fmt.Errorf("partition keyed_effects: %w", err)
+	}
+	return converted, nil
+}
+
+// RetireOpts configures Retire. A nil *RetireOpts means all defaults.
+type RetireOpts struct {
+	// Ahead is how far ahead leaves are created. Zero means two days.
+	Ahead time.Duration
+	// Now is the time leaves are judged at. Zero means time.Now.
+	Now time.Time
+}
+
+// RetireResult says what Retire did.
+type RetireResult struct {
+	// Created are the leaves created ahead.
+	Created []string
+	// Dropped are the expired leaves dropped.
+	Dropped []string
+	// Blocked are expired leaves kept because they hold a claim in flight,
+	// with how many.
+	Blocked map[string]int64
+}
+
+// Retire creates leaves ahead and drops every leaf whose records are all
+// past their lifetime, unless it holds a claim in flight (state claimed),
+// which keeps it and is reported in Blocked. A leaf is detached with
+// DETACH PARTITION CONCURRENTLY, so claims never wait on it, checked again
+// and only then dropped; one that gained a claim in between is attached
+// back. Retire needs a pool (DETACH CONCURRENTLY runs outside a
+// transaction) and does nothing to an unpartitioned table.
+func (c *Client) Retire(ctx context.Context, opts *RetireOpts) (*RetireResult, error) {
+	if opts == nil {
+		opts = &RetireOpts{}
+	}
+	ahead, now := opts.Ahead, opts.Now
+	if ahead <= 0 {
+		ahead = 48 * time.Hour
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	res := &RetireResult{Blocked: map[string]int64{}}
+	var err error
+	if res.Created, err = c.EnsureLeaves(ctx, 0, ahead); err != nil {
+		return res, err
+	}
+	leaves, err := c.Leaves(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, l := range leaves {
+		if !l.Expired(now) {
+			continue
+		}
+		n, err := c.retireLeaf(ctx, l)
+		if err != nil {
+			return res, err
+		}
+		if n > 0 {
+			res.Blocked[l.Name] = n
+			continue
+		}
+		res.Dropped = append(res.Dropped, l.Name)
+	}
+	return res, nil
+}
+
+// retireLeaf drops one expired leaf and returns 0, or keeps it and returns
+// how many claims in flight it holds.
+func (c *Client) retireLeaf(ctx context.Context, l Leaf) (int64, error) {
+	leaf, parent := pgx.Identifier{l.Name}.Sanitize(), pgx.Identifier{"keyed_effects_" + l.Class}.Sanitize()
+	inFlight := func() (int64, error) {
+		var n int64
+		err := c.db.QueryRow(ctx, `SELECT count(*) FROM `+leaf+` WHERE state = 'claimed'`).Scan(&n)
+		return n, err
+	}
+	n, err := inFlight()
+	if err != nil || n > 0 {
+		return n, wrapRetire(l, err)
+	}
+	if _, err := c.db.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+leaf+` CONCURRENTLY`); err != nil {
+		return 0, wrapRetire(l, err)
+	}
+	if n, err = inFlight(); err != nil || n > 0 {
+		if err == nil {
+			_, err = c.db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+				parent, leaf, l.From.UTC().Format(time.RFC3339Nano), l.To.UTC().Format(time.RFC3339Nano)))
+		}
+		return n, wrapRetire(l, err)
+	}
+	_, err = c.db.Exec(ctx, `DROP TABLE `+leaf)
+	return 0, wrapRetire(l, err)
+}
+
+func wrapRetire(l Leaf, err error) error {
+	if err != nil {
+		return fmt.Errorf("retire effect leaf %s: %w", l.Name, err)
+	}
+	return nil
+}

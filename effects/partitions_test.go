@@ -1,0 +1,309 @@
+package effects_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
+)
+
+// race claims key from n goroutines with distinct owners at once and
+// returns how many acquired it, failing on any error but InProgress.
+func race(t *testing.T, b *bundle, key effects.Key, n int) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	wins := make(chan struct{}, n)
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: fmt.Sprintf("racer-%d", i)})
+			switch {
+			case errors.Is(err, effects.ErrInProgress):
+			case err != nil:
+				errs <- err
+			case !cl.Done:
+				wins <- struct{}{}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return len(wins)
+}
+
+func countKey(t *testing.T, b *bundle, key effects.Key) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM keyed_effects WHERE key = $1`, key.String()).Scan(&n))
+	return n
+}
+
+// raceSetup is setup with a pool of 20: racers queue on the pool and on
+// the key, and the package's parallel tests stay under max_connections.
+func raceSetup(t *testing.T) *bundle {
+	t.Helper()
+	pool := effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: 20})
+	return &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+}
+
+func TestPartitionedClaimSixtyFourRacersOneWinner(t *testing.T) {
+	t.Parallel()
+	b := raceSetup(t)
+	for i := range 5 {
+		key := effects.MustKey("acme", "order", fmt.Sprint("r", i), "charge")
+		require.Equal(t, 1, race(t, b, key, 64))
+		require.Equal(t, 1, countKey(t, b, key))
+	}
+}
+
+// A claim still in flight in yesterday's leaf (begun just before midnight
+// UTC, not yet committed) and 64 racers today: they wait on its key, then
+// find its record; no second record is written in today's leaf.
+func TestPartitionedClaimAcrossALeafBoundary(t *testing.T) {
+	t.Parallel()
+	b := raceSetup(t)
+	_, err := b.client.EnsureLeaves(b.ctx, 48*time.Hour, 0)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "order", "midnight", "charge")
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	// What keyed_effects_claim does, with created_at a millisecond before midnight.
+	_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(1801, hashtext($1))`, key.String())
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, lease_until, created_at)
+		VALUES ($1, 'acme', 'charge', 'default', 'claimed', 'before-midnight', now() + interval '1 hour', $2)`,
+		key.String(), midnight.Add(-time.Millisecond))
+	require.NoError(t, err)
+
+	wins := make(chan int, 1)
+	go func() { wins <- race(t, b, key, 64) }()
+	time.Sleep(200 * time.Millisecond) // let the racers queue on the key
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Equal(t, 0, <-wins, "the claim from before midnight holds the key")
+	require.Equal(t, 1, countKey(t, b, key))
+	rec, err := b.client.Get(b.ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "before-midnight", rec.Owner)
+	require.True(t, rec.CreatedAt.Before(midnight))
+}
+
+// A key finished ten days ago, in a leaf still retained, is a duplicate:
+// the claim replays its outcome.
+func TestPartitionedClaimFindsKeyInOldLeaf(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "order", "old", "charge")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_old", Amount: 700}))
+	backdate(t, b, key, 10*24*time.Hour)
+
+	again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "other"})
+	require.NoError(t, err)
+	require.True(t, again.Done)
+	require.JSONEq(t, `{"id":"pi_old","amount":700}`, string(again.Result))
+	require.Equal(t, 1, countKey(t, b, key))
+}
+
+// backdate moves key's record into the leaf of ago.
+func backdate(t *testing.T, b *bundle, key effects.Key, ago time.Duration) {
+	t.Helper()
+	tag, err := b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = now() - $2::interval,
+		finished_at = CASE WHEN finished_at IS NOT NULL THEN now() - $2::interval END WHERE key = $1`, key.String(), ago)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
+// Retire drops an expired leaf of finished records, keeps and reports one
+// that holds a claim in flight, and keeps young leaves and their records.
+func TestRetireDropsExpiredLeavesButNeverAClaimInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
+	_, err := b.client.EnsureLeaves(b.ctx, 10*24*time.Hour, 0)
+	require.NoError(t, err)
+	done := effects.MustKey("acme", "order", "done", "charge")
+	flying := effects.MustKey("acme", "order", "flying", "charge")
+	young := effects.MustKey("acme", "order", "young", "charge")
+	for _, k := range []effects.Key{done, young} {
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "o"})
+		require.NoError(t, err)
+		require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_" + k.Parts()[2]}))
+	}
+	_, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: flying, Owner: "o"})
+	require.NoError(t, err)
+	backdate(t, b, done, 8*24*time.Hour)
+	backdate(t, b, flying, 6*24*time.Hour)
+
+	res, err := b.client.Retire(b.ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Blocked, 1)
+	for leaf, n := range res.Blocked {
+		require.EqualValues(t, 1, n, leaf)
+	}
+	require.NotEmpty(t, res.Dropped)
+	_, err = b.client.Get(b.ctx, done)
+	require.ErrorIs(t, err, effects.ErrNotFound, "the expired leaf went")
+	rec, err := b.client.Get(b.ctx, flying)
+	require.NoError(t, err, "the claim in flight stays")
+	require.Equal(t, effects.StateClaimed, rec.State)
+	_, err = b.client.Get(b.ctx, young)
+	require.NoError(t, err)
+
+	leaves, err := b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	now := time.Now()
+	for _, l := range leaves {
+		if l.Expired(now) {
+			require.Contains(t, res.Blocked, l.Name, "only a blocked leaf outlives its lifetime")
+		}
+	}
+	require.True(t, leaves[len(leaves)-1].To.After(now.Add(47*time.Hour)), "leaves are made two days ahead")
+}
+
+// Each kind with a lifetime has its own class of leaves, as wide as a
+// quarter of its lifetime; SetLifetimes refuses bad tables whole.
+func TestSetLifetimes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	day := 24 * time.Hour
+	table := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api-request", Keep: day}}
+	require.NoError(t, b.client.SetLifetimes(b.ctx, table, nil))
+	require.Equal(t, 45*day, table[1].Width(0))
+	require.Equal(t, day, table[2].Width(0))
+
+	key := effects.MustKey("acme", "order", "k", "charge")
+	_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	var class string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT class FROM keyed_effects WHERE key = $1`, key.String()).Scan(&class))
+	require.Equal(t, "charge", class)
+
+	for _, bad := range [][]effects.Lifetime{
+		{{Kind: "charge", Keep: day}},                                           // no "" row
+		{{Kind: "", Keep: time.Minute}},                                         // under an hour
+		{{Kind: "", Keep: day}, {Kind: "Bad Kind!", Keep: day}},                 // not a partition name
+		{{Kind: "", Keep: day}, {Kind: "legacy", Keep: day}},                    // reserved
+		{{Kind: "", Keep: day}, {Kind: "x", Keep: day}, {Kind: "x", Keep: day}}, // twice
+	} {
+		require.ErrorIs(t, b.client.SetLifetimes(b.ctx, bad, nil), effects.ErrLifetime, "%v", bad)
+	}
+	var keep time.Duration
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT keep FROM keyed_effect_lifetimes WHERE kind = ''`).Scan(&keep))
+	require.Equal(t, 30*day, keep, "a refused table changes nothing")
+}
+
+// oldInstall returns a pool on a schema with the unpartitioned table of
+// effects migration 1 holding n finished records, then migration 2 applied
+// (a table with records keeps its layout).
+func oldInstall(t *testing.T, n int) *pgxpool.Pool {
+	t.Helper()
+	_, url := effectstest.NewSchema(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 12
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	first := effects.Migrations()[0]
+	_, err = pool.Exec(ctx, first.SQL)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `CREATE TABLE keyed_effects_migrations (line text NOT NULL, version integer NOT NULL,
+		name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (line, version));
+		INSERT INTO keyed_effects_migrations (line, version, name) VALUES ('main', 1, '001_create_keyed_effects.sql')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, result, finished_at, created_at)
+		SELECT 'acme:order:' || g || ':charge', 'acme', 'charge', 'succeeded', 'o', jsonb_build_object('id', 'pi_' || g),
+			now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, $1) g`, n)
+	require.NoError(t, err)
+	m, err := effects.NewMigrator(pool, nil)
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	return pool
+}
+
+// legacySetup is setup on an unpartitioned table (an install before
+// effects migration 2, not yet converted).
+func legacySetup(t *testing.T) *bundle {
+	t.Helper()
+	pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: true})
+	return &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+}
+
+// The online conversion: racers claim the same fresh keys before, during
+// and after Partition, and every stored outcome replays afterwards. Each
+// key has exactly one winner and one record.
+func TestPartitionOnlineWithRacers(t *testing.T) {
+	t.Parallel()
+	const old = 5000
+	pool := oldInstall(t, old)
+	b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+	var relkind string
+	require.NoError(t, pool.QueryRow(b.ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'keyed_effects'::regclass`).Scan(&relkind))
+	require.Equal(t, "r", relkind, "a table with records is not converted by the migration")
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := map[string]int{}
+	var keys []effects.Key
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := effects.MustKey("acme", "order", fmt.Sprint("live", i), "charge")
+			n := race(t, b, key, 8)
+			mu.Lock()
+			wins[key.String()], keys = n, append(keys, key)
+			mu.Unlock()
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	converted, err := effects.Partition(b.ctx, pool)
+	require.NoError(t, err)
+	require.True(t, converted)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	require.Greater(t, len(keys), 10)
+	for _, k := range keys {
+		require.Equal(t, 1, wins[k.String()], k.String())
+		require.Equal(t, 1, countKey(t, b, k), k.String())
+	}
+	for i := 1; i <= old; i += 499 {
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: effects.MustKey("acme", "order", fmt.Sprint(i), "charge"), Owner: "x"})
+		require.NoError(t, err)
+		require.True(t, cl.Done)
+		require.JSONEq(t, fmt.Sprintf(`{"id":"pi_%d"}`, i), string(cl.Result))
+	}
+	require.NoError(t, pool.QueryRow(b.ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'keyed_effects'::regclass`).Scan(&relkind))
+	require.Equal(t, "p", relkind)
+	again, err := effects.Partition(b.ctx, pool)
+	require.NoError(t, err)
+	require.False(t, again, "converting twice does nothing")
+}
