@@ -41,6 +41,10 @@ lint: $(STATICCHECK) ## Run staticcheck over every package.
 test-faults: postgres tools ## Run the fault-injection end-to-end test alone (kills, terminated backends, a Postgres restart, lost responses) and print its figures.
 	go test -count=1 -timeout 15m -v -run '^TestFaults$$' ./tests
 
+.PHONY: test-cluster
+test-cluster: postgres tools ## Run the fault test's shape on a 2-node Temporal cluster (Postgres persistence) with 3 worker processes: 240 orders and 120 refunds, worker and Temporal node SIGKILLs, a Postgres restart; print its figures (go test ./... runs only internal/tempcluster's short node-kill test).
+	go test -tags cluster -count=1 -timeout 20m -v -run '^TestCluster' ./tests
+
 .PHONY: demo
 demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up and writes .demo/env for bin/starter).
 	bin/demo $(if $(KEEP),-keep)
