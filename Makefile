@@ -86,6 +86,10 @@ bench-fair: postgres tools ## Measure tenant B's commit -> run start latency (p5
 bench-settle: postgres tools ## Measure the settler: 20 receipts lose their answers while SendGrid's look-up is down for KEYED_BENCH_OUTAGE (1m); report waits settled by keyed, left for a person, duplicates at the fake and recovery-to-done p50/p99.
 	go test -run '^$$' -bench SettleAfterLookupOutage -benchtime 1x -timeout 40m ./tests
 
+.PHONY: bench-cluster
+bench-cluster: postgres tools ## On the dev server and a 2-node Temporal cluster: 200 orders, 20 at a time, through 1 and 3 worker processes (orders/s, start-to-paid p50/p99); tenant B's p50/p99 while tenant A floods 400 orders, Temporal's fairness off and on.
+	go test -tags cluster -run '^$$' -bench 'ClusterThroughput|TenantFairness' -benchtime 1x -timeout 60m ./tests
+
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects

@@ -42,7 +42,8 @@ const (
 type faultWorld struct {
 	*bundle
 	cluster *pgcluster.Cluster
-	addr    string // the Temporal frontend the workers and the test dial
+	addr    string   // the Temporal frontend the workers and the test dial
+	env     []string // more worker settings, after the world's own
 	bin     string
 	policy  string
 	began   time.Time
@@ -105,7 +106,7 @@ func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *fault
 
 // newFaultWorldOn builds a sub-run's world on cluster (keyed's migrations
 // applied) and the Temporal frontend addr, with the given worker slots.
-func newFaultWorldOn(t *testing.T, ctx context.Context, bin, policy string, cluster *pgcluster.Cluster, addr string, slots int) *faultWorld {
+func newFaultWorldOn(t testing.TB, ctx context.Context, bin, policy string, cluster *pgcluster.Cluster, addr string, slots int) *faultWorld {
 	t.Helper()
 	pool := dbtest.Connect(t, cluster.URL()+"&application_name="+faultTestApp)
 	b := &bundle{
@@ -161,6 +162,7 @@ func (w *faultWorld) spawn(i int) error {
 		"SENDGRID_LOOKUP_GIVE_UP=30s",
 		"METRICS_ADDR=127.0.0.1:0",
 	)
+	cmd.Env = append(cmd.Env, w.env...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
