@@ -45,17 +45,32 @@ func TestClusterServesThroughANodeKill(t *testing.T) {
 	w.RegisterWorkflow(echo)
 	require.NoError(t, w.Start())
 	defer w.Stop()
+	// run runs the workflow id like a client that retries a failed call:
+	// while a killed node's shards move, a start or a wait can fail.
 	run := func(id string) {
 		t.Helper()
-		r, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "tempcluster-test"}, echo, id)
-		require.NoError(t, err)
-		var got string
-		require.NoError(t, r.Get(ctx, &got))
-		require.Equal(t, id, got)
+		began := time.Now()
+		var err error
+		for try := 1; try <= 10; try++ {
+			var r client.WorkflowRun
+			if r, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "tempcluster-test"}, echo, id); err == nil {
+				var got string
+				if err = r.Get(ctx, &got); err == nil {
+					require.Equal(t, id, got)
+					t.Logf("%s: done after %s and %d tries", id, time.Since(began).Round(time.Millisecond), try)
+					return
+				}
+			}
+			t.Logf("%s: try %d: %v", id, try, err)
+			time.Sleep(time.Second)
+		}
+		require.NoError(t, err, "run %s", id)
 	}
 	run("before")
 	require.NoError(t, c.Kill(1))
 	run("one-node")
+	began := time.Now()
 	require.NoError(t, c.Restart(ctx, 1))
+	t.Logf("node 1 serving again after %s", time.Since(began).Round(time.Millisecond))
 	run("after")
 }
