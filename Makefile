@@ -42,8 +42,8 @@ test-faults: postgres tools ## Run the fault-injection end-to-end test alone (ki
 	go test -count=1 -timeout 15m -v -run '^TestFaults$$' ./tests
 
 .PHONY: test-cluster
-test-cluster: postgres tools ## Run the fault test's shape on a 2-node Temporal cluster (Postgres persistence) with 3 worker processes: 240 orders and 120 refunds, worker and Temporal node SIGKILLs, a Postgres restart; print its figures (go test ./... runs only internal/tempcluster's short node-kill test).
-	go test -tags cluster -count=1 -timeout 20m -v -run '^TestCluster' ./tests
+test-cluster: postgres tools ## Run the fault test's shape on a 2-node Temporal cluster (Postgres persistence) with 3 worker processes (240 orders, 116 refunds, worker and Temporal node SIGKILLs, a Postgres restart), then a 1000-order burst against fakes that 429 above 25/s, unbounded and with the provider rate limits; print their figures (go test ./... runs only internal/tempcluster's short node-kill test).
+	go test -tags cluster -count=1 -timeout 30m -v -run '^(TestClusterFaults|TestProviderRateLimitBurst)$$' ./tests
 
 .PHONY: demo
 demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up and writes .demo/env for bin/starter).
