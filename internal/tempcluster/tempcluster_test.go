@@ -26,7 +26,8 @@ func TestClusterServesThroughANodeKill(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := tempcluster.Start(ctx, &tempcluster.Opts{UIPort: -1})
+	// Small pools: the suite's other packages share this Postgres.
+	c, err := tempcluster.Start(ctx, &tempcluster.Opts{UIPort: -1, MaxConns: 4})
 	require.NoError(t, err, "start a cluster (run `make tools` first)")
 	t.Cleanup(func() { require.NoError(t, c.Stop()) })
 	require.Equal(t, 2, c.Nodes())
