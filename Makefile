@@ -7,6 +7,9 @@ TEMPORAL     := $(BIN)/temporal
 STRIPE_MOCK  := $(BIN)/stripe-mock
 PROMTOOL     := $(BIN)/promtool
 STATICCHECK  := $(BIN)/staticcheck
+TEMPORAL_SERVER   := $(BIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
+TEMPORAL_UI       := $(BIN)/temporal-ui
 CHROMIUM     := /usr/bin/chromium
 TEMPORAL_CLI_VERSION := v1.5.1
 STRIPE_MOCK_VERSION  := v0.203.0
@@ -38,9 +41,17 @@ lint: $(STATICCHECK) ## Run staticcheck over every package.
 test-faults: postgres tools ## Run the fault-injection end-to-end test alone (kills, terminated backends, a Postgres restart, lost responses) and print its figures.
 	go test -count=1 -timeout 15m -v -run '^TestFaults$$' ./tests
 
+.PHONY: test-cluster
+test-cluster: postgres tools ## Run the fault test's shape on a 2-node Temporal cluster (Postgres persistence) with 3 worker processes (240 orders, 116 refunds, worker and Temporal node SIGKILLs, a Postgres restart), then a 1000-order burst against fakes that 429 above 25/s, unbounded and with the provider rate limits; print their figures (go test ./... runs only internal/tempcluster's short node-kill test).
+	go test -tags cluster -count=1 -timeout 30m -v -run '^(TestClusterFaults|TestProviderRateLimitBurst)$$' ./tests
+
 .PHONY: demo
 demo: postgres tools build ## Run the order pipeline end to end: dev server + Web UI, worker, fakes, orders, duplicate starts (KEEP=1 keeps it up and writes .demo/env for bin/starter).
 	bin/demo $(if $(KEEP),-keep)
+
+.PHONY: cluster
+cluster: postgres tools ## Run a self-hosted Temporal cluster until Ctrl-C: 2 temporal-server processes on Postgres persistence + SQL visibility (a fresh database, dropped on exit), keyed's search attributes, a load balancer on :7233 and the Web UI on :8233 (NODES=, PORT=, UI_PORT= to change).
+	go run ./cmd/cluster -nodes $(or $(NODES),2) -port $(or $(PORT),7233) -ui-port $(or $(UI_PORT),8233)
 
 .PHONY: build
 build: ## Build the worker, starter, fakes and demo binaries into bin/.
@@ -79,6 +90,10 @@ bench-fair: postgres tools ## Measure tenant B's commit -> run start latency (p5
 bench-settle: postgres tools ## Measure the settler: 20 receipts lose their answers while SendGrid's look-up is down for KEYED_BENCH_OUTAGE (1m); report waits settled by keyed, left for a person, duplicates at the fake and recovery-to-done p50/p99.
 	go test -run '^$$' -bench SettleAfterLookupOutage -benchtime 1x -timeout 40m ./tests
 
+.PHONY: bench-cluster
+bench-cluster: postgres tools ## On the dev server and a 2-node Temporal cluster: 200 orders, 20 at a time, through 1 and 3 worker processes (orders/s, start-to-paid p50/p99); tenant B's p50/p99 while tenant A floods 400 orders, Temporal's fairness off and on.
+	go test -tags cluster -run '^$$' -bench 'ClusterThroughput|TenantFairness' -benchtime 1x -timeout 60m ./tests
+
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
 	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects
@@ -88,11 +103,25 @@ postgres: ## Make sure PostgreSQL runs on 127.0.0.1:5432 (starts or installs it)
 	@scripts/ensure-postgres
 
 .PHONY: tools
-tools: $(TEMPORAL) $(STRIPE_MOCK) $(PROMTOOL) $(STATICCHECK) $(CHROMIUM) ## Build the Temporal CLI (dev server + Web UI), stripe-mock and staticcheck into bin/, put promtool there, and install Chromium for the browser test.
+tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(TEMPORAL_UI) $(STRIPE_MOCK) $(PROMTOOL) $(STATICCHECK) $(CHROMIUM) ## Build the Temporal CLI (dev server + Web UI), the Temporal server, its SQL schema tool and the Web UI server (for make cluster), stripe-mock and staticcheck into bin/, put promtool there, and install Chromium for the browser test.
 
 $(TEMPORAL):
 	@echo "Building the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (about 5 minutes the first time)..."
 	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# The Temporal server, its SQL schema tool and the Web UI server, for
+# make cluster and internal/tempcluster, built from internal/temporaltools:
+# a module of its own (keyed's go.mod stays free of the server's
+# dependencies) whose go.mod is the CLI's, so the versions match the dev
+# server's (server v1.29.1, ui-server v2.42.1). Seconds after the CLI.
+$(TEMPORAL_SERVER):
+	cd internal/temporaltools && go build -o $@ go.temporal.io/server/cmd/server
+
+$(TEMPORAL_SQL_TOOL):
+	cd internal/temporaltools && go build -o $@ go.temporal.io/server/cmd/tools/sql
+
+$(TEMPORAL_UI):
+	cd internal/temporaltools && go build -o $@ ./temporal-ui
 
 $(STRIPE_MOCK):
 	GOBIN=$(BIN) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)

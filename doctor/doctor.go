@@ -57,11 +57,12 @@ const (
 	CheckSuppression      = "suppression"
 	CheckReconcile        = "reconcile"
 	CheckPartitions       = "partitions"
+	CheckProviderRate     = "provider_rate"
 )
 
 // AllChecks lists every check in report order.
 var AllChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes,
-	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile, CheckPartitions}
+	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile, CheckProviderRate, CheckPartitions}
 
 // CheapChecks are the checks a worker runs at start and then hourly: a few
 // small queries and calls (the timeouts' one reads the window's effect
@@ -194,8 +195,18 @@ type Opts struct {
 	// ReconcileEvery is how often reconciliation must succeed. Zero means
 	// 25 hours (a daily job, an hour's slack).
 	ReconcileEvery time.Duration
+	// ProviderRates are the workers' bounds on each provider's calls per
+	// second (STRIPE_CALLS_PER_SECOND...), one per provider, 0 unbounded.
+	ProviderRates []ProviderRate
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+}
+
+// ProviderRate is one provider's configured bound: its steps' task queue
+// and the activity rate limit the workers set on it.
+type ProviderRate struct {
+	Provider, Setting, TaskQueue string
+	PerSecond                    float64
 }
 
 func (o *Opts) withDefaults() Opts {
@@ -266,7 +277,8 @@ func Run(ctx context.Context, deps Deps, opts *Opts) (*Report, error) {
 	checks := map[string]func(context.Context) []Check{
 		CheckClassified: r.classified, CheckTimeouts: r.timeouts, CheckLease: r.lease, CheckRetention: r.retention,
 		CheckSearchAttributes: r.searchAttributes, CheckPool: r.pool, CheckDeadLetters: r.deadLetters,
-		CheckSuppression: r.suppression, CheckReconcile: r.reconcile, CheckPartitions: r.partitions,
+		CheckSuppression: r.suppression, CheckReconcile: r.reconcile, CheckProviderRate: r.providerRates,
+		CheckPartitions: r.partitions,
 	}
 	for _, name := range AllChecks {
 		if slices.Contains(r.o.Checks, name) {

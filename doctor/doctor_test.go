@@ -1,6 +1,7 @@
 package doctor_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/worker"
 
 	refundsteps "github.com/keyedhq/keyed/activities/refund"
 	"github.com/keyedhq/keyed/doctor"
@@ -339,4 +343,32 @@ func TestExitCodeIsTheWorstStatusAndTheReportIsJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"check":"pool","subject":"worker","status":"fail","evidence":"e","fix":"f"}`, string(out))
 	require.Equal(t, []float64{0, 1, 2, 3}, []float64{doctor.StatusPass.Value(), doctor.StatusWarn.Value(), doctor.StatusError.Value(), doctor.StatusFail.Value()})
+}
+
+// The provider_rate check shows each provider's bound: unbounded passes
+// with a hint; a bound no worker polls warns; a bound a worker polls with
+// passes, with the rate Temporal enforces on the queue.
+func TestProviderRateShowsTheBoundTemporalEnforces(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, allAttributes)
+	queue := "doctor-rate-" + d.ns
+	rates := fxapp.ProviderRates(queue, config.Stripe{CallsPerSecond: 10}, config.SendGrid{})
+	edit := func(o *doctor.Opts) { o.ProviderRates = rates }
+	rep := d.run(t, edit, doctor.CheckProviderRate)
+	stripe := one(t, rep, doctor.CheckProviderRate, "stripe")
+	require.Equal(t, doctor.StatusWarn, stripe.Status, stripe.Evidence)
+	require.Contains(t, stripe.Fix, "no worker polls "+queue+"-stripe")
+	mail := one(t, rep, doctor.CheckProviderRate, "sendgrid")
+	require.Equal(t, doctor.StatusPass, mail.Status)
+	require.Contains(t, mail.Evidence, "SENDGRID_CALLS_PER_SECOND=0")
+
+	w := worker.New(d.client, queue+"-stripe", worker.Options{DisableWorkflowWorker: true, TaskQueueActivitiesPerSecond: 10})
+	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "noop"})
+	require.NoError(t, w.Start())
+	defer w.Stop()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		stripe := one(t, d.run(t, edit, doctor.CheckProviderRate), doctor.CheckProviderRate, "stripe")
+		assert.Equal(c, doctor.StatusPass, stripe.Status, stripe.Evidence)
+		assert.Contains(c, stripe.Evidence, "Temporal enforces 10/s there (source Worker)")
+	}, 30*time.Second, 500*time.Millisecond)
 }

@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/keyedhq/keyed/pipeline"
@@ -149,4 +150,45 @@ func pluralVerb(n int, noun, one, many string) string {
 		return "1 " + noun + " " + one
 	}
 	return fmt.Sprintf("%d %ss %s", n, noun, many)
+}
+
+// providerRates reports each provider's bound on calls per second: the
+// setting, and the rate Temporal enforces on its task queue (DescribeTaskQueue
+// with its config), with the workers polling it. An unbounded provider
+// passes with a hint; a bound no worker polls, or that the server does not
+// enforce, warns.
+func (r *run) providerRates(ctx context.Context) []Check {
+	if len(r.o.ProviderRates) == 0 {
+		return []Check{{Name: CheckProviderRate, Subject: "providers", Status: StatusPass,
+			Evidence: "no provider bounds given: provider calls are not bounded across workers"}}
+	}
+	var out []Check
+	for _, p := range r.o.ProviderRates {
+		c := Check{Name: CheckProviderRate, Subject: p.Provider, Status: StatusPass}
+		if p.PerSecond <= 0 {
+			c.Evidence = fmt.Sprintf("%s=0: %s calls are not bounded across workers; a burst meets its 429s and retries", p.Setting, p.Provider)
+			c.Fix = fmt.Sprintf("set %s on every worker below the provider's limit (see docs/deployment.md, \"Provider rate limits\")", p.Setting)
+			out = append(out, c)
+			continue
+		}
+		resp, err := r.deps.Temporal.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+			Namespace: r.o.Namespace, TaskQueue: &taskqueuepb.TaskQueue{Name: p.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+			TaskQueueType: enumspb.TASK_QUEUE_TYPE_ACTIVITY, ReportConfig: true})
+		if err != nil {
+			out = append(out, errorCheck(CheckProviderRate, p.Provider, fmt.Errorf("describe task queue %s: %w", p.TaskQueue, err), ""))
+			continue
+		}
+		eff := resp.GetEffectiveRateLimit()
+		c.Evidence = fmt.Sprintf("%s=%g: %s steps run on task queue %s; Temporal enforces %g/s there (source %s), %d pollers",
+			p.Setting, p.PerSecond, p.Provider, p.TaskQueue, eff.GetRequestsPerSecond(),
+			eff.GetRateLimitSource().String(), len(resp.GetPollers()))
+		switch {
+		case len(resp.GetPollers()) == 0:
+			c.Status, c.Fix = StatusWarn, "no worker polls "+p.TaskQueue+" yet: start a worker with "+p.Setting+" set"
+		case eff.GetRateLimitSource() == enumspb.RATE_LIMIT_SOURCE_WORKER && float64(eff.GetRequestsPerSecond()) > p.PerSecond*1.01:
+			c.Status, c.Fix = StatusWarn, "a worker polls with a higher limit: set "+p.Setting+" alike on every worker"
+		}
+		out = append(out, c)
+	}
+	return out
 }

@@ -68,6 +68,10 @@ const (
 // HeaderEffectKey is the email header that carries the effect key.
 const HeaderEffectKey = "X-Keyed-Effect-Key"
 
+// Provider is the step.Declaration.Provider of every step that sends
+// through SendGrid.
+const Provider = "sendgrid"
+
 // CustomArgEffectKey is the SendGrid custom argument that carries the effect
 // key, so that SendGrid's event webhook reports it back.
 const CustomArgEffectKey = "effect_key"

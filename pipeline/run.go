@@ -57,6 +57,11 @@ type Opts struct {
 	// A change applies to waits that begin after it: a wait already begun
 	// keeps the timer it started with.
 	DecisionTimeout time.Duration
+	// ProviderQueues maps a provider (step.Declaration.Provider) to the
+	// task queue its steps are scheduled on, so that a worker polling it
+	// with an activity rate limit bounds the provider's calls per second
+	// across all workers. A provider not in it runs on the run's queue.
+	ProviderQueues map[string]string
 }
 
 // Run is the workflow side of one run of a pipeline: its input, the steps'
@@ -75,6 +80,8 @@ type Run struct {
 	wait     *waiting
 	// decisionTimeout bounds each wait for an operator's decision.
 	decisionTimeout time.Duration
+	// providerQueues is Opts.ProviderQueues.
+	providerQueues map[string]string
 }
 
 // New returns the Run of the workflow ctx with input in, showing steps
@@ -86,6 +93,9 @@ func New(ctx workflow.Context, in Keyer, steps []step.Declaration, opts *Opts) (
 	r := &Run{in: in, decisionTimeout: DefaultDecisionTimeout}
 	if opts != nil && opts.DecisionTimeout > 0 {
 		r.decisionTimeout = opts.DecisionTimeout
+	}
+	if opts != nil {
+		r.providerQueues = opts.ProviderQueues
 	}
 	for _, d := range steps {
 		if _, err := r.Index(d); err != nil {
@@ -167,7 +177,11 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 	for {
 		s.State, s.Error = StateRunning, ""
 		r.ShowDetails(ctx)
-		actx := workflow.WithActivityOptions(ctx, d.ActivityOptions(s.EffectKey))
+		ao := d.ActivityOptions(s.EffectKey)
+		if q := r.providerQueues[d.Provider]; d.Provider != "" && q != "" {
+			ao.TaskQueue = q // replay does not compare an activity's task queue
+		}
+		actx := workflow.WithActivityOptions(ctx, ao)
 		err := workflow.ExecuteActivity(actx, d.Name, r.in).Get(ctx, result)
 		if err == nil {
 			s.State = StateDone

@@ -2,10 +2,13 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/keyedhq/keyed/outbox"
@@ -43,3 +46,20 @@ func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, 
 // starts collapses concurrent starts of one workflow ID into one request:
 // a storm of duplicate starts in one process costs one round trip.
 var starts singleflight.Group
+
+// MaxFairnessKey is the longest fairness key Temporal accepts, in bytes.
+const MaxFairnessKey = 64
+
+// TenantPriority returns the Temporal priority of a tenant's runs: its
+// fairness key is the tenant (a longer tenant ID, its SHA-256 in hex), so
+// that a server with fairness on (1.29: matching.enableFairness) hands out
+// each task queue's tasks round robin across tenants, and one tenant's
+// burst does not delay another's. The run's activities inherit it.
+func TenantPriority(tenant string) temporal.Priority {
+	key := tenant
+	if len(key) > MaxFairnessKey {
+		sum := sha256.Sum256([]byte(tenant))
+		key = hex.EncodeToString(sum[:])
+	}
+	return temporal.Priority{FairnessKey: key}
+}

@@ -103,6 +103,10 @@ type Declaration struct {
 	Options Options
 	// Keep says how long the step's effect records are kept.
 	Keep Keep
+	// Provider names the provider the step calls, such as "stripe"; empty
+	// for none. A run schedules the step on that provider's task queue
+	// when the worker gives it one (pipeline.Opts.ProviderQueues).
+	Provider string
 	// Outcome checks an operator's "done" outcome; Declare sets it from
 	// the outcome type. Nil means any JSON result.
 	Outcome Outcome `json:"-"`

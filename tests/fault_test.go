@@ -132,7 +132,7 @@ func runFaults(t *testing.T, bin, policy string) {
 	for err := range startErr {
 		t.Errorf("start: %v", err)
 	}
-	settledIn, settleErr := w.waitSettled(ctx)
+	settledIn, settleErr := w.waitSettled(ctx, faultSettle)
 	close(settled)
 	require.NoError(t, <-chaosDone, "deal the faults")
 
@@ -248,9 +248,9 @@ func (w *faultWorld) chaos(ctx context.Context, settled <-chan struct{}) error {
 
 // waitSettled waits until no run of the world's task queue is running and
 // the outbox is empty, after every start; it returns how long the orders
-// took from the first start, and an error if they did not settle in time.
-func (w *faultWorld) waitSettled(ctx context.Context) (time.Duration, error) {
-	deadline := w.began.Add(faultSettle)
+// took from the first start, and an error if they did not settle within.
+func (w *faultWorld) waitSettled(ctx context.Context, within time.Duration) (time.Duration, error) {
+	deadline := w.began.Add(within)
 	// A run waiting for an operator's decision has settled: it needs a
 	// person, and inspect counts its order as such.
 	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running' AND %s IS NULL", w.taskQueue, pipeline.SearchAttrAttentionName)
@@ -278,7 +278,7 @@ func (w *faultWorld) waitSettled(ctx context.Context) (time.Duration, error) {
 		last = fmt.Sprintf("%d runs running, outbox depth %d, err %v", running.GetCount(), depth, err)
 		time.Sleep(time.Second)
 	}
-	return time.Since(w.began), fmt.Errorf("not settled %s after the first start: %s", faultSettle, last)
+	return time.Since(w.began), fmt.Errorf("not settled %s after the first start: %s", within, last)
 }
 
 // inspect fills in each order's outcome: its status, the charges and

@@ -42,12 +42,14 @@ const (
 type faultWorld struct {
 	*bundle
 	cluster *pgcluster.Cluster
+	addr    string   // the Temporal frontend the workers and the test dial
+	env     []string // more worker settings, after the world's own
 	bin     string
 	policy  string
 	began   time.Time
 
 	mu      sync.Mutex
-	workers [2]*faultWorker
+	workers []*faultWorker // one per slot
 	all     []*faultWorker // every worker process spawned, for the log summary
 	events  []string       // the faults dealt, with their time, for failure output
 	figs    faultFigures
@@ -99,7 +101,13 @@ func (w *faultWorker) exitedByItself() (string, bool) {
 // its own. It spawns no worker yet.
 func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *faultWorld {
 	t.Helper()
-	cluster := pgcluster.New(t, nil)
+	return newFaultWorldOn(t, ctx, bin, policy, pgcluster.New(t, nil), temporalAddr, 2)
+}
+
+// newFaultWorldOn builds a sub-run's world on cluster (keyed's migrations
+// applied) and the Temporal frontend addr, with the given worker slots.
+func newFaultWorldOn(t testing.TB, ctx context.Context, bin, policy string, cluster *pgcluster.Cluster, addr string, slots int) *faultWorld {
+	t.Helper()
 	pool := dbtest.Connect(t, cluster.URL()+"&application_name="+faultTestApp)
 	b := &bundle{
 		ctx:       ctx,
@@ -119,10 +127,10 @@ func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *fault
 	mailSrv := httptest.NewServer(b.mail)
 	t.Cleanup(mailSrv.Close)
 	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
-	b.temporal, err = client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK()})
-	require.NoError(t, err, "dial the Temporal dev server")
+	b.temporal, err = client.Dial(client.Options{HostPort: addr, Logger: quietSDK()})
+	require.NoError(t, err, "dial Temporal at %s", addr)
 	t.Cleanup(b.temporal.Close)
-	w := &faultWorld{bundle: b, cluster: cluster, bin: bin, policy: policy}
+	w := &faultWorld{bundle: b, cluster: cluster, addr: addr, bin: bin, policy: policy, workers: make([]*faultWorker, slots)}
 	t.Cleanup(func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -133,13 +141,13 @@ func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *fault
 	return w
 }
 
-// spawn starts worker process slot i (0 or 1) with the world's receipt
+// spawn starts worker process slot i with the world's receipt
 // policy, replacing whatever the slot held.
 func (w *faultWorld) spawn(i int) error {
 	cmd := exec.Command(w.bin)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+w.dbURL,
-		"TEMPORAL_ADDRESS="+temporalAddr,
+		"TEMPORAL_ADDRESS="+w.addr,
 		"TEMPORAL_NAMESPACE=default",
 		"TEMPORAL_TASK_QUEUE="+w.taskQueue,
 		"STRIPE_SECRET_KEY="+stripeKey,
@@ -154,6 +162,7 @@ func (w *faultWorld) spawn(i int) error {
 		"SENDGRID_LOOKUP_GIVE_UP=30s",
 		"METRICS_ADDR=127.0.0.1:0",
 	)
+	cmd.Env = append(cmd.Env, w.env...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -231,6 +240,9 @@ func (w *faultWorld) supervise() error {
 		w.mu.Lock()
 		p := w.workers[i]
 		w.mu.Unlock()
+		if p == nil {
+			continue
+		}
 		if d, ok := p.exitedByItself(); ok {
 			w.event("%s", strings.SplitN(d, ";", 2)[0])
 			if err := w.spawn(i); err != nil {

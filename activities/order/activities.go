@@ -9,6 +9,7 @@ import (
 
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -37,10 +38,11 @@ func declare[T any](d step.Declaration) step.Keyed[orders.OrderInput, T] {
 
 // The order pipeline's steps, declared once.
 var (
-	DeclCharge      = declare[orders.ChargeResult](step.Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge, Keep: step.KeepMoney})
+	DeclCharge = declare[orders.ChargeResult](step.Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge,
+		Provider: stripestep.Provider, Keep: step.KeepMoney})
 	DeclMarkPaid    = declare[orders.MarkPaidResult](step.Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid})
 	DeclSendReceipt = declare[orders.ReceiptResult](step.Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
-		Step: orders.StepReceipt, Policy: notify.AtMostOnce})
+		Step: orders.StepReceipt, Policy: notify.AtMostOnce, Provider: notify.Provider})
 	DeclMarkFailed = declare[orders.MarkFailedResult](step.Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed})
 )
 

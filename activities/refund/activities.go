@@ -10,6 +10,7 @@ import (
 
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -35,11 +36,11 @@ var (
 	DeclReserve = step.Declare[refunds.RefundInput, refunds.ReserveResult](step.Declaration{Name: NameReserve,
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepReserve})
 	DeclStripe = step.Declare[refunds.RefundInput, refunds.StripeResult](step.Declaration{Name: NameRefundAtStripe,
-		Class: effects.ClassExternalCreate, Step: refunds.StepStripe, Keep: step.KeepMoney})
+		Class: effects.ClassExternalCreate, Step: refunds.StepStripe, Provider: stripestep.Provider, Keep: step.KeepMoney})
 	DeclMark = step.Declare[refunds.RefundInput, refunds.MarkResult](step.Declaration{Name: NameMarkRefunded,
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepMark})
 	DeclEmail = step.Declare[refunds.RefundInput, refunds.EmailResult](step.Declaration{Name: NameSendRefundEmail,
-		Class: effects.ClassIrreversibleSend, Step: refunds.StepEmail, Policy: notify.AtMostOnce})
+		Class: effects.ClassIrreversibleSend, Step: refunds.StepEmail, Policy: notify.AtMostOnce, Provider: notify.Provider})
 	DeclRelease = step.Declare[refunds.RefundInput, refunds.ReleaseResult](step.Declaration{Name: NameReleaseRefund,
 		Class: effects.ClassAbsoluteWrite, Step: refunds.StepRelease})
 )

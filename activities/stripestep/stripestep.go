@@ -32,6 +32,9 @@ const (
 // defaultTimeout bounds one Stripe request when NewClient gets no HTTP client.
 const defaultTimeout = 30 * time.Second
 
+// Provider is the step.Declaration.Provider of every step that calls Stripe.
+const Provider = "stripe"
+
 // NewClient returns a Stripe client whose requests go to apiBase (empty
 // means stripe.APIURL) through httpClient (nil means one with
 // defaultTimeout). It never retries by itself: Temporal retries the step

@@ -227,12 +227,18 @@ type Temporal struct {
 type Stripe struct {
 	SecretKey Secret // STRIPE_SECRET_KEY, sk_… or rk_…
 	APIBase   string // STRIPE_API_BASE, so that stripe-mock or a fake can stand in
+	// CallsPerSecond is STRIPE_CALLS_PER_SECOND: the Stripe steps started
+	// per second across all workers (their own task queue's activity rate
+	// limit). 0 runs them on the worker's queue, unbounded.
+	CallsPerSecond float64
 }
 
 // SendGrid is the SendGrid API the receipt activity calls.
 type SendGrid struct {
 	APIKey  Secret // SENDGRID_API_KEY
 	APIBase string // SENDGRID_API_BASE
+	// CallsPerSecond is SENDGRID_CALLS_PER_SECOND, as Stripe's.
+	CallsPerSecond float64
 	// LookupLag is SENDGRID_LOOKUP_LAG: how long SendGrid's Email Activity
 	// index may lag a send.
 	LookupLag time.Duration

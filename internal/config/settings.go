@@ -186,6 +186,13 @@ var Settings = []Setting{
 		Default: DefaultStripeAPIBase, Check: baseURL,
 		Help: "Stripe API base `URL`, e.g. a stripe-mock or fake",
 		Doc:  "point at stripe-mock or the fake for tests; a URL with credentials is refused"},
+	{Env: "STRIPE_CALLS_PER_SECOND", Flag: "stripe-calls-per-second", Field: "Stripe.CallsPerSecond", For: InWorker | InDoctor,
+		Default: 0.0, Check: callRate,
+		Help: "Stripe steps started per second across all workers; 0: unbounded",
+		Doc: "bounds the Stripe steps (charges, refunds) started per second across all workers: they run on their own task queue " +
+			"(`TEMPORAL_TASK_QUEUE` + `-stripe`) with Temporal's activity rate limit, which every worker sets when it polls it; " +
+			"below Stripe's limit (live mode 100 requests/s, test mode 25), so that a burst queues in Temporal instead of meeting 429s. " +
+			"`0` runs them on the worker's queue, unbounded; set it alike on every worker"},
 	{Env: "SENDGRID_API_KEY", Field: "SendGrid.APIKey", For: InWorker | InResolve, Required: InWorker, Secret: true,
 		Example: "SG.example", Help: "a SendGrid API key, SG.…",
 		Doc: "a SendGrid API key with Mail Send (and Email Activity read, to settle lost answers); `resolve` looks messages up with it, when set"},
@@ -193,6 +200,10 @@ var Settings = []Setting{
 		Default: DefaultSendGridAPIBase, Check: baseURL,
 		Help: "SendGrid API base `URL`",
 		Doc:  "`https://api.eu.sendgrid.com` for EU data residency, or the fake"},
+	{Env: "SENDGRID_CALLS_PER_SECOND", Flag: "sendgrid-calls-per-second", Field: "SendGrid.CallsPerSecond", For: InWorker | InDoctor,
+		Default: 0.0, Check: callRate,
+		Help: "SendGrid sends started per second across all workers; 0: unbounded",
+		Doc:  "as `STRIPE_CALLS_PER_SECOND`, for the SendGrid steps (receipts, refund emails) on `TEMPORAL_TASK_QUEUE` + `-sendgrid`"},
 	{Env: "SENDGRID_LOOKUP_LAG", Field: "SendGrid.LookupLag", For: InWorker, Default: notify.DefaultLookupLag, Check: positive,
 		Help: "how long SendGrid's Email Activity index may lag a send",
 		Doc:  "how long SendGrid's Email Activity index may lag a send: a retry that finds no message waits this long after the possible send before sending"},
@@ -396,6 +407,13 @@ func collapseWindow(v any, c *Config) error {
 func rate(v any, _ *Config) error {
 	if r := v.(float64); r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
 		return fmt.Errorf("%v must be a number of requests a second, at least 0 (0 turns the limit off)", r)
+	}
+	return nil
+}
+
+func callRate(v any, _ *Config) error {
+	if r := v.(float64); r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		return fmt.Errorf("%v must be a number of calls a second, at least 0 (0: unbounded)", r)
 	}
 	return nil
 }

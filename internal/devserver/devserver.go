@@ -85,6 +85,9 @@ type Opts struct {
 	Output io.Writer
 	// StartTimeout bounds the wait for the server to answer. Zero means 60s.
 	StartTimeout time.Duration
+	// DynamicConfig sets server dynamic config values (YAML or JSON), such
+	// as {"matching.enableFairness": "true"}.
+	DynamicConfig map[string]string
 }
 
 // Server is a running dev server.
@@ -163,6 +166,9 @@ func start(ctx context.Context, bin string, opts *Opts) (s *Server, exited bool,
 	}
 	if opts.DBFile != "" {
 		args = append(args, "--db-filename", opts.DBFile)
+	}
+	for k, v := range opts.DynamicConfig {
+		args = append(args, "--dynamic-config-value", k+"="+v)
 	}
 	tail := &tailBuffer{max: 4096}
 	var out io.Writer = tail

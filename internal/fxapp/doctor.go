@@ -162,5 +162,6 @@ func DoctorOpts(cfg *config.Config, pool *pgxpool.Pool) doctor.Opts {
 		DecisionTimeout:  cfg.Worker.DecisionTimeout,
 		CheckRetention:   CheckRetention,
 		Pool:             doctor.PoolSizing{MaxConns: size, Least: least, Default: def, Slots: cfg.Worker.MaxConcurrentActivities},
+		ProviderRates:    ProviderRates(cfg.Temporal.TaskQueue, cfg.Stripe, cfg.SendGrid),
 	}
 }

@@ -4,15 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
 
+	"github.com/keyedhq/keyed/activities/stripestep"
+	"github.com/keyedhq/keyed/doctor"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 )
 
 // WorkerModule provides a Temporal worker on the configured task queue
@@ -33,6 +38,8 @@ type workerIn struct {
 	Client     client.Client
 	Temporal   config.Temporal
 	Tuning     config.WorkerTuning
+	Stripe     config.Stripe
+	SendGrid   config.SendGrid
 	Pool       *pgxpool.Pool
 	Effects    *effects.Client
 	Logger     *slog.Logger
@@ -52,6 +59,32 @@ func WorkerOptions(t config.WorkerTuning) worker.Options {
 	}
 }
 
+// ProviderRates returns each provider's bound on calls per second across
+// all workers on taskQueue: its setting, its steps' task queue (taskQueue
+// + "-" + provider) and the rate, 0 when unbounded.
+func ProviderRates(taskQueue string, s config.Stripe, g config.SendGrid) []doctor.ProviderRate {
+	return []doctor.ProviderRate{
+		{Provider: stripestep.Provider, Setting: "STRIPE_CALLS_PER_SECOND", TaskQueue: taskQueue + "-" + stripestep.Provider, PerSecond: s.CallsPerSecond},
+		{Provider: notify.Provider, Setting: "SENDGRID_CALLS_PER_SECOND", TaskQueue: taskQueue + "-" + notify.Provider, PerSecond: g.CallsPerSecond},
+	}
+}
+
+// registerProviderSteps registers on w every step of specs that calls
+// provider, and no workflow.
+func registerProviderSteps(w worker.Worker, specs []pipeline.Spec, deps pipeline.Deps, provider string) error {
+	defs, err := pipeline.Definitions(specs, deps)
+	if err != nil {
+		return err
+	}
+	var mine []step.Definition
+	for _, d := range defs {
+		if d.Provider == provider {
+			mine = append(mine, d)
+		}
+	}
+	return step.Register(w, mine...)
+}
+
 func newWorker(in workerIn) (worker.Worker, error) {
 	logger := in.Logger.With("component", "worker", "task_queue", in.Temporal.TaskQueue)
 	opts := WorkerOptions(in.Tuning)
@@ -59,12 +92,38 @@ func newWorker(in workerIn) (worker.Worker, error) {
 		logger.Error("temporal worker stopped on a fatal error", "err", err)
 		_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
 	}
+	var limits []doctor.ProviderRate
+	popts := &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout}
+	for _, l := range ProviderRates(in.Temporal.TaskQueue, in.Stripe, in.SendGrid) {
+		if l.PerSecond <= 0 {
+			continue
+		}
+		limits = append(limits, l)
+		if popts.ProviderQueues == nil {
+			popts.ProviderQueues = map[string]string{}
+		}
+		popts.ProviderQueues[l.Provider] = l.TaskQueue
+	}
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
 	deps := pipeline.Deps{DB: in.Pool, Effects: in.Effects, Logger: in.Logger.With("component", "steps"), Providers: in.Providers}
 	// One registration for every pipeline, so that no two steps claim one
 	// name or key step, and one Decider that checks each step's "done".
-	if err := pipeline.Register(w, in.Pipelines, deps, &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout}); err != nil {
+	if err := pipeline.Register(w, in.Pipelines, deps, popts); err != nil {
 		return nil, fmt.Errorf("register the pipelines: %w", err)
+	}
+	// Each bounded provider's steps run on its own queue, polled by an
+	// activity-only worker that sets the queue's rate limit.
+	ws := []worker.Worker{w}
+	for _, l := range limits {
+		po := opts
+		po.DisableWorkflowWorker = true
+		po.TaskQueueActivitiesPerSecond = l.PerSecond
+		pw := worker.New(in.Client, l.TaskQueue, po)
+		if err := registerProviderSteps(pw, in.Pipelines, deps, l.Provider); err != nil {
+			return nil, fmt.Errorf("register the %s steps on %s: %w", l.Provider, l.TaskQueue, err)
+		}
+		ws = append(ws, pw)
+		logger.Info("provider calls bounded", "provider", l.Provider, "provider_queue", l.TaskQueue, "per_second", l.PerSecond)
 	}
 	in.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
@@ -73,8 +132,13 @@ func newWorker(in workerIn) (worker.Worker, error) {
 			if _, err := in.Client.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 				return fmt.Errorf("cannot reach Temporal at %s: %w", in.Temporal.Address, err)
 			}
-			if err := w.Start(); err != nil {
-				return fmt.Errorf("start worker on namespace %q, task queue %q: %w", in.Temporal.Namespace, in.Temporal.TaskQueue, err)
+			for i, x := range ws {
+				if err := x.Start(); err != nil {
+					for _, started := range ws[:i] {
+						started.Stop()
+					}
+					return fmt.Errorf("start worker on namespace %q, task queue %q: %w", in.Temporal.Namespace, in.Temporal.TaskQueue, err)
+				}
 			}
 			logger.Info("worker polling", "namespace", in.Temporal.Namespace, "address", in.Temporal.Address)
 			return nil
@@ -83,7 +147,11 @@ func newWorker(in workerIn) (worker.Worker, error) {
 			logger.Info("worker draining", "stop_timeout", in.Tuning.StopTimeout.String())
 			done := make(chan struct{})
 			go func() {
-				w.Stop() // waits for in-flight activities up to WorkerStopTimeout
+				var wg sync.WaitGroup
+				for _, x := range ws {
+					wg.Go(x.Stop) // waits for in-flight activities up to WorkerStopTimeout
+				}
+				wg.Wait()
 				close(done)
 			}()
 			select {

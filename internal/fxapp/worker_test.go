@@ -10,7 +10,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
 
+	orderacts "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
@@ -117,4 +121,40 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.Less(t, time.Since(stopped), 10*time.Second, "an idle worker stops at once")
 	_, err = http.Get(base + "/healthz")
 	require.Error(t, err, "the metrics server is closed after stop")
+}
+
+// With STRIPE_CALLS_PER_SECOND and SENDGRID_CALLS_PER_SECOND set, the
+// worker app runs the charge and the receipt on the providers' own task
+// queues, which it polls with their rate limits, and the order still pays.
+func TestWorkerAppBoundsProviderCalls(t *testing.T) {
+	t.Parallel()
+	w := fxapptest.Start(t, &fxapptest.Opts{Env: map[string]string{"STRIPE_CALLS_PER_SECOND": "5", "SENDGRID_CALLS_PER_SECOND": "7"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	order, _, err := w.Orders.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "bounded-1", AmountMinor: 1999, Currency: "usd",
+		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
+	require.NoError(t, err)
+	tq := w.Config.Temporal.TaskQueue
+	st, err := orderflow.Start(ctx, w.Client, orders.NewOrderInput("acme", "bounded-1"), &orderflow.StartOpts{TaskQueue: tq, Order: order})
+	require.NoError(t, err)
+	require.NoError(t, w.Client.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil))
+	require.Equal(t, 1, w.Stripe.Charges(), "one charge")
+	require.Len(t, w.SendGrid.Messages(), 1, "one receipt")
+
+	queues := map[string]string{}
+	iter := w.Client.GetWorkflowHistory(ctx, st.WorkflowID, st.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			queues[a.GetActivityType().GetName()] = a.GetTaskQueue().GetName()
+		}
+	}
+	require.Equal(t, map[string]string{orderacts.NameCharge: tq + "-stripe", orderacts.NameMarkPaid: tq, orderacts.NameSendReceipt: tq + "-sendgrid"}, queues)
+	for queue, rate := range map[string]float32{tq + "-stripe": 5, tq + "-sendgrid": 7} {
+		resp, err := w.Client.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{Namespace: w.Config.Temporal.Namespace,
+			TaskQueue: &taskqueuepb.TaskQueue{Name: queue}, TaskQueueType: enumspb.TASK_QUEUE_TYPE_ACTIVITY, ReportConfig: true})
+		require.NoError(t, err)
+		require.Equal(t, rate, resp.GetEffectiveRateLimit().GetRequestsPerSecond(), queue)
+	}
 }

@@ -30,7 +30,8 @@ type StartOpts struct {
 // workflow ID derived from the order (duplicate starts collapse), reuse
 // policy ALLOW_DUPLICATE_FAILED_ONLY (no second run after a success, a
 // deliberate re-run after a failure), the TenantID and OrderID search
-// attributes and a summary such as "tenant acme · order 9f3a · 12.50 EUR".
+// attributes, a summary such as "tenant acme · order 9f3a · 12.50 EUR" and
+// the tenant's fairness key (pipeline.TenantPriority).
 // It returns an error wrapping orders.ErrFinal when opts.Order failed.
 func StartOptions(in orders.OrderInput, opts *StartOpts) (client.StartWorkflowOptions, error) {
 	if opts == nil {
@@ -55,6 +56,7 @@ func StartOptions(in orders.OrderInput, opts *StartOpts) (client.StartWorkflowOp
 		TypedSearchAttributes: temporal.NewSearchAttributes(pipeline.SearchAttrTenantID.ValueSet(in.TenantID),
 			searchAttrOrderID.ValueSet(in.OrderID)),
 		StaticSummary: strings.Join(summary, " · "),
+		Priority:      pipeline.TenantPriority(in.TenantID),
 	}, nil
 }
 

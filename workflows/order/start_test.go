@@ -55,6 +55,7 @@ func TestStartOptions(t *testing.T) {
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, o.WorkflowIDConflictPolicy)
 	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY, o.WorkflowIDReusePolicy)
 	require.Equal(t, "tenant acme · order 9f3a", o.StaticSummary)
+	require.Equal(t, "acme", o.Priority.FairnessKey, "the tenant is the run's fairness key")
 	tenant, ok := o.TypedSearchAttributes.GetKeyword(pipeline.SearchAttrTenantID)
 	require.True(t, ok)
 	require.Equal(t, "acme", tenant)

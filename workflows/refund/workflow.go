@@ -92,7 +92,8 @@ func runStep[T any](ctx workflow.Context, r *pipeline.Run, k step.Keyed[refunds.
 // StartOptions returns the options of in's run, for pipeline.Start: the
 // workflow ID derived from the refund, reuse policy
 // ALLOW_DUPLICATE_FAILED_ONLY, the order's TenantID and OrderID search
-// attributes (a search for an order finds its refunds) and a summary.
+// attributes (a search for an order finds its refunds), a summary and the
+// tenant's fairness key (pipeline.TenantPriority).
 func StartOptions(in refunds.RefundInput, taskQueue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       in.WorkflowID(),
@@ -102,5 +103,6 @@ func StartOptions(in refunds.RefundInput, taskQueue string) client.StartWorkflow
 		TypedSearchAttributes: temporal.NewSearchAttributes(pipeline.SearchAttrTenantID.ValueSet(in.TenantID),
 			temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrOrderID).ValueSet(in.OrderID)),
 		StaticSummary: "refund " + in.RefundID + " of order " + in.OrderID,
+		Priority:      pipeline.TenantPriority(in.TenantID),
 	}
 }
