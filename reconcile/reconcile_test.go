@@ -120,13 +120,13 @@ func (b *bundle) claim(t *testing.T, key string, at time.Time) *effects.Claim {
 	t.Helper()
 	k, err := effects.ParseKey(key)
 	require.NoError(t, err)
-	cl, err := b.claims.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "test"} /* kind: the last part */)
+	_, err = b.claims.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "test"} /* kind: the last part */)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `UPDATE keyed_effects SET created_at = $2 WHERE key = $1`, key, at)
 	require.NoError(t, err)
 	// The owner's claim again holds the backdated record (a claim names its
 	// record by key and created_at).
-	cl, err = b.claims.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "test"})
+	cl, err := b.claims.Claim(b.ctx, effects.ClaimParams{Key: k, Owner: "test"})
 	require.NoError(t, err)
 	return cl
 }
