@@ -83,14 +83,11 @@ func (c *Client) SetLifetimes(ctx context.Context, lifetimes []Lifetime, opts *S
 	for _, r := range rows {
 		kinds, classes, keeps, widths = append(kinds, r.Kind), append(classes, r.class), append(keeps, r.Keep), append(widths, r.width)
 	}
-	if _, err := c.db.Exec(ctx, `
-INSERT INTO keyed_effect_lifetimes (kind, class, keep, width)
-SELECT * FROM unnest($1::text[], $2::text[], $3::interval[], $4::interval[])
-ON CONFLICT (kind) DO UPDATE SET keep = excluded.keep, width = excluded.width`, kinds, classes, keeps, widths); err != nil {
+	if _, err := c.db.Exec(ctx, `SELECT count(*) FROM keyed_effects_set_lifetimes($1, $2, $3, $4, $5)`,
+		kinds, classes, keeps, widths, 2*opts.widthOr()); err != nil {
 		return fmt.Errorf("set effect lifetimes: %w", err)
 	}
-	_, err = ensureLeaves(ctx, c.db, 0, 2*opts.widthOr())
-	return err
+	return nil
 }
 
 func (o *SetLifetimesOpts) widthOr() time.Duration {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -306,4 +307,31 @@ func TestPartitionOnlineWithRacers(t *testing.T) {
 	again, err := effects.Partition(b.ctx, pool)
 	require.NoError(t, err)
 	require.False(t, again, "converting twice does nothing")
+}
+
+// A claim that finds no leaf for now (the retention window has not made
+// it) makes the leaves itself and goes on; inside a transaction it fails as
+// transient, having done nothing.
+func TestClaimMakesAMissingLeaf(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	leaves, err := b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	for _, l := range leaves {
+		_, err := b.pool.Exec(b.ctx, `DROP TABLE `+l.Name)
+		require.NoError(t, err)
+	}
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.client.ClaimTx(b.ctx, tx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "tx", "charge"), Owner: "o"})
+		return err
+	})
+	require.Error(t, err)
+	require.True(t, effects.IsTransient(err), "%v", err)
+
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "late", "charge"), Owner: "o"})
+	require.NoError(t, err)
+	require.False(t, cl.Done)
+	leaves, err = b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, leaves)
 }

@@ -94,9 +94,14 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('keyed.effects.leaves:' || current_schema(), 0));
     FOR l IN SELECT * FROM keyed_effect_lifetimes ORDER BY class LOOP
         parent := 'keyed_effects_' || l.class;
+        -- New tables are created apart and attached: ATTACH takes only a
+        -- SHARE UPDATE EXCLUSIVE lock on the parent, which claims (ROW
+        -- EXCLUSIVE) do not wait for, where CREATE TABLE ... PARTITION OF
+        -- would take an exclusive one and could deadlock with a claiming
+        -- transaction.
         IF to_regclass(quote_ident(parent)) IS NULL THEN
-            EXECUTE format('CREATE TABLE %I PARTITION OF keyed_effects FOR VALUES IN (%L) PARTITION BY RANGE (created_at)',
-                parent, l.class);
+            EXECUTE format('CREATE TABLE %I (LIKE keyed_effects INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (created_at)', parent);
+            EXECUTE format('ALTER TABLE keyed_effects ATTACH PARTITION %I FOR VALUES IN (%L)', parent, l.class);
         END IF;
         v_lo := keyed_effects_leaf_start(l.width, now() - p_behind);
         WHILE v_lo <= now() + p_ahead LOOP
@@ -110,15 +115,31 @@ BEGIN
             SELECT min(x.lo) INTO a FROM keyed_effects_leaf_bounds(parent) x WHERE x.lo > v_lo;
             v_hi := least(keyed_effects_leaf_start(l.width, v_lo) + l.width, a);
             leaf := parent || '_' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDDHH24MI');
-            EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', leaf, parent, v_lo, v_hi);
+            EXECUTE format('CREATE TABLE %I (LIKE keyed_effects INCLUDING DEFAULTS INCLUDING CONSTRAINTS, '
+                'CHECK (class = %L AND created_at >= %L AND created_at < %L))', leaf, l.class, v_lo, v_hi);
             -- One record per key per leaf, and the lookup index; the
             -- claim's lock makes it one per key across leaves.
             EXECUTE format('CREATE UNIQUE INDEX %I ON %I (key)', leaf || '_key', leaf);
             EXECUTE format('CREATE INDEX %I ON %I (created_at, kind)', leaf || '_created', leaf);
+            EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', parent, leaf, v_lo, v_hi);
             RETURN NEXT leaf;
             v_lo := v_hi;
         END LOOP;
     END LOOP;
+END
+$$;
+
+-- keyed_effects_set_lifetimes upserts rows of keyed_effect_lifetimes and
+-- creates the leaves of new classes in the same transaction, so that no
+-- claim sees a kind's class before its leaves exist.
+CREATE OR REPLACE FUNCTION keyed_effects_set_lifetimes(p_kinds text[], p_classes text[], p_keeps interval[],
+    p_widths interval[], p_ahead interval) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('keyed.effects.leaves:' || current_schema(), 0));
+    INSERT INTO keyed_effect_lifetimes (kind, class, keep, width)
+    SELECT * FROM unnest(p_kinds, p_classes, p_keeps, p_widths)
+    ON CONFLICT (kind) DO UPDATE SET keep = excluded.keep, width = excluded.width;
+    RETURN QUERY SELECT keyed_effects_ensure_leaves(interval '0', p_ahead);
 END
 $$;
 

@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
-	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/idempotency"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/pipeline"
@@ -104,7 +104,7 @@ func Lifetimes(specs []pipeline.Spec, w config.WorkerTuning) ([]effects.Lifetime
 	if err != nil {
 		return nil, err
 	}
-	return append(table, effects.Lifetime{Kind: api.KindAPIRequest, Keep: config.IdempotencyRetention}), nil
+	return append(table, effects.Lifetime{Kind: idempotency.Kind, Keep: config.IdempotencyRetention}), nil
 }
 
 // retireEffects drops expired leaves (logging those a claim in flight
