@@ -71,7 +71,7 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 	}
 	log := logger.With("component", "retention")
 	jobs := []retention.Job{
-		{Name: "effects", Run: func(ctx context.Context) (int64, error) { return retireEffects(ctx, fxc, w, log) }},
+		{Name: "effects", Run: func(ctx context.Context) (int64, error) { return retireEffects(ctx, fxc, lifetimes, w, log) }},
 		{Name: "sends", Run: sender.Prune},
 	}
 	p, err := retention.New(fxc, jobs, &retention.Opts{Every: w.PruneEvery, Logger: log})
@@ -83,9 +83,6 @@ func newPruner(in prunerIn) (*retention.Pruner, error) {
 			run := pipeline.LongestRun(in.Pipelines) + w.DecisionTimeout
 			if err := CheckRetention(ctx, in.Client, in.Temporal.Namespace, w.EffectsRetention, run); err != nil {
 				return err
-			}
-			if err := fxc.SetLifetimes(ctx, lifetimes, nil); err != nil {
-				return fmt.Errorf("set effect lifetimes: %w", err)
 			}
 			return p.Start(ctx)
 		},
@@ -107,10 +104,16 @@ func Lifetimes(specs []pipeline.Spec, w config.WorkerTuning) ([]effects.Lifetime
 	return append(table, effects.Lifetime{Kind: idempotency.Kind, Keep: config.IdempotencyRetention}), nil
 }
 
-// retireEffects drops expired leaves (logging those a claim in flight
-// keeps) and prunes the legacy partition, if any, by EFFECTS_RETENTION;
-// it returns the leaves dropped plus the legacy records deleted.
-func retireEffects(ctx context.Context, fxc *effects.Client, w config.WorkerTuning, log *slog.Logger) (int64, error) {
+// retireEffects sets the lifetimes (and their leaves), drops expired leaves
+// (logging those a claim in flight keeps) and prunes the legacy partition,
+// if any, by EFFECTS_RETENTION; it returns the leaves dropped plus the
+// legacy records deleted. It runs in the retention window, not at start:
+// claims before it go to the default class, and a claim makes a missing
+// leaf itself.
+func retireEffects(ctx context.Context, fxc *effects.Client, lifetimes []effects.Lifetime, w config.WorkerTuning, log *slog.Logger) (int64, error) {
+	if err := fxc.SetLifetimes(ctx, lifetimes, nil); err != nil {
+		return 0, err
+	}
 	res, err := fxc.Retire(ctx, nil)
 	if err != nil {
 		return 0, err
