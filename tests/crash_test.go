@@ -17,7 +17,7 @@ import (
 )
 
 // buildWorker builds cmd/worker into a temporary directory.
-func buildWorker(t *testing.T) string {
+func buildWorker(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "worker")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyedhq/keyed/cmd/worker").CombinedOutput()
