@@ -108,14 +108,16 @@ const (
 	DefaultDatabaseURL       = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	DefaultTemporalAddress   = "127.0.0.1:7233"
 	DefaultTemporalNamespace = "default"
-	DefaultStripeAPIBase     = "https://api.stripe.com"
-	DefaultSendGridAPIBase   = "https://api.sendgrid.com"
-	DefaultMetricsAddr       = "127.0.0.1:9464"
-	DefaultAPIAddr           = "127.0.0.1:8080"
-	DefaultReceiptPolicy     = AtMostOnce
-	DefaultCollapseWindow    = 10 * time.Minute
-	DefaultStopTimeout       = 30 * time.Second
-	DefaultMaxActivities     = 64
+	// DefaultGRPCCompression is TEMPORAL_GRPC_COMPRESSION's default.
+	DefaultGRPCCompression = CompressionGzip
+	DefaultStripeAPIBase   = "https://api.stripe.com"
+	DefaultSendGridAPIBase = "https://api.sendgrid.com"
+	DefaultMetricsAddr     = "127.0.0.1:9464"
+	DefaultAPIAddr         = "127.0.0.1:8080"
+	DefaultReceiptPolicy   = AtMostOnce
+	DefaultCollapseWindow  = 10 * time.Minute
+	DefaultStopTimeout     = 30 * time.Second
+	DefaultMaxActivities   = 64
 	// DefaultDecisionTimeout is DECISION_TIMEOUT's default: a week.
 	DefaultDecisionTimeout = 7 * 24 * time.Hour
 	// DefaultPollers is WORKER_POLLERS's default, chosen with make
@@ -208,6 +210,9 @@ type Temporal struct {
 	Address   string // TEMPORAL_ADDRESS, host:port
 	Namespace string // TEMPORAL_NAMESPACE
 	TaskQueue string // TEMPORAL_TASK_QUEUE
+	// Compression is TEMPORAL_GRPC_COMPRESSION: CompressionGzip or
+	// CompressionNone.
+	Compression string
 	// Profile is the config file profile in use (TEMPORAL_PROFILE), empty
 	// for the default one.
 	Profile string
@@ -217,6 +222,12 @@ type Temporal struct {
 	// are the profile's own; the fields above win. It holds secrets.
 	conn envconfig.ClientConfigProfile
 }
+
+// The values of TEMPORAL_GRPC_COMPRESSION.
+const (
+	CompressionGzip = "gzip"
+	CompressionNone = "none"
+)
 
 // Stripe is the Stripe API the charge activity calls.
 type Stripe struct {
