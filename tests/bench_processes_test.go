@@ -67,6 +67,8 @@ func runBareWorker(queue string) int {
 // starters and fakes) and, from every keyed run's history, the events and
 // bytes per run, activity tasks per run, timeouts, and the longest gap
 // between two events of any run with the events around it.
+// BENCH_BARE_START=keyed gives bare-k8's starts keyed's start options
+// (search attributes, summary), to tell their cost from the rest.
 func BenchmarkPipelineProcesses(b *testing.B) {
 	n, rounds := envInt("BENCH_N", 300), envInt("BENCH_ROUNDS", 4)
 	workerBin := buildWorker(b)
@@ -90,8 +92,15 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 				}}
 			bare := side{name: "bare-k8", pid: barePID,
 				start: func(id string) (string, string, error) {
-					run, err := world.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare:" + world.tenant + ":" + id, TaskQueue: bareQueue},
-						"BareWorkflow", orders.NewOrderInput(world.tenant, id))
+					o := client.StartWorkflowOptions{}
+					if os.Getenv("BENCH_BARE_START") == "keyed" {
+						var err error
+						if o, err = orderflow.StartOptions(orders.NewOrderInput(world.tenant, id), nil); err != nil {
+							return "", "", err
+						}
+					}
+					o.ID, o.TaskQueue = "bare:"+world.tenant+":"+id, bareQueue
+					run, err := world.temporal.ExecuteWorkflow(ctx, o, "BareWorkflow", orders.NewOrderInput(world.tenant, id))
 					if err != nil {
 						return "", "", err
 					}

@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/retention"
@@ -117,4 +120,23 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.Less(t, time.Since(stopped), 10*time.Second, "an idle worker stops at once")
 	_, err = http.Get(base + "/healthz")
 	require.Error(t, err, "the metrics server is closed after stop")
+}
+
+// TestWorkerOptionsPollBothWorkflowQueues pins what closes the minute-long
+// stall (issue 23): for every WORKER_POLLERS the settings accept, the
+// workflow-task pollers are fixed per queue, so the task queue keeps its
+// own pollers however the sticky queue's backlog hint reads, and not the
+// SDK's pool that picks a queue per poll (NewPollerBehaviorSimpleMaximum,
+// what MaxConcurrentWorkflowTaskPollers sets).
+func TestWorkerOptionsPollBothWorkflowQueues(t *testing.T) {
+	t.Parallel()
+	for p := 2; p <= 64; p++ {
+		opts := fxapp.WorkerOptions(config.WorkerTuning{Pollers: p, MaxConcurrentActivities: 64, StopTimeout: time.Second})
+		each := max(p/2, 1)
+		require.Equal(t, worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{
+			InitialNumberOfPollers: each, MinimumNumberOfPollers: each, MaximumNumberOfPollers: each,
+		}), opts.WorkflowTaskPollerBehavior, "WORKER_POLLERS=%d", p)
+		require.Zero(t, opts.MaxConcurrentWorkflowTaskPollers, "WORKER_POLLERS=%d: a fixed count would make the SDK pool them", p)
+		require.Equal(t, p, opts.MaxConcurrentActivityTaskPollers)
+	}
 }
