@@ -164,8 +164,7 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 	for {
 		s.State, s.Error = StateRunning, ""
 		r.ShowDetails(ctx)
-		actx := workflow.WithActivityOptions(ctx, d.ActivityOptions(s.EffectKey))
-		err := workflow.ExecuteActivity(actx, d.Name, r.in).Get(ctx, result)
+		err := r.execute(ctx, d, s.EffectKey).Get(ctx, result)
 		if err == nil {
 			s.State = StateDone
 			return nil
@@ -184,6 +183,21 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 			return err
 		}
 	}
+}
+
+// localStepsChange is the workflow.GetVersion change ID of running Local
+// steps as local activities; runs from before it run them as activities.
+const localStepsChange = "local-database-steps"
+
+// execute starts the activity of the step declared by d, whose effect key
+// is key: a local activity for a Local step (step.Declaration.Local) in
+// runs with localStepsChange, an activity otherwise.
+func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string) workflow.Future {
+	if d.Local && workflow.GetVersion(ctx, localStepsChange, workflow.DefaultVersion, 1) >= 1 {
+		lctx := workflow.WithLocalActivityOptions(ctx, d.LocalActivityOptions(key))
+		return workflow.ExecuteLocalActivity(lctx, d.Name, r.in)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, d.ActivityOptions(key)), d.Name, r.in)
 }
 
 // skipAfter marks every pending step after step i skipped.

@@ -38,7 +38,7 @@ func declare[T any](d step.Declaration) step.Keyed[orders.OrderInput, T] {
 // The order pipeline's steps, declared once.
 var (
 	DeclCharge      = declare[orders.ChargeResult](step.Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge})
-	DeclMarkPaid    = declare[orders.MarkPaidResult](step.Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid})
+	DeclMarkPaid    = declare[orders.MarkPaidResult](step.Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid, Local: true})
 	DeclSendReceipt = declare[orders.ReceiptResult](step.Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
 		Step: orders.StepReceipt, Policy: notify.AtMostOnce})
 	DeclMarkFailed = declare[orders.MarkFailedResult](step.Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed})
