@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -59,7 +62,9 @@ func runBareWorker(queue string) int {
 // with keyed's step activity options and default worker options, each in
 // its own process on one dev server, at C = 20 and 50, in two shapes:
 // open (BENCH_N runs, default 300, started by C starters at once, then
-// awaited) and closed (C clients each starting a run and waiting for it).
+// awaited), closed (C clients each starting a run and waiting for it) and
+// open-relay (open, keyed's orders committed with their outbox rows as the
+// API does, and started by the worker's relay).
 // BENCH_C (default "20,50") lists the concurrencies; BENCH_ROUNDS
 // (default 4) rounds per C alternate which side goes first.
 // It prints each round, the medians of wf/s, p50/p99/max latency, the CPU
@@ -109,12 +114,41 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			for _, s := range []*side{&keyed, &bare} {
 				s.await = func(wfID, runID string) error { return world.temporal.GetWorkflow(ctx, wfID, runID).Get(ctx, nil) }
 			}
+			// keyed's runs started by the worker's relay from outbox rows, as the
+			// API enqueues them: its start is the commit of the order and its
+			// row, and the relay starts the run eagerly in the worker.
+			relayed := side{name: "keyed-relay", pid: keyedPID,
+				start: func(id string) (string, string, error) {
+					in := orders.NewOrderInput(world.tenant, id)
+					err := pgx.BeginFunc(ctx, world.pool, func(tx pgx.Tx) error {
+						_, _, err := world.orders.CreateAndEnqueueTx(ctx, tx, orders.NewOrder{TenantID: world.tenant, ID: id, AmountMinor: 1000,
+							Currency: "eur", CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"})
+						return err
+					})
+					return in.WorkflowID(), "", err
+				},
+				await: func(wfID, _ string) error {
+					for {
+						err := world.temporal.GetWorkflow(ctx, wfID, "").Get(ctx, nil)
+						var missing *serviceerror.NotFound
+						if !errors.As(err, &missing) {
+							return err
+						}
+						select { // not started yet
+						case <-ctx.Done():
+							return ctx.Err()
+						case <-time.After(50 * time.Millisecond):
+						}
+					}
+				}}
 			round := 0
-			orders := func(n int) []string {
+			newIDs := func(n int, create bool) []string {
 				ids := make([]string, n)
 				for i := range ids {
 					ids[i] = fmt.Sprintf("p%d-%d", round, i)
-					world.order(b, ids[i], 1000+int64(i), "pm_card_visa")
+					if create {
+						world.order(b, ids[i], 1000+int64(i), "pm_card_visa")
+					}
 				}
 				round++
 				return ids
@@ -127,19 +161,16 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 					if r < 0 {
 						size = max(n/4, c)
 					}
-					ids := orders(size)
-					var res result
-					first, second := &keyed, &bare
-					if r%2 != 0 {
-						first, second = &bare, &keyed
+					k := &keyed
+					if sh.relay {
+						k = &relayed
 					}
-					for _, s := range []*side{first, second} {
-						got := sh.run(b, s, ids, c)
-						if s == &keyed {
-							res.keyed = got
-						} else {
-							res.bare = got
-						}
+					ids, fresh := newIDs(size, true), newIDs(size, !sh.relay)
+					var res result
+					if r%2 == 0 {
+						res.keyed, res.bare = sh.run(b, k, fresh, c), sh.run(b, &bare, ids, c)
+					} else {
+						res.bare, res.keyed = sh.run(b, &bare, ids, c), sh.run(b, k, fresh, c)
 					}
 					if r < 0 {
 						continue
@@ -186,13 +217,15 @@ type side struct {
 	await func(workflowID, runID string) error
 }
 
-// shape is a way to offer a batch of runs: open or closed loop.
+// shape is a way to offer a batch of runs: open or closed loop, and for
+// keyed started by the benchmark or by the worker's relay.
 type shape struct {
-	name string
-	run  func(b testing.TB, s *side, ids []string, c int) batch
+	name  string
+	run   func(b testing.TB, s *side, ids []string, c int) batch
+	relay bool
 }
 
-var shapes = []shape{{"open", runOpen}, {"closed", runClosed}}
+var shapes = []shape{{"open", runOpen, false}, {"closed", runClosed, false}, {"open-relay", runOpen, true}}
 
 // runOpen starts every run of ids from c starters at once and then waits
 // for all of them; a run's latency is from its start call to its close.
