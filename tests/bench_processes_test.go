@@ -146,8 +146,10 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 				ids := make([]string, n)
 				for i := range ids {
 					ids[i] = fmt.Sprintf("p%d-%d", round, i)
-					if create {
-						world.order(b, ids[i], 1000+int64(i), "pm_card_visa")
+					if create { // world.order's context ends after 3 minutes
+						_, _, err := world.orders.Create(ctx, orders.NewOrder{TenantID: world.tenant, ID: ids[i], AmountMinor: 1000 + int64(i),
+							Currency: "eur", CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"})
+						require.NoError(b, err)
 					}
 				}
 				round++
