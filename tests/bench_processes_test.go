@@ -60,20 +60,19 @@ func runBareWorker(queue string) int {
 // (cmd/worker: relay, prune, settler, metrics and info logs on; the
 // reconciliation off) beside bare-k8, a worker of three no-op activities
 // with keyed's step activity options and default worker options, each in
-// its own process on one dev server, at C = 20 and 50, in two shapes:
-// open (BENCH_N runs, default 300, started by C starters at once, then
-// awaited), closed (C clients each starting a run and waiting for it) and
-// open-relay (open, keyed's orders committed with their outbox rows as the
-// API does, and started by the worker's relay).
-// BENCH_C (default "20,50") lists the concurrencies; BENCH_ROUNDS
-// (default 4) rounds per C alternate which side goes first.
-// It prints each round, the medians of wf/s, p50/p99/max latency, the CPU
-// per workflow of each process (dev server, worker, Postgres, this process:
-// starters and fakes) and, from every keyed run's history, the events and
-// bytes per run, activity tasks per run, timeouts, and the longest gap
-// between two events of any run with the events around it.
-// BENCH_BARE_START=keyed gives bare-k8's starts keyed's start options
-// (search attributes, summary), to tell their cost from the rest.
+// its own process on one dev server, in three shapes: open (BENCH_N runs,
+// default 300, started by C starters at once, then awaited), closed (C
+// clients each starting a run and waiting for it) and open-relay (open,
+// keyed's orders committed with their outbox rows as the API does and
+// started by the worker's relay). BENCH_C (default "20,50") lists the
+// concurrencies; BENCH_ROUNDS (default 4) rounds per C alternate which
+// side goes first. It prints each round, the medians of wf/s and
+// p50/p99/max latency, the CPU per workflow of each process (dev server,
+// worker, the worker's Postgres backends, this process: starters and
+// fakes) and, from every run's history, the events and bytes per run,
+// activity tasks per run, timeouts, and the longest gap between two
+// events of any run with the two events. BENCH_BARE_START=keyed gives
+// bare-k8's starts keyed's start options (search attributes, summary).
 func BenchmarkPipelineProcesses(b *testing.B) {
 	n, rounds := envInt("BENCH_N", 300), envInt("BENCH_ROUNDS", 4)
 	workerBin := buildWorker(b)
@@ -83,11 +82,24 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			b.Cleanup(cancel)
 			bareQueue := world.taskQueue + "-bare"
-			env, healthz := keyedWorkerEnv(b, world)
+			appName := "keyed-bench-" + world.tenant
+			env, healthz := keyedWorkerEnv(b, world, appName)
 			keyedPID, exited := startProcess(b, workerBin, "keyed-worker", env)
 			waitHealthy(b, healthz, exited)
 			barePID, _ := startProcess(b, os.Args[0], "bare-worker", []string{envBareWorker + "=" + bareQueue, "TEMPORAL_ADDRESS=" + temporalAddr})
-			keyed := side{name: "keyed", pid: keyedPID,
+			backends := func() []int {
+				var pids []int
+				rows, err := world.pool.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", appName)
+				require.NoError(b, err)
+				for rows.Next() {
+					var pid int
+					require.NoError(b, rows.Scan(&pid))
+					pids = append(pids, pid)
+				}
+				require.NoError(b, rows.Err())
+				return pids
+			}
+			keyed := side{name: "keyed", pid: keyedPID, backends: backends,
 				start: func(id string) (string, string, error) {
 					st, err := orderflow.Start(ctx, world.temporal, orders.NewOrderInput(world.tenant, id), &orderflow.StartOpts{TaskQueue: world.taskQueue})
 					if err != nil {
@@ -117,7 +129,7 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			// keyed's runs started by the worker's relay from outbox rows, as the
 			// API enqueues them: its start is the commit of the order and its
 			// row, and the relay starts the run eagerly in the worker.
-			relayed := side{name: "keyed-relay", pid: keyedPID,
+			relayed := side{name: "keyed-relay", pid: keyedPID, backends: backends,
 				start: func(id string) (string, string, error) {
 					in := orders.NewOrderInput(world.tenant, id)
 					err := pgx.BeginFunc(ctx, world.pool, func(tx pgx.Tx) error {
@@ -213,10 +225,33 @@ func envInts(name string, def ...int) []int {
 // side is one of the two pipelines a round runs: how to start a run of an
 // order and wait for it, and its worker's process.
 type side struct {
-	name  string
-	pid   int
-	start func(id string) (workflowID, runID string, err error)
-	await func(workflowID, runID string) error
+	name string
+	pid  int
+	// backends lists the Postgres backends of the side's worker.
+	backends func() []int
+	start    func(id string) (workflowID, runID string, err error)
+	await    func(workflowID, runID string) error
+}
+
+// backendPIDs returns the side's Postgres backends, none without a
+// database.
+func (s *side) backendPIDs() []int {
+	if s.backends == nil {
+		return nil
+	}
+	return s.backends()
+}
+
+// sampleCPUFor is sampleCPUOf with Postgres counted as the backends pg
+// only: other jobs share the server, and backends that come or go between
+// two samples would count theirs.
+func sampleCPUFor(workerPID int, pg []int) cpuSample {
+	s := sampleCPUOf(workerPID)
+	s.postgres = 0
+	for _, p := range pg {
+		s.postgres += procCPU(strconv.Itoa(p))
+	}
+	return s
 }
 
 // shape is a way to offer a batch of runs: open or closed loop, and for
@@ -238,7 +273,8 @@ func runOpen(b testing.TB, s *side, ids []string, c int) batch {
 	sem := make(chan struct{}, c)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
-	cpu0, begin := sampleCPUOf(s.pid), time.Now()
+	pg := s.backendPIDs()
+	cpu0, begin := sampleCPUFor(s.pid, pg), time.Now()
 	for i, id := range ids {
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -256,7 +292,7 @@ func runOpen(b testing.TB, s *side, ids []string, c int) batch {
 		})
 	}
 	wg.Wait()
-	return finish(b, errs, begin, cpu0, s.pid, lat, runs)
+	return finish(b, errs, begin, cpu0, s.pid, pg, lat, runs)
 }
 
 // runClosed runs ids from c clients, each starting a run and waiting for
@@ -272,7 +308,8 @@ func runClosed(b testing.TB, s *side, ids []string, c int) batch {
 	close(next)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
-	cpu0, begin := sampleCPUOf(s.pid), time.Now()
+	pg := s.backendPIDs()
+	cpu0, begin := sampleCPUFor(s.pid, pg), time.Now()
 	for range c {
 		wg.Go(func() {
 			for i := range next {
@@ -290,13 +327,13 @@ func runClosed(b testing.TB, s *side, ids []string, c int) batch {
 		})
 	}
 	wg.Wait()
-	return finish(b, errs, begin, cpu0, s.pid, lat, runs)
+	return finish(b, errs, begin, cpu0, s.pid, pg, lat, runs)
 }
 
-func finish(b testing.TB, errs chan error, begin time.Time, cpu0 cpuSample, pid int, lat []time.Duration, runs [][2]string) batch {
+func finish(b testing.TB, errs chan error, begin time.Time, cpu0 cpuSample, pid int, pg []int, lat []time.Duration, runs [][2]string) batch {
 	b.Helper()
 	elapsed := time.Since(begin)
-	cpu := sampleCPUOf(pid).sub(cpu0, len(lat))
+	cpu := sampleCPUFor(pid, pg).sub(cpu0, len(lat))
 	close(errs)
 	for err := range errs {
 		require.NoError(b, err)
@@ -436,9 +473,9 @@ func shortType(t enumspb.EventType) string {
 }
 
 // keyedWorkerEnv is the shipped worker's configuration for world: its
-// schema, task queue and fakes, a metrics port of its own, info logs, no
+// schema (its connections named appName), task queue and fakes, a metrics port of its own, info logs, no
 // reconciliation schedule. WORKER_* settings come from the environment.
-func keyedWorkerEnv(b testing.TB, world *bundle) (env []string, healthz string) {
+func keyedWorkerEnv(b testing.TB, world *bundle, appName string) (env []string, healthz string) {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
@@ -446,7 +483,7 @@ func keyedWorkerEnv(b testing.TB, world *bundle) (env []string, healthz string) 
 	require.NoError(b, l.Close())
 	healthz = "http://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
 	return []string{
-		"DATABASE_URL=" + world.dbURL, "TEMPORAL_ADDRESS=" + temporalAddr, "TEMPORAL_TASK_QUEUE=" + world.taskQueue,
+		"DATABASE_URL=" + world.dbURL + "&application_name=" + appName, "TEMPORAL_ADDRESS=" + temporalAddr, "TEMPORAL_TASK_QUEUE=" + world.taskQueue,
 		"STRIPE_SECRET_KEY=" + stripeKey, "STRIPE_API_BASE=" + world.stripeURL,
 		"SENDGRID_API_KEY=" + sendgridKey, "SENDGRID_API_BASE=" + world.mailURL, "RECEIPT_FROM=" + receiptFrom,
 		"METRICS_ADDR=127.0.0.1:" + strconv.Itoa(port), "LOG_LEVEL=info", "RECONCILE_EVERY=0",
