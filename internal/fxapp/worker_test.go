@@ -124,17 +124,17 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 
 // TestWorkerOptionsPollBothWorkflowQueues pins what closes the minute-long
 // stall (issue 23): for every WORKER_POLLERS the settings accept, the
-// workflow-task pollers are fixed per queue, so the task queue keeps its
-// own pollers however the sticky queue's backlog hint reads, and not the
-// SDK's pool that picks a queue per poll (NewPollerBehaviorSimpleMaximum,
-// what MaxConcurrentWorkflowTaskPollers sets).
+// workflow-task pollers are the SDK's two-queue behaviour, which keeps a
+// task-queue poll outstanding however the sticky queue's backlog hint
+// reads, and not the one pool that picks a queue per poll
+// (NewPollerBehaviorSimpleMaximum, what MaxConcurrentWorkflowTaskPollers
+// sets).
 func TestWorkerOptionsPollBothWorkflowQueues(t *testing.T) {
 	t.Parallel()
 	for p := 2; p <= 64; p++ {
 		opts := fxapp.WorkerOptions(config.WorkerTuning{Pollers: p, MaxConcurrentActivities: 64, StopTimeout: time.Second})
-		each := max(p/2, 1)
 		require.Equal(t, worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{
-			InitialNumberOfPollers: each, MinimumNumberOfPollers: each, MaximumNumberOfPollers: each,
+			InitialNumberOfPollers: p / 2, MinimumNumberOfPollers: 1, MaximumNumberOfPollers: p,
 		}), opts.WorkflowTaskPollerBehavior, "WORKER_POLLERS=%d", p)
 		require.Zero(t, opts.MaxConcurrentWorkflowTaskPollers, "WORKER_POLLERS=%d: a fixed count would make the SDK pool them", p)
 		require.Equal(t, p, opts.MaxConcurrentActivityTaskPollers)
