@@ -291,8 +291,9 @@ type WorkerTuning struct {
 	// DecisionTimeout is DECISION_TIMEOUT: how long an order or refund run
 	// waits for an operator's decision before it fails.
 	DecisionTimeout time.Duration
-	// Pollers is WORKER_POLLERS: how many workflow-task and how many
-	// activity-task pollers the worker runs.
+	// Pollers is WORKER_POLLERS: how many activity-task pollers the worker
+	// runs, and at most how many workflow-task pollers on each of the task
+	// queue and its sticky queue.
 	Pollers int
 	// EffectsRetention is EFFECTS_RETENTION: finished effect records older
 	// than this are pruned.

@@ -227,8 +227,9 @@ var Settings = []Setting{
 		Help: "most activities one worker runs at once",
 		Doc:  "concurrent activities per worker; `doctor` sizes the worker's pool from it"},
 	{Env: "WORKER_POLLERS", Flag: "pollers", Field: "Worker.Pollers", For: InWorker, Default: DefaultPollers, Check: between(2, 64),
-		Help: "workflow-task and activity-task pollers, each",
-		Doc:  "workflow-task and activity-task pollers, each (2 to 64); the SDK's default of 2 starves workflow tasks on a busy queue"},
+		Help: "activity-task pollers, and the most workflow-task pollers of the task queue and of the sticky queue, each",
+		Doc: "activity-task pollers (2 to 64), and the most workflow-task pollers of the task queue and of the sticky queue, each " +
+			"(half each at first, never fewer than one on each queue); the SDK's default of 2 starves workflow tasks on a busy queue"},
 	{Env: "DECISION_TIMEOUT", Flag: "decision-timeout", Field: "Worker.DecisionTimeout", For: InWorker | InDoctor,
 		Default: DefaultDecisionTimeout, Check: atLeast(time.Minute, "is under a minute; an operator needs time to look"),
 		Help: "how long a run waits for an operator's decision before it fails",
