@@ -146,10 +146,13 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 						if !errors.As(err, &missing) {
 							return err
 						}
-						select { // not started yet
+						// Not started yet. Each look is a call the dev server
+						// answers, so look twice a second: the latency is at
+						// most that much longer.
+						select {
 						case <-ctx.Done():
 							return ctx.Err()
-						case <-time.After(50 * time.Millisecond):
+						case <-time.After(500 * time.Millisecond):
 						}
 					}
 				}}
