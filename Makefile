@@ -71,8 +71,8 @@ bench-api: postgres ## Benchmark POST /v1/orders with fresh and replayed Idempot
 	go test -run '^$$' -bench CreateOrder -benchtime 3s -count 3 ./api
 
 .PHONY: bench-pipeline
-bench-pipeline: postgres tools ## Run keyed's pipeline and a bare 3-activity workflow with the same options on one dev server at C=20 and 50, in warmed-up pairs of alternating order; print wf/s, p50/p99, the median pair ratio and each party's CPU per run.
-	go test -run '^$$' -bench Pipeline -benchtime 1x -timeout 30m ./tests
+bench-pipeline: postgres tools ## Run keyed's shipped worker binary and a bare-k8 worker (3 no-op activities, keyed's options) in their own processes on one dev server at C=20 and 50: open loop (300 started at once), closed loop and relay-started, 4 alternating rounds; print wf/s, p50/p99/max, CPU per workflow per process and history figures.
+	go test -run '^$$' -bench PipelineProcesses -benchtime 1x -timeout 60m ./tests
 
 .PHONY: bench-storm
 bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders through workflows.Start and through the HTTP API (with the relay) beside the bare SDK (USE_EXISTING) on one dev server; check 10 runs and 10 charges, print p50/p99 and the p99 ratio.

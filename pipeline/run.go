@@ -177,12 +177,7 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 	for {
 		s.State, s.Error = StateRunning, ""
 		r.ShowDetails(ctx)
-		ao := d.ActivityOptions(s.EffectKey)
-		if q := r.providerQueues[d.Provider]; d.Provider != "" && q != "" {
-			ao.TaskQueue = q // replay does not compare an activity's task queue
-		}
-		actx := workflow.WithActivityOptions(ctx, ao)
-		err := workflow.ExecuteActivity(actx, d.Name, r.in).Get(ctx, result)
+		err := r.execute(ctx, d, s.EffectKey).Get(ctx, result)
 		if err == nil {
 			s.State = StateDone
 			return nil
@@ -201,6 +196,25 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 			return err
 		}
 	}
+}
+
+// localStepsChange is the workflow.GetVersion change ID of running Local
+// steps as local activities; runs from before it run them as activities.
+const localStepsChange = "local-database-steps"
+
+// execute starts the activity of the step declared by d, whose effect key
+// is key: a local activity for a Local step (step.Declaration.Local) in
+// runs with localStepsChange, an activity otherwise.
+func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string) workflow.Future {
+	if d.Local && workflow.GetVersion(ctx, localStepsChange, workflow.DefaultVersion, 1) >= 1 {
+		lctx := workflow.WithLocalActivityOptions(ctx, d.LocalActivityOptions(key))
+		return workflow.ExecuteLocalActivity(lctx, d.Name, r.in)
+	}
+	ao := d.ActivityOptions(key)
+	if q := r.providerQueues[d.Provider]; d.Provider != "" && q != "" {
+		ao.TaskQueue = q // replay does not compare an activity's task queue
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ao), d.Name, r.in)
 }
 
 // skipAfter marks every pending step after step i skipped.

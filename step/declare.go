@@ -107,6 +107,12 @@ type Declaration struct {
 	// for none. A run schedules the step on that provider's task queue
 	// when the worker gives it one (pipeline.Opts.ProviderQueues).
 	Provider string
+	// Local runs the step as a local activity, in the worker that runs
+	// its workflow task, with no trip through the task queue: for a write,
+	// whose claim and transaction make a repeat attempt (a retry, or a
+	// workflow task run again after a crash) safe. Refused on the other
+	// classes, which call providers and heartbeat.
+	Local bool
 	// Outcome checks an operator's "done" outcome; Declare sets it from
 	// the outcome type. Nil means any JSON result.
 	Outcome Outcome `json:"-"`
@@ -140,9 +146,23 @@ func (d Declaration) ActivityOptions(key string) workflow.ActivityOptions {
 	return o
 }
 
+// LocalActivityOptions returns the local activity options of d, a Local
+// write, for the effect key key: the retry policy, timeouts and summary of
+// ActivityOptions, without a heartbeat.
+func (d Declaration) LocalActivityOptions(key string) workflow.LocalActivityOptions {
+	o := d.ActivityOptions(key)
+	return workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: o.ScheduleToCloseTimeout,
+		StartToCloseTimeout:    o.StartToCloseTimeout,
+		RetryPolicy:            o.RetryPolicy,
+		Summary:                o.Summary,
+	}
+}
+
 // Validate returns an error saying what is wrong with d: no Name, an
 // invalid Class, no Step or one that cannot end an effect key, a missing,
-// unknown or misplaced Policy, or a negative timeout.
+// unknown or misplaced Policy, Local on a class other than a write, or a
+// negative timeout.
 func (d Declaration) Validate() error {
 	var problem string
 	switch {
@@ -157,6 +177,8 @@ func (d Declaration) Validate() error {
 		problem = fmt.Sprintf("is an irreversible send with delivery Policy %q; declare %s or %s", d.Policy, notify.AtMostOnce, notify.AtLeastOnce)
 	case d.Class != effects.ClassIrreversibleSend && d.Policy != "":
 		problem = fmt.Sprintf("declares a delivery Policy but is a %s, not an irreversible send", d.Class)
+	case d.Local && d.Class != effects.ClassAbsoluteWrite && d.Class != effects.ClassRelativeWrite:
+		problem = fmt.Sprintf("is Local but a %s: only writes run as local activities", d.Class)
 	case d.Options.StartToClose < 0 || d.Options.ScheduleToClose < 0:
 		problem = "has a negative timeout"
 	}

@@ -58,6 +58,8 @@ func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
 		"step claimed":      {decl("Refund2", effects.ClassExternalCreate, "refund").Bind(fn), `claims step "refund", as "Refund" does`},
 		"send no policy":    {send.Bind(fn), "delivery Policy"},
 		"policy on a write": {step.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w", Policy: notify.AtMostOnce}.Bind(fn), "not an irreversible send"},
+		"local provider call": {step.Declaration{Name: "W", Class: effects.ClassExternalCreate, Step: "w", Local: true}.Bind(fn),
+			"only writes run as local activities"},
 		"negative timeout": {step.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w",
 			Options: step.Options{StartToClose: -time.Second}}.Bind(fn), "negative"},
 	} {
@@ -104,6 +106,15 @@ func TestActivityOptionsFollowTheClass(t *testing.T) {
 	require.Equal(t, 2*time.Minute, o.StartToCloseTimeout)
 	require.Zero(t, o.HeartbeatTimeout)
 	require.Equal(t, time.Hour, o.ScheduleToCloseTimeout)
+
+	// A Local write keeps its activity options but the heartbeat.
+	w := step.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w", Local: true}
+	a, l := w.ActivityOptions("k"), w.LocalActivityOptions("k")
+	require.Equal(t, a.StartToCloseTimeout, l.StartToCloseTimeout)
+	require.Equal(t, a.ScheduleToCloseTimeout, l.ScheduleToCloseTimeout)
+	require.Equal(t, a.RetryPolicy, l.RetryPolicy)
+	require.Equal(t, a.Summary, l.Summary)
+	require.NoError(t, w.Validate())
 }
 
 func TestRetryWindow(t *testing.T) {

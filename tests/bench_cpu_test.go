@@ -24,12 +24,21 @@ const clockTick = 10 * time.Millisecond
 // (the workers, the clients and the provider fakes).
 type cpuSample struct {
 	server, postgres, self time.Duration
+	// worker is the worker process's, when it runs in a process of its
+	// own (sampleCPUOf).
+	worker time.Duration
 }
 
 // sampleCPU reads the parties' CPU time from /proc. A process that cannot
 // be read counts as zero: the figures are a diagnosis, not an assertion.
-func sampleCPU() cpuSample {
+func sampleCPU() cpuSample { return sampleCPUOf(0) }
+
+// sampleCPUOf is sampleCPU with the worker process workerPID (0: none).
+func sampleCPUOf(workerPID int) cpuSample {
 	s := cpuSample{server: procCPU(strconv.Itoa(temporalPID)), self: procCPU("self")}
+	if workerPID > 0 {
+		s.worker = procCPU(strconv.Itoa(workerPID))
+	}
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return s
@@ -70,15 +79,20 @@ func procCPU(pid string) time.Duration {
 // sub returns the CPU each party used between a and b, per run of n.
 func (b cpuSample) sub(a cpuSample, n int) cpuSample {
 	per := func(d time.Duration) time.Duration { return d / time.Duration(n) }
-	return cpuSample{server: per(b.server - a.server), postgres: per(b.postgres - a.postgres), self: per(b.self - a.self)}
+	return cpuSample{server: per(b.server - a.server), postgres: per(b.postgres - a.postgres), self: per(b.self - a.self),
+		worker: per(b.worker - a.worker)}
 }
 
-// total is the CPU of all three parties.
-func (s cpuSample) total() time.Duration { return s.server + s.postgres + s.self }
+// total is the CPU of all the parties.
+func (s cpuSample) total() time.Duration { return s.server + s.postgres + s.self + s.worker }
 
 // String renders a per-run sample in milliseconds.
 func (s cpuSample) String() string {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	if s.worker > 0 {
+		return fmt.Sprintf("CPU ms/run %.1f: server %.1f, worker %.1f, postgres %.1f, starters+fakes %.1f",
+			ms(s.total()), ms(s.server), ms(s.worker), ms(s.postgres), ms(s.self))
+	}
 	return fmt.Sprintf("CPU ms/run %.1f: server %.1f, postgres %.1f, workers+fakes+clients %.1f",
 		ms(s.total()), ms(s.server), ms(s.postgres), ms(s.self))
 }
@@ -93,7 +107,10 @@ func historySize(ctx context.Context, c client.Client, workflowID string) (event
 			return 0, 0, fmt.Errorf("read the history of %s: %w", workflowID, err)
 		}
 		events++
-		bytes += proto.Size(e)
+		bytes += protoSize(e)
 	}
 	return events, bytes, nil
 }
+
+// protoSize is an event's encoded size.
+func protoSize(m proto.Message) int { return proto.Size(m) }

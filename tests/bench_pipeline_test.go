@@ -63,9 +63,12 @@ func benchWorkerOptions() worker.Options {
 
 // batch is one measured batch: throughput and per-run latency.
 type batch struct {
-	rate     float64
-	p50, p99 time.Duration
-	cpu      cpuSample // CPU per run of each party
+	rate          float64
+	p50, p99, max time.Duration
+	cpu           cpuSample // CPU per run of each party
+	// runs names the batch's runs (workflow ID, run ID), slowest last;
+	// only BenchmarkPipelineProcesses sets it.
+	runs [][2]string
 }
 
 // runBatch runs n runs from c concurrent clients; run(i) starts run i and

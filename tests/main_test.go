@@ -19,5 +19,8 @@ var temporalAddr string
 var temporalPID int
 
 func TestMain(m *testing.M) {
+	if q := os.Getenv(envBareWorker); q != "" {
+		os.Exit(runBareWorker(q))
+	}
 	os.Exit(devserver.RunTests(m, "end-to-end", func(s *devserver.Server) { temporalAddr, temporalPID = s.Address(), s.PID() }))
 }

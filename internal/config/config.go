@@ -108,14 +108,16 @@ const (
 	DefaultDatabaseURL       = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	DefaultTemporalAddress   = "127.0.0.1:7233"
 	DefaultTemporalNamespace = "default"
-	DefaultStripeAPIBase     = "https://api.stripe.com"
-	DefaultSendGridAPIBase   = "https://api.sendgrid.com"
-	DefaultMetricsAddr       = "127.0.0.1:9464"
-	DefaultAPIAddr           = "127.0.0.1:8080"
-	DefaultReceiptPolicy     = AtMostOnce
-	DefaultCollapseWindow    = 10 * time.Minute
-	DefaultStopTimeout       = 30 * time.Second
-	DefaultMaxActivities     = 64
+	// DefaultGRPCCompression is TEMPORAL_GRPC_COMPRESSION's default.
+	DefaultGRPCCompression = CompressionGzip
+	DefaultStripeAPIBase   = "https://api.stripe.com"
+	DefaultSendGridAPIBase = "https://api.sendgrid.com"
+	DefaultMetricsAddr     = "127.0.0.1:9464"
+	DefaultAPIAddr         = "127.0.0.1:8080"
+	DefaultReceiptPolicy   = AtMostOnce
+	DefaultCollapseWindow  = 10 * time.Minute
+	DefaultStopTimeout     = 30 * time.Second
+	DefaultMaxActivities   = 64
 	// DefaultDecisionTimeout is DECISION_TIMEOUT's default: a week.
 	DefaultDecisionTimeout = 7 * 24 * time.Hour
 	// DefaultPollers is WORKER_POLLERS's default, chosen with make
@@ -213,6 +215,9 @@ type Temporal struct {
 	Address   string // TEMPORAL_ADDRESS, host:port
 	Namespace string // TEMPORAL_NAMESPACE
 	TaskQueue string // TEMPORAL_TASK_QUEUE
+	// Compression is TEMPORAL_GRPC_COMPRESSION: CompressionGzip or
+	// CompressionNone.
+	Compression string
 	// Profile is the config file profile in use (TEMPORAL_PROFILE), empty
 	// for the default one.
 	Profile string
@@ -222,6 +227,12 @@ type Temporal struct {
 	// are the profile's own; the fields above win. It holds secrets.
 	conn envconfig.ClientConfigProfile
 }
+
+// The values of TEMPORAL_GRPC_COMPRESSION.
+const (
+	CompressionGzip = "gzip"
+	CompressionNone = "none"
+)
 
 // Stripe is the Stripe API the charge activity calls.
 type Stripe struct {
@@ -294,8 +305,9 @@ type WorkerTuning struct {
 	// DecisionTimeout is DECISION_TIMEOUT: how long an order or refund run
 	// waits for an operator's decision before it fails.
 	DecisionTimeout time.Duration
-	// Pollers is WORKER_POLLERS: how many workflow-task and how many
-	// activity-task pollers the worker runs.
+	// Pollers is WORKER_POLLERS: how many activity-task pollers the worker
+	// runs, and at most how many workflow-task pollers on each of the task
+	// queue and its sticky queue.
 	Pollers int
 	// EffectsRetention is EFFECTS_RETENTION: finished effect records older
 	// than this are pruned.

@@ -29,9 +29,9 @@ import (
 // override the address and namespace. A blank variable counts as unset,
 // as keyed's other variables do.
 
-// ClientOptions returns the Temporal SDK client options of t: its address
-// and namespace, and the profile's TLS, client certificate, API key and
-// gRPC headers. It reads the certificate files again, so an error (a file
+// ClientOptions returns the Temporal SDK client options of t: its address,
+// namespace and gRPC compression, and the profile's TLS, client
+// certificate, API key and gRPC headers. It reads the certificate files again, so an error (a file
 // gone or changed since Load checked it) names the file, never a secret.
 func (t Temporal) ClientOptions() (client.Options, error) {
 	opts, err := t.conn.ToClientOptions(envconfig.ToClientOptionsRequest{})
@@ -40,6 +40,9 @@ func (t Temporal) ClientOptions() (client.Options, error) {
 	}
 	opts.HostPort = t.Address
 	opts.Namespace = t.Namespace
+	if t.Compression == CompressionNone {
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
 	return opts, nil
 }
 
@@ -82,6 +85,7 @@ func (t Temporal) logAttrs() []slog.Attr {
 		slog.String("temporal_address", t.Address),
 		slog.String("temporal_namespace", t.Namespace),
 		slog.String("task_queue", t.TaskQueue),
+		slog.String("temporal_grpc_compression", t.Compression),
 	}, t.connAttrs()...)
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/internal/config"
 )
@@ -58,6 +59,23 @@ func TestTemporalPlainByDefault(t *testing.T) {
 	require.Equal(t, config.DefaultTemporalNamespace, opts.Namespace)
 	require.Nil(t, opts.ConnectionOptions.TLS)
 	require.Nil(t, opts.Credentials)
+	require.Nil(t, opts.ConnectionOptions.GrpcCompression, "the SDK's default: gzip")
+}
+
+func TestTemporalCompressionOff(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	m["TEMPORAL_GRPC_COMPRESSION"] = config.CompressionNone
+	c, err := load(t, config.Worker, m)
+	require.NoError(t, err)
+	opts, err := c.Temporal.ClientOptions()
+	require.NoError(t, err)
+	require.IsType(t, &client.GrpcCompressionNone{}, opts.ConnectionOptions.GrpcCompression)
+	require.Contains(t, c.Temporal.String(), "temporal_grpc_compression=none")
+
+	m["TEMPORAL_GRPC_COMPRESSION"] = "zstd"
+	_, err = load(t, config.Worker, m)
+	require.ErrorContains(t, err, "TEMPORAL_GRPC_COMPRESSION")
 }
 
 func TestTemporalMutualTLS(t *testing.T) {

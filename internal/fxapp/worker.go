@@ -50,12 +50,26 @@ type workerIn struct {
 // WorkerOptions returns the Temporal worker options of t: the activity
 // slots (WORKER_MAX_ACTIVITIES), the workflow-task and activity-task
 // pollers (WORKER_POLLERS) and the drain time (WORKER_STOP_TIMEOUT).
+//
+// The workflow-task pollers are the SDK's two-queue behaviour: pollers of
+// the task queue and of the worker's sticky queue apart, from one each up
+// to WORKER_POLLERS each, half each to begin with, the sticky ones growing
+// with the sticky backlog and a task-queue poll always outstanding. The
+// SDK's default for a fixed count is one pool that picks a queue per poll:
+// it sends every poll to the sticky queue while the last sticky backlog
+// hint is above zero, and the hint can be stale, so that every poller
+// waits out the server's one-minute long poll on an empty sticky queue
+// while new runs' first tasks, and tasks moved off the sticky queue after
+// its 5-second timeout, wait on the task queue (docs/design.md, "No
+// minute-long stalls").
 func WorkerOptions(t config.WorkerTuning) worker.Options {
 	return worker.Options{
 		MaxConcurrentActivityExecutionSize: t.MaxConcurrentActivities,
-		MaxConcurrentWorkflowTaskPollers:   t.Pollers,
-		MaxConcurrentActivityTaskPollers:   t.Pollers,
-		WorkerStopTimeout:                  t.StopTimeout,
+		WorkflowTaskPollerBehavior: worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{
+			InitialNumberOfPollers: max(t.Pollers/2, 1), MinimumNumberOfPollers: 1, MaximumNumberOfPollers: t.Pollers,
+		}),
+		MaxConcurrentActivityTaskPollers: t.Pollers,
+		WorkerStopTimeout:                t.StopTimeout,
 	}
 }
 

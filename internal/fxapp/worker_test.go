@@ -13,9 +13,12 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/worker"
 
 	orderacts "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/retention"
@@ -150,11 +153,30 @@ func TestWorkerAppBoundsProviderCalls(t *testing.T) {
 			queues[a.GetActivityType().GetName()] = a.GetTaskQueue().GetName()
 		}
 	}
-	require.Equal(t, map[string]string{orderacts.NameCharge: tq + "-stripe", orderacts.NameMarkPaid: tq, orderacts.NameSendReceipt: tq + "-sendgrid"}, queues)
+	require.Equal(t, map[string]string{orderacts.NameCharge: tq + "-stripe", orderacts.NameSendReceipt: tq + "-sendgrid"}, queues, "MarkPaid is a local activity: no task queue")
 	for queue, rate := range map[string]float32{tq + "-stripe": 5, tq + "-sendgrid": 7} {
 		resp, err := w.Client.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{Namespace: w.Config.Temporal.Namespace,
 			TaskQueue: &taskqueuepb.TaskQueue{Name: queue}, TaskQueueType: enumspb.TASK_QUEUE_TYPE_ACTIVITY, ReportConfig: true})
 		require.NoError(t, err)
 		require.Equal(t, rate, resp.GetEffectiveRateLimit().GetRequestsPerSecond(), queue)
+	}
+}
+
+// TestWorkerOptionsPollBothWorkflowQueues pins what closes the minute-long
+// stall (issue 23): for every WORKER_POLLERS the settings accept, the
+// workflow-task pollers are the SDK's two-queue behaviour, which keeps a
+// task-queue poll outstanding however the sticky queue's backlog hint
+// reads, and not the one pool that picks a queue per poll
+// (NewPollerBehaviorSimpleMaximum, what MaxConcurrentWorkflowTaskPollers
+// sets).
+func TestWorkerOptionsPollBothWorkflowQueues(t *testing.T) {
+	t.Parallel()
+	for p := 2; p <= 64; p++ {
+		opts := fxapp.WorkerOptions(config.WorkerTuning{Pollers: p, MaxConcurrentActivities: 64, StopTimeout: time.Second})
+		require.Equal(t, worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{
+			InitialNumberOfPollers: p / 2, MinimumNumberOfPollers: 1, MaximumNumberOfPollers: p,
+		}), opts.WorkflowTaskPollerBehavior, "WORKER_POLLERS=%d", p)
+		require.Zero(t, opts.MaxConcurrentWorkflowTaskPollers, "WORKER_POLLERS=%d: a fixed count would make the SDK pool them", p)
+		require.Equal(t, p, opts.MaxConcurrentActivityTaskPollers)
 	}
 }

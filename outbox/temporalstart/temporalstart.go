@@ -115,9 +115,14 @@ func (s *Starter) options(ctx context.Context, req outbox.Request) (client.Start
 // Execute starts workflow with arg under o in one atomic call (conflict
 // policy FAIL) and reports a run already going, or one the reuse policy kept,
 // as Created=false with its run ID. It returns the client's other errors.
+// The start is eager: when c also runs a worker on o's task queue with a
+// free slot (the worker's relay), the run's first workflow task comes back
+// with the start, with no trip through the task queue; otherwise the
+// server dispatches it as usual.
 func Execute(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, arg any) (*outbox.Started, error) {
 	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	o.WorkflowExecutionErrorWhenAlreadyStarted = true
+	o.EnableEagerStart = true
 	run, err := c.ExecuteWorkflow(ctx, o, workflow, arg)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {

@@ -168,16 +168,19 @@ type Started struct {
 	infos []activity.Info
 }
 
-// RecordStarted sets the activity-started listener of env and returns the
-// Started that records each activity the run starts. It replaces any
-// listener set before. Call it before ExecuteWorkflow.
+// RecordStarted sets the activity-started and local-activity-started
+// listeners of env and returns the Started that records each activity the
+// run starts, local or not. It replaces any listener set before. Call it
+// before ExecuteWorkflow.
 func RecordStarted(env *testsuite.TestWorkflowEnvironment) *Started {
 	s := &Started{}
-	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+	record := func(info *activity.Info) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.infos = append(s.infos, *info)
-	})
+	}
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) { record(info) })
+	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) { record(info) })
 	return s
 }
 

@@ -52,8 +52,10 @@ func TestReplay(t *testing.T) {
 	// order_receipt_decided_v1.json waits on an ambiguous receipt
 	// (version 1 of "wait-for-decision"), takes a "done" decide update,
 	// runs ApplyDecision and the receipt again, and completes.
+	// order_happy_v1.json runs MarkPaid as a local activity (version 1 of
+	// "local-database-steps"); the older ones run it as an activity.
 	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
-		"testdata/order_receipt_decided_v1.json"} {
+		"testdata/order_receipt_decided_v1.json", "testdata/order_happy_v1.json"} {
 		r := worker.NewWorkflowReplayer()
 		orderflow.Register(r, nil)
 		require.NoError(t, replay(r, file), file)
