@@ -47,21 +47,10 @@ type workerIn struct {
 	Providers  []any `group:"providers"`
 }
 
-// WorkerOptions returns the Temporal worker options of t: the activity
-// slots (WORKER_MAX_ACTIVITIES), the workflow-task and activity-task
-// pollers (WORKER_POLLERS) and the drain time (WORKER_STOP_TIMEOUT).
-//
-// The workflow-task pollers are the SDK's two-queue behaviour: pollers of
-// the task queue and of the worker's sticky queue apart, from one each up
-// to WORKER_POLLERS each, half each to begin with, the sticky ones growing
-// with the sticky backlog and a task-queue poll always outstanding. The
-// SDK's default for a fixed count is one pool that picks a queue per poll:
-// it sends every poll to the sticky queue while the last sticky backlog
-// hint is above zero, and the hint can be stale, so that every poller
-// waits out the server's one-minute long poll on an empty sticky queue
-// while new runs' first tasks, and tasks moved off the sticky queue after
-// its 5-second timeout, wait on the task queue (docs/design.md, "No
-// minute-long stalls").
+// WorkerOptions returns the SDK worker options of the settings: up to
+// WORKER_POLLERS pollers per task type, with the workflow-task pollers in
+// the SDK's two-queue behaviour, which always keeps a poll on the task
+// queue beside the sticky one (docs/design.md, "No minute-long stalls").
 func WorkerOptions(t config.WorkerTuning) worker.Options {
 	return worker.Options{
 		MaxConcurrentActivityExecutionSize: t.MaxConcurrentActivities,
