@@ -248,28 +248,6 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-// statusWriter records the status written through it.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 type ctxKey int
 
 const (
@@ -288,24 +266,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tenant string // set by authed, for the access log
 	ctx := context.WithValue(r.Context(), requestIDKey, id)
 	r = r.WithContext(context.WithValue(ctx, tenantKey, &tenant))
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &idempotency.StatusWriter{ResponseWriter: w}
 	h.serveRecovering(sw, r)
-	if sw.status == 0 {
-		sw.status = http.StatusOK
+	if sw.Status == 0 {
+		sw.Status = http.StatusOK
 	}
 	route := r.Pattern
 	if route == "" || route == "/" || !strings.Contains(route, " ") {
 		route = "other" // 404s and 405s: bounded label values
 	}
 	d := time.Since(start)
-	h.metrics.request(route, sw.status, d)
+	h.metrics.request(route, sw.Status, d)
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 		span.SetName(route)
 		span.SetAttributes(attribute.String("http.route", route), attribute.String("keyed.tenant", tenant),
 			attribute.String("keyed.request_id", id))
 	}
 	attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method),
-		slog.String("route", route), slog.Int("status", sw.status), slog.Duration("duration", d)}
+		slog.String("route", route), slog.Int("status", sw.Status), slog.Duration("duration", d)}
 	if tenant != "" {
 		attrs = append(attrs, slog.String("tenant", tenant))
 	}
@@ -313,7 +291,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		attrs = append(attrs, slog.String("idempotency_key", k))
 	}
 	level := slog.LevelInfo
-	if sw.status >= 500 {
+	if sw.Status >= 500 {
 		level = slog.LevelError
 	}
 	h.logger.LogAttrs(r.Context(), level, "http request", attrs...)
@@ -322,7 +300,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveRecovering serves r, turning a panic into a logged 500 internal with
 // a JSON body (net/http would drop the connection without an answer).
 // http.ErrAbortHandler still aborts.
-func (h *Handler) serveRecovering(w *statusWriter, r *http.Request) {
+func (h *Handler) serveRecovering(w *idempotency.StatusWriter, r *http.Request) {
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -332,7 +310,7 @@ func (h *Handler) serveRecovering(w *statusWriter, r *http.Request) {
 			panic(p)
 		}
 		h.logger.ErrorContext(r.Context(), "handler panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		if w.status == 0 {
+		if w.Status == 0 {
 			writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "the server failed; retry (with the same Idempotency-Key for a POST)"))
 		}
 	}()

@@ -180,9 +180,9 @@ func (m *Middleware) Route(next http.Handler, ro *RouteOpts) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.timeout)
 		defer cancel()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &StatusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, requestKey{}, q)))
-		if q.keep || (q.completed != nil && sw.status == q.completed.Status) {
+		if q.keep || (q.completed != nil && sw.Status == q.completed.Status) {
 			return
 		}
 		// Nothing stored, or stored in a transaction that did not commit.
@@ -481,27 +481,31 @@ func bodyFingerprint(w http.ResponseWriter, r *http.Request) (string, any, error
 	return hex.EncodeToString(h.Sum(nil)), body, nil
 }
 
-// statusWriter records the status written through it.
-type statusWriter struct {
+// StatusWriter records the status written through it in Status (zero
+// until a header or body is written), for middleware around a handler.
+type StatusWriter struct {
 	http.ResponseWriter
-	status int
+	Status int
 }
 
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+// WriteHeader records code, the first time, and writes it.
+func (w *StatusWriter) WriteHeader(code int) {
+	if w.Status == 0 {
+		w.Status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
+// Write records 200 if no status was written, and writes b.
+func (w *StatusWriter) Write(b []byte) (int, error) {
+	if w.Status == 0 {
+		w.Status = http.StatusOK
 	}
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
