@@ -213,6 +213,40 @@ func TestSetLifetimes(t *testing.T) {
 	require.Equal(t, 30*day, keep, "a refused table changes nothing")
 }
 
+// A kind given a class of its own after its records went to 'default'
+// still finds them there; a kind with none there is set apart (its claim
+// no longer looks in 'default') once its row is an hour old.
+func TestKindGivenItsOwnClassFindsItsDefaultRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	day := 24 * time.Hour
+	key := effects.MustKey("acme", "order", "early", "charge")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_early", Amount: 100}))
+
+	table := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "receipt", Keep: 60 * day}}
+	for range 2 {
+		require.NoError(t, b.client.SetLifetimes(b.ctx, table, nil))
+		again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "late"})
+		require.NoError(t, err)
+		require.True(t, again.Done, "the record in 'default' holds the key")
+		require.JSONEq(t, `{"id":"pi_early","amount":100}`, string(again.Result))
+		// The next window, with the rows written two hours ago.
+		_, err = b.pool.Exec(b.ctx, `UPDATE keyed_effect_lifetimes SET since = since - interval '2 hours'`)
+		require.NoError(t, err)
+	}
+	apart := map[string]bool{}
+	rows, err := b.pool.Query(b.ctx, `SELECT kind, apart FROM keyed_effect_lifetimes WHERE kind <> ''`)
+	require.NoError(t, err)
+	var kind string
+	var isApart bool
+	_, err = pgx.ForEachRow(rows, []any{&kind, &isApart}, func() error { apart[kind] = isApart; return nil })
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"charge": false, "receipt": true}, apart)
+	require.Equal(t, 1, countKey(t, b, key))
+}
+
 // oldInstall returns a pool on a schema with the unpartitioned table of
 // effects migration 1 holding n finished records, then migration 2 applied
 // (a table with records keeps its layout).
