@@ -215,19 +215,19 @@ type RetireResult struct {
 	// Blocked are expired leaves kept because they hold a claim in flight,
 	// with how many.
 	Blocked map[string]int64
-	// DropTook is the time spent in the DROP TABLE statements themselves;
-	// the rest of a retirement is the in-flight checks and the detaches,
-	// which claims do not wait for.
+	// DropTook is the time spent in the DROP TABLE statements and their
+	// commits, which unlink the leaves' files; the rest of a retirement is
+	// the detaches and the in-flight checks, which claims do not wait for.
 	DropTook time.Duration
 }
 
 // Retire creates leaves ahead and drops every leaf whose records are all
 // past their lifetime, unless it holds a claim in flight (state claimed),
 // which keeps it and is reported in Blocked. A leaf is detached with
-// DETACH PARTITION CONCURRENTLY, so claims never wait on it, checked again
-// and only then dropped; one that gained a claim in between is attached
-// back. Retire needs a pool (DETACH CONCURRENTLY runs outside a
-// transaction) and does nothing to an unpartitioned table.
+// DETACH PARTITION CONCURRENTLY, so claims never wait on it, then checked
+// and dropped under one lock (see retireLeaf); one found holding a claim
+// is attached back. Retire needs a pool (DETACH CONCURRENTLY runs outside
+// a transaction) and does nothing to an unpartitioned table.
 func (c *Client) Retire(ctx context.Context, opts *RetireOpts) (*RetireResult, error) {
 	if opts == nil {
 		opts = &RetireOpts{}
@@ -267,45 +267,99 @@ func (c *Client) Retire(ctx context.Context, opts *RetireOpts) (*RetireResult, e
 }
 
 // retireLeaf drops one expired leaf and returns 0 and how long the DROP
-// took, or keeps it and returns how many claims in flight it holds.
+// and its commit took, or keeps it and returns how many claims in flight
+// it holds. The leaf is detached first, so claims never look in it again;
+// then, holding it under an ACCESS EXCLUSIVE lock, which only the leaf's
+// own writers (completions and takeovers of its records, named by leaf)
+// wait for, it is scanned once for claims in flight and dropped in the
+// same transaction, so no record can become a claim between the check and
+// the drop. A leaf found holding one is attached back; the CHECK
+// constraint the detach added spares the attach its scan.
 func (c *Client) retireLeaf(ctx context.Context, l Leaf) (int64, time.Duration, error) {
-	leaf, parent := pgx.Identifier{l.Name}.Sanitize(), pgx.Identifier{"keyed_effects_" + l.Class}.Sanitize()
-	n, err := c.inFlight(ctx, leaf)
-	if err != nil || n > 0 {
-		return n, 0, wrapRetire(l, err)
+	db, ok := c.db.(MigratorDB)
+	if !ok {
+		return 0, 0, wrapRetire(l, errors.New("retire needs a pool, not a transaction"))
 	}
+	leaf, parent := pgx.Identifier{l.Name}.Sanitize(), pgx.Identifier{"keyed_effects_" + l.Class}.Sanitize()
 	if _, err := c.db.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+leaf+` CONCURRENTLY`); err != nil {
 		return 0, 0, wrapRetire(l, err)
 	}
-	if n, err = c.inFlight(ctx, leaf); err != nil || n > 0 {
-		if err == nil {
-			_, err = c.db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
-				parent, leaf, l.From.UTC().Format(time.RFC3339Nano), l.To.UTC().Format(time.RFC3339Nano)))
-		}
-		return n, 0, wrapRetire(l, err)
+	n, took, err := dropUnlessInFlight(ctx, db, leaf)
+	if err != nil || n == 0 {
+		return n, took, wrapRetire(l, err)
 	}
-	start := time.Now()
-	_, err = c.db.Exec(ctx, `DROP TABLE `+leaf)
-	return 0, time.Since(start), wrapRetire(l, err)
+	_, err = c.db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+		parent, leaf, l.From.UTC().Format(time.RFC3339Nano), l.To.UTC().Format(time.RFC3339Nano)))
+	return n, 0, wrapRetire(l, err)
 }
 
-// inFlight counts the claims in flight in a leaf, scanning it on one
-// backend where the Client's DB can begin a transaction: parallel workers
-// would take the cores live claims run on.
-func (c *Client) inFlight(ctx context.Context, leaf string) (int64, error) {
+// dropUnlessInFlight drops a detached leaf in the transaction that found
+// it holds no claim in flight, and returns how long the DROP and its
+// commit took; otherwise it returns how many it holds and leaves it be.
+func dropUnlessInFlight(ctx context.Context, db MigratorDB, leaf string) (int64, time.Duration, error) {
 	var n int64
-	count := `SELECT count(*) FROM ` + leaf + ` WHERE state = 'claimed'`
-	db, ok := c.db.(MigratorDB)
-	if !ok {
-		return n, c.db.QueryRow(ctx, count).Scan(&n)
-	}
+	var start time.Time
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`); err != nil {
+		var err error
+		if n, err = inFlight(ctx, tx, leaf); err != nil || n > 0 {
 			return err
 		}
-		return tx.QueryRow(ctx, count).Scan(&n)
+		start = time.Now()
+		_, err = tx.Exec(ctx, `DROP TABLE `+leaf)
+		return err
 	})
-	return n, err
+	if err != nil || n > 0 {
+		return n, 0, err
+	}
+	return 0, time.Since(start), nil
+}
+
+// retireChunk is how many blocks of a leaf (64 MiB) inFlight reads at a
+// time; it rests as long as each chunk took, so the scan of a month-old
+// leaf takes at most half of one core from live claims.
+const retireChunk = 8192
+
+// inFlight locks a leaf against its writers and counts its claims in
+// flight, scanning it in chunks on one backend (parallel workers would
+// take the cores live claims run on).
+func inFlight(ctx context.Context, tx pgx.Tx, leaf string) (int64, error) {
+	if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+leaf+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return 0, err
+	}
+	var blocks int64
+	err := tx.QueryRow(ctx, `SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint`, leaf).Scan(&blocks)
+	if err != nil {
+		return 0, err
+	}
+	count := `SELECT count(*) FROM ` + leaf + ` WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND state = 'claimed'`
+	var total int64
+	for from := int64(0); from <= blocks; from += retireChunk {
+		start := time.Now()
+		var n int64
+		if err := tx.QueryRow(ctx, count, fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", from+retireChunk)).Scan(&n); err != nil {
+			return 0, err
+		}
+		total += n
+		if err := rest(ctx, time.Since(start)); err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// rest waits d or until ctx is done.
+func rest(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func wrapRetire(l Leaf, err error) error {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/effects"
@@ -179,6 +180,56 @@ func TestRetireDropsExpiredLeavesButNeverAClaimInFlight(t *testing.T) {
 		}
 	}
 	require.True(t, leaves[len(leaves)-1].To.After(now.Add(47*time.Hour)), "leaves are made two days ahead")
+}
+
+// A record of an expired leaf that becomes a claim while Retire works on
+// the leaf (a takeover, named by leaf, that commits while Retire waits for
+// its lock) is found by the check the drop runs under that lock: the leaf
+// is attached back and reported, and the claim stays.
+func TestRetireKeepsALeafWhoseRecordIsTakenOverMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
+	_, err := b.client.EnsureLeaves(b.ctx, 10*24*time.Hour, 0)
+	require.NoError(t, err)
+	late := effects.MustKey("acme", "order", "late", "charge")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: late, Owner: "o"})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Fail(b.ctx, cl, effects.Transient(errors.New("503"))))
+	backdate(t, b, late, 8*24*time.Hour)
+	var leaf string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = $1`, late.String()).Scan(&leaf))
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var takerPID int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&takerPID))
+	_, err = tx.Exec(b.ctx, `UPDATE `+pgx.Identifier{leaf}.Sanitize()+` SET state = 'claimed', owner = 'taker',
+		lease_until = now() + interval '1 hour', generation = generation + 1 WHERE key = $1`, late.String())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	done := make(chan *effects.RetireResult, 1)
+	go func() {
+		res, err := b.client.Retire(ctx, nil)
+		assert.NoError(t, err)
+		done <- res
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE $1 = ANY (pg_blocking_pids(pid)))`, takerPID).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 10*time.Millisecond, "Retire waits for the takeover")
+	require.NoError(t, tx.Commit(b.ctx))
+
+	res := <-done
+	require.Equal(t, map[string]int64{leaf: 1}, res.Blocked)
+	rec, err := b.client.Get(b.ctx, late)
+	require.NoError(t, err, "the leaf is attached back")
+	require.Equal(t, effects.StateClaimed, rec.State)
+	require.Equal(t, "taker", rec.Owner)
 }
 
 // Each kind with a lifetime has its own class of leaves, as wide as a
