@@ -244,11 +244,18 @@ func (c *Client) Retire(ctx context.Context, opts *RetireOpts) (*RetireResult, e
 	if res.Created, err = c.EnsureLeaves(ctx, 0, ahead); err != nil {
 		return res, err
 	}
+	if err := c.finishDetaches(ctx); err != nil {
+		return res, err
+	}
 	leaves, err := c.Leaves(ctx)
 	if err != nil {
 		return res, err
 	}
-	for _, l := range leaves {
+	left, err := c.detachedLeaves(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, l := range append(leaves, left...) {
 		if !l.Expired(now) {
 			continue
 		}
@@ -281,7 +288,7 @@ func (c *Client) retireLeaf(ctx context.Context, l Leaf) (int64, time.Duration, 
 		return 0, 0, wrapRetire(l, errors.New("retire needs a pool, not a transaction"))
 	}
 	leaf, parent := pgx.Identifier{l.Name}.Sanitize(), pgx.Identifier{"keyed_effects_" + l.Class}.Sanitize()
-	if _, err := c.db.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+leaf+` CONCURRENTLY`); err != nil {
+	if err := c.detach(ctx, parent, leaf); err != nil {
 		return 0, 0, wrapRetire(l, err)
 	}
 	n, took, err := dropUnlessInFlight(ctx, db, leaf)
@@ -291,6 +298,76 @@ func (c *Client) retireLeaf(ctx context.Context, l Leaf) (int64, time.Duration, 
 	_, err = c.db.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
 		parent, leaf, l.From.UTC().Format(time.RFC3339Nano), l.To.UTC().Format(time.RFC3339Nano)))
 	return n, 0, wrapRetire(l, err)
+}
+
+// detach detaches a leaf with DETACH PARTITION CONCURRENTLY, unless it is
+// detached already (a killed Retire's, see detachedLeaves).
+func (c *Client) detach(ctx context.Context, parent, leaf string) error {
+	var attached bool
+	if err := c.db.QueryRow(ctx, `SELECT relispartition FROM pg_class WHERE oid = $1::regclass`, leaf).Scan(&attached); err != nil || !attached {
+		return err
+	}
+	_, err := c.db.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+leaf+` CONCURRENTLY`)
+	return err
+}
+
+// finishDetaches finishes (DETACH ... FINALIZE) every detach of a leaf that
+// a killed Retire left pending: while one is pending, no other leaf of its
+// class partition can be detached concurrently.
+func (c *Client) finishDetaches(ctx context.Context) error {
+	rows, err := c.db.Query(ctx, `
+SELECT ARRAY[p.relname::text, l.relname::text]
+FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent JOIN pg_class l ON l.oid = i.inhrelid
+WHERE i.inhdetachpending AND p.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = current_schema())
+    AND p.relname LIKE 'keyed\_effects\_%'`)
+	if err != nil {
+		return fmt.Errorf("list pending detaches: %w", err)
+	}
+	pairs, err := pgx.CollectRows(rows, pgx.RowTo[[2]string])
+	if err != nil {
+		return fmt.Errorf("list pending detaches: %w", err)
+	}
+	for _, p := range pairs {
+		parent, leaf := pgx.Identifier{p[0]}.Sanitize(), pgx.Identifier{p[1]}.Sanitize()
+		if _, err := c.db.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+leaf+` FINALIZE`); err != nil {
+			return fmt.Errorf("finish the detach of effect leaf %s: %w", p[1], err)
+		}
+	}
+	return nil
+}
+
+// detachedLeavesSQL finds the leaves a killed Retire detached and never
+// dropped: tables of this schema, in no partitioned table, whose check
+// constraint names a class and bounds as keyed_effects_ensure_leaves
+// writes it.
+const detachedLeavesSQL = `
+SELECT c.relname::text, m[1], l.keep, m[2]::timestamptz, m[3]::timestamptz
+FROM pg_class c
+JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
+CROSS JOIN LATERAL regexp_match(pg_get_constraintdef(k.oid),
+    $re$class = '([^']+)'::text\) AND \(created_at >= '([^']+)'::timestamp with time zone\) AND \(created_at < '([^']+)'$re$) m
+JOIN keyed_effect_lifetimes l ON l.class = m[1]
+WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = current_schema())
+    AND c.relkind = 'r' AND NOT c.relispartition AND c.relname LIKE 'keyed\_effects\_%'
+ORDER BY 2, 4`
+
+// detachedLeaves lists the leaves detached and not dropped (see
+// detachedLeavesSQL); Retire drops them, or attaches back one that holds a
+// claim in flight.
+func (c *Client) detachedLeaves(ctx context.Context) ([]Leaf, error) {
+	rows, err := c.db.Query(ctx, detachedLeavesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list detached effect leaves: %w", err)
+	}
+	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Leaf, error) {
+		var l Leaf
+		err := r.Scan(&l.Name, &l.Class, &l.Keep, &l.From, &l.To)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list detached effect leaves: %w", err)
+	}
+	return leaves, nil
 }
 
 // dropUnlessInFlight drops a detached leaf in the transaction that found

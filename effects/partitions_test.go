@@ -232,6 +232,73 @@ func TestRetireKeepsALeafWhoseRecordIsTakenOverMeanwhile(t *testing.T) {
 	require.Equal(t, "taker", rec.Owner)
 }
 
+// A Retire killed between detaching a leaf and dropping it leaves the leaf
+// detached, or its detach pending; the next Retire drops such a leaf, or
+// attaches it back when it holds a claim in flight.
+func TestRetireFinishesWhatAKilledRetireLeft(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
+	_, err := b.client.EnsureLeaves(b.ctx, 10*24*time.Hour, 0)
+	require.NoError(t, err)
+	leafOf := map[string]string{}
+	keys := map[string]effects.Key{}
+	for name, ago := range map[string]time.Duration{"detached": 8, "flying": 6, "pending": 4} {
+		keys[name] = effects.MustKey("acme", "order", name, "charge")
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: keys[name], Owner: "o"})
+		require.NoError(t, err)
+		if name != "flying" {
+			require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_" + name}))
+		}
+		backdate(t, b, keys[name], ago*24*time.Hour)
+		var leaf string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = $1`, keys[name].String()).Scan(&leaf))
+		leafOf[name] = leaf
+	}
+	for _, name := range []string{"detached", "flying"} {
+		_, err := b.pool.Exec(b.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{leafOf[name]}.Sanitize())
+		require.NoError(t, err)
+	}
+	leavePending(t, b, leafOf["pending"])
+
+	res, err := b.client.Retire(b.ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{leafOf["flying"]: 1}, res.Blocked)
+	require.Subset(t, res.Dropped, []string{leafOf["detached"], leafOf["pending"]})
+	for _, name := range []string{"detached", "pending"} {
+		var exists bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT to_regclass($1) IS NOT NULL`, leafOf[name]).Scan(&exists))
+		require.False(t, exists, name)
+	}
+	rec, err := b.client.Get(b.ctx, keys["flying"])
+	require.NoError(t, err, "the leaf with a claim in flight is attached back")
+	require.Equal(t, effects.StateClaimed, rec.State)
+}
+
+// leavePending starts DETACH PARTITION CONCURRENTLY of leaf and cancels it
+// while it waits for a reader of the class partition, as a killed Retire
+// would: the detach stays pending.
+func leavePending(t *testing.T, b *bundle, leaf string) {
+	t.Helper()
+	reader, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, reader.Rollback(b.ctx)) }()
+	_, err = reader.Exec(b.ctx, `SELECT FROM keyed_effects_default LIMIT 0`)
+	require.NoError(t, err)
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(b.ctx, `SET statement_timeout = '500ms'`)
+	require.NoError(t, err)
+	_, err = conn.Exec(b.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{leaf}.Sanitize()+` CONCURRENTLY`)
+	require.Error(t, err, "the detach waits for the reader")
+	_, err = conn.Exec(b.ctx, `RESET statement_timeout`)
+	require.NoError(t, err)
+	var pending bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = $1::regclass`, leaf).Scan(&pending))
+	require.True(t, pending)
+}
+
 // Each kind with a lifetime has its own class of leaves, as wide as a
 // quarter of its lifetime; SetLifetimes refuses bad tables whole.
 func TestSetLifetimes(t *testing.T) {
