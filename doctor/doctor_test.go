@@ -372,3 +372,39 @@ func TestProviderRateShowsTheBoundTemporalEnforces(t *testing.T) {
 		assert.Contains(c, stripe.Evidence, "Temporal enforces 10/s there (source Worker)")
 	}, 30*time.Second, 500*time.Millisecond)
 }
+
+// The partitions check warns of an expired leaf kept by a claim in flight
+// and of a leaf an interrupted retirement detached and left, naming both.
+func TestPartitionsWarnsOfLeavesKeptPastTheirLifetime(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	c, err := effects.NewClient(d.pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.SetLifetimes(d.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
+	_, err = c.EnsureLeaves(d.ctx, 10*24*time.Hour, 48*time.Hour)
+	require.NoError(t, err)
+	leafOf := func(key string) string {
+		var leaf string
+		require.NoError(t, d.pool.QueryRow(d.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = $1`, key).Scan(&leaf))
+		return leaf
+	}
+	d.record(t, "acme:order:old:receipt", time.Now().Add(-8*24*time.Hour), time.Second, 1)
+	left := leafOf("acme:order:old:receipt")
+	_, err = d.pool.Exec(d.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+left)
+	require.NoError(t, err)
+	d.record(t, "acme:order:stuck:receipt", time.Now().Add(-6*24*time.Hour), time.Second, 1)
+	_, err = d.pool.Exec(d.ctx, `UPDATE keyed_effects SET state = 'claimed', lease_until = now(), finished_at = NULL WHERE key = 'acme:order:stuck:receipt'`)
+	require.NoError(t, err)
+	stuck := leafOf("acme:order:stuck:receipt")
+
+	rep := d.run(t, nil, doctor.CheckPartitions)
+	var warned []string
+	for _, ch := range rep.Find(doctor.CheckPartitions, "keyed_effects_default") {
+		if ch.Status == doctor.StatusWarn {
+			warned = append(warned, ch.Evidence)
+		}
+	}
+	require.Len(t, warned, 2, "%+v", rep.Checks)
+	require.Contains(t, strings.Join(warned, "\n"), stuck+" (1 claims in flight)")
+	require.Contains(t, strings.Join(warned, "\n"), "detached by an interrupted retirement and not dropped: "+left)
+}

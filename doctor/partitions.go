@@ -18,7 +18,8 @@ const partitionsAhead = 24 * time.Hour
 // partitions checks the effect records' layout: fails when keyed_effects is
 // not partitioned (fix: starter effects partition), warns per class whose
 // leaves end less than a day ahead (claims would fail once they end) and
-// per leaf past its lifetime that claims in flight keep from being dropped.
+// per leaf past its lifetime that claims in flight keep from being dropped,
+// and per class with leaves an interrupted Retire detached and left.
 func (r *run) partitions(ctx context.Context) []Check {
 	c, err := effects.NewClient(r.deps.Pool, nil)
 	if err != nil {
@@ -36,6 +37,19 @@ func (r *run) partitions(ctx context.Context) []Check {
 	var out []Check
 	for class, ls := range byClass(leaves) {
 		out = append(out, r.classLeaves(ctx, class, ls)...)
+	}
+	left, err := c.DetachedLeaves(ctx)
+	if err != nil {
+		return append(out, errorCheck(CheckPartitions, "keyed_effects", err, ""))
+	}
+	for class, ls := range byClass(left) {
+		names := make([]string, len(ls))
+		for i, l := range ls {
+			names[i] = l.Name
+		}
+		out = append(out, Check{Name: CheckPartitions, Subject: "keyed_effects_" + class, Status: StatusWarn,
+			Evidence: "detached by an interrupted retirement and not dropped: " + strings.Join(names, ", "),
+			Fix:      "the next retention window (PRUNE_EVERY) drops them, or attaches back one holding a claim in flight; check that a worker runs it"})
 	}
 	return out
 }

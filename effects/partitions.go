@@ -251,7 +251,7 @@ func (c *Client) Retire(ctx context.Context, opts *RetireOpts) (*RetireResult, e
 	if err != nil {
 		return res, err
 	}
-	left, err := c.detachedLeaves(ctx)
+	left, err := c.DetachedLeaves(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -301,7 +301,7 @@ func (c *Client) retireLeaf(ctx context.Context, l Leaf) (int64, time.Duration, 
 }
 
 // detach detaches a leaf with DETACH PARTITION CONCURRENTLY, unless it is
-// detached already (a killed Retire's, see detachedLeaves).
+// detached already (a killed Retire's, see DetachedLeaves).
 func (c *Client) detach(ctx context.Context, parent, leaf string) error {
 	var attached bool
 	if err := c.db.QueryRow(ctx, `SELECT relispartition FROM pg_class WHERE oid = $1::regclass`, leaf).Scan(&attached); err != nil || !attached {
@@ -351,10 +351,11 @@ WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = curre
     AND c.relkind = 'r' AND NOT c.relispartition AND c.relname LIKE 'keyed\_effects\_%'
 ORDER BY 2, 4`
 
-// detachedLeaves lists the leaves detached and not dropped (see
-// detachedLeavesSQL); Retire drops them, or attaches back one that holds a
-// claim in flight.
-func (c *Client) detachedLeaves(ctx context.Context) ([]Leaf, error) {
+// DetachedLeaves lists the leaves a killed Retire detached and never
+// dropped, oldest first within a class; the next Retire drops them, or
+// attaches back one that holds a claim in flight. Claims do not look in
+// them.
+func (c *Client) DetachedLeaves(ctx context.Context) ([]Leaf, error) {
 	rows, err := c.db.Query(ctx, detachedLeavesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list detached effect leaves: %w", err)
