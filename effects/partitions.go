@@ -151,15 +151,19 @@ ORDER BY l.class, b.lo`)
 	if err != nil {
 		return nil, fmt.Errorf("list effect leaves: %w", err)
 	}
-	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Leaf, error) {
-		var l Leaf
-		err := r.Scan(&l.Name, &l.Class, &l.Keep, &l.From, &l.To)
-		return l, err
-	})
+	leaves, err := pgx.CollectRows(rows, scanLeaf)
 	if err != nil {
 		return nil, fmt.Errorf("list effect leaves: %w", err)
 	}
 	return leaves, nil
+}
+
+// scanLeaf reads a Leaf from a row of name, class, keep, lower and upper
+// bound.
+func scanLeaf(r pgx.CollectableRow) (Leaf, error) {
+	var l Leaf
+	err := r.Scan(&l.Name, &l.Class, &l.Keep, &l.From, &l.To)
+	return l, err
 }
 
 // EnsureLeaves creates, for every kind's class, the leaves from the one
@@ -360,11 +364,7 @@ func (c *Client) DetachedLeaves(ctx context.Context) ([]Leaf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list detached effect leaves: %w", err)
 	}
-	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Leaf, error) {
-		var l Leaf
-		err := r.Scan(&l.Name, &l.Class, &l.Keep, &l.From, &l.To)
-		return l, err
-	})
+	leaves, err := pgx.CollectRows(rows, scanLeaf)
 	if err != nil {
 		return nil, fmt.Errorf("list detached effect leaves: %w", err)
 	}

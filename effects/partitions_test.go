@@ -135,14 +135,30 @@ func backdate(t *testing.T, b *bundle, key effects.Key, ago time.Duration) {
 	require.EqualValues(t, 1, tag.RowsAffected())
 }
 
-// Retire drops an expired leaf of finished records, keeps and reports one
-// that holds a claim in flight, and keeps young leaves and their records.
-func TestRetireDropsExpiredLeavesButNeverAClaimInFlight(t *testing.T) {
-	t.Parallel()
+// retireSetup is setup with a lifetime of two days for every kind and
+// daily leaves from ten days back.
+func retireSetup(t *testing.T) *bundle {
+	t.Helper()
 	b := setup(t)
 	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
 	_, err := b.client.EnsureLeaves(b.ctx, 10*24*time.Hour, 0)
 	require.NoError(t, err)
+	return b
+}
+
+// leafOf names the leaf that holds key's record.
+func leafOf(t *testing.T, b *bundle, key effects.Key) string {
+	t.Helper()
+	var leaf string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = $1`, key.String()).Scan(&leaf))
+	return leaf
+}
+
+// Retire drops an expired leaf of finished records, keeps and reports one
+// that holds a claim in flight, and keeps young leaves and their records.
+func TestRetireDropsExpiredLeavesButNeverAClaimInFlight(t *testing.T) {
+	t.Parallel()
+	b := retireSetup(t)
 	done := effects.MustKey("acme", "order", "done", "charge")
 	flying := effects.MustKey("acme", "order", "flying", "charge")
 	young := effects.MustKey("acme", "order", "young", "charge")
@@ -151,7 +167,7 @@ func TestRetireDropsExpiredLeavesButNeverAClaimInFlight(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_" + k.Parts()[2]}))
 	}
-	_, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: flying, Owner: "o"})
+	_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: flying, Owner: "o"})
 	require.NoError(t, err)
 	backdate(t, b, done, 8*24*time.Hour)
 	backdate(t, b, flying, 6*24*time.Hour)
@@ -188,17 +204,13 @@ func TestRetireDropsExpiredLeavesButNeverAClaimInFlight(t *testing.T) {
 // is attached back and reported, and the claim stays.
 func TestRetireKeepsALeafWhoseRecordIsTakenOverMeanwhile(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
-	_, err := b.client.EnsureLeaves(b.ctx, 10*24*time.Hour, 0)
-	require.NoError(t, err)
+	b := retireSetup(t)
 	late := effects.MustKey("acme", "order", "late", "charge")
 	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: late, Owner: "o"})
 	require.NoError(t, err)
 	require.NoError(t, b.client.Fail(b.ctx, cl, effects.Transient(errors.New("503"))))
 	backdate(t, b, late, 8*24*time.Hour)
-	var leaf string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = $1`, late.String()).Scan(&leaf))
+	leaf := leafOf(t, b, late)
 
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
@@ -237,11 +249,8 @@ func TestRetireKeepsALeafWhoseRecordIsTakenOverMeanwhile(t *testing.T) {
 // attaches it back when it holds a claim in flight.
 func TestRetireFinishesWhatAKilledRetireLeft(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}}, nil))
-	_, err := b.client.EnsureLeaves(b.ctx, 10*24*time.Hour, 0)
-	require.NoError(t, err)
-	leafOf := map[string]string{}
+	b := retireSetup(t)
+	leaves := map[string]string{}
 	keys := map[string]effects.Key{}
 	for name, ago := range map[string]time.Duration{"detached": 8, "flying": 6, "pending": 4} {
 		keys[name] = effects.MustKey("acme", "order", name, "charge")
@@ -251,23 +260,21 @@ func TestRetireFinishesWhatAKilledRetireLeft(t *testing.T) {
 			require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_" + name}))
 		}
 		backdate(t, b, keys[name], ago*24*time.Hour)
-		var leaf string
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = $1`, keys[name].String()).Scan(&leaf))
-		leafOf[name] = leaf
+		leaves[name] = leafOf(t, b, keys[name])
 	}
 	for _, name := range []string{"detached", "flying"} {
-		_, err := b.pool.Exec(b.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{leafOf[name]}.Sanitize())
+		_, err := b.pool.Exec(b.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{leaves[name]}.Sanitize())
 		require.NoError(t, err)
 	}
-	leavePending(t, b, leafOf["pending"])
+	leavePending(t, b, leaves["pending"])
 
 	res, err := b.client.Retire(b.ctx, nil)
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{leafOf["flying"]: 1}, res.Blocked)
-	require.Subset(t, res.Dropped, []string{leafOf["detached"], leafOf["pending"]})
+	require.Equal(t, map[string]int64{leaves["flying"]: 1}, res.Blocked)
+	require.Subset(t, res.Dropped, []string{leaves["detached"], leaves["pending"]})
 	for _, name := range []string{"detached", "pending"} {
 		var exists bool
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT to_regclass($1) IS NOT NULL`, leafOf[name]).Scan(&exists))
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT to_regclass($1) IS NOT NULL`, leaves[name]).Scan(&exists))
 		require.False(t, exists, name)
 	}
 	rec, err := b.client.Get(b.ctx, keys["flying"])
