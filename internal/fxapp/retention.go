@@ -121,6 +121,9 @@ func retireEffects(ctx context.Context, fxc *effects.Client, lifetimes []effects
 	for leaf, n := range res.Blocked {
 		log.WarnContext(ctx, "effect leaf past its lifetime kept: it holds claims in flight", "leaf", leaf, "claims", n)
 	}
+	if len(res.Dropped) > 0 {
+		log.InfoContext(ctx, "effect leaves past their lifetime dropped", "leaves", res.Dropped, "drop_took", res.DropTook)
+	}
 	n, err := fxc.Prune(ctx, &effects.PruneOpts{Retention: w.EffectsRetention})
 	return int64(len(res.Dropped)) + n, err
 }
