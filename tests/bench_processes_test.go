@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -396,22 +398,36 @@ type historyStats struct {
 	// events named in gapAt, in the run gapRun.
 	gap           time.Duration
 	gapAt, gapRun string
+	// spent sums, by pair of consecutive event types, the time between
+	// them: where a run's time goes.
+	spent map[string]time.Duration
 }
 
 func (h historyStats) String() string {
 	if h.runs == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%.1f events, %.0f bytes, %.2f activity tasks per run; %d timeouts; longest gap %v (%s in %s)",
+	return fmt.Sprintf("%.1f events, %.0f bytes, %.2f activity tasks per run; %d timeouts; longest gap %v (%s in %s); per run: %s",
 		float64(h.events)/float64(h.runs), float64(h.bytes)/float64(h.runs), float64(h.activityTasks)/float64(h.runs),
-		h.timeouts, h.gap.Round(time.Millisecond), h.gapAt, h.gapRun)
+		h.timeouts, h.gap.Round(time.Millisecond), h.gapAt, h.gapRun, h.topSpent(5))
+}
+
+// topSpent names the n pairs of events with the most time between them,
+// with the mean time per run.
+func (h historyStats) topSpent(n int) string {
+	pairs := slices.SortedFunc(maps.Keys(h.spent), func(a, b string) int { return cmp.Compare(h.spent[b], h.spent[a]) })
+	var out []string
+	for _, p := range pairs[:min(n, len(pairs))] {
+		out = append(out, fmt.Sprintf("%s %v", p, (h.spent[p]/time.Duration(h.runs)).Round(time.Millisecond)))
+	}
+	return strings.Join(out, ", ")
 }
 
 // histories reads the history of every run and sums it up.
 func histories(ctx context.Context, b testing.TB, c client.Client, runs [][2]string) historyStats {
 	b.Helper()
 	var mu sync.Mutex
-	var sum historyStats
+	sum := historyStats{spent: map[string]time.Duration{}}
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for _, r := range runs {
@@ -430,6 +446,9 @@ func histories(ctx context.Context, b testing.TB, c client.Client, runs [][2]str
 			if h.gap > sum.gap {
 				sum.gap, sum.gapAt, sum.gapRun = h.gap, h.gapAt, r[0]
 			}
+			for p, d := range h.spent {
+				sum.spent[p] += d
+			}
 		})
 	}
 	wg.Wait()
@@ -440,7 +459,7 @@ func histories(ctx context.Context, b testing.TB, c client.Client, runs [][2]str
 // activity tasks (attempts started), its timeouts of activity and workflow
 // tasks, and the longest time between two events.
 func runHistory(ctx context.Context, c client.Client, workflowID, runID string) (historyStats, error) {
-	h := historyStats{runs: 1}
+	h := historyStats{runs: 1, spent: map[string]time.Duration{}}
 	it := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var prevT time.Time
 	var prevType enumspb.EventType
@@ -458,8 +477,12 @@ func runHistory(ctx context.Context, c client.Client, workflowID, runID string) 
 			h.timeouts++
 		}
 		t := e.GetEventTime().AsTime()
+		pair := shortType(prevType) + " → " + shortType(e.GetEventType())
+		if !prevT.IsZero() {
+			h.spent[pair] += t.Sub(prevT)
+		}
 		if !prevT.IsZero() && t.Sub(prevT) > h.gap {
-			h.gap, h.gapAt = t.Sub(prevT), shortType(prevType)+" → "+shortType(e.GetEventType())
+			h.gap, h.gapAt = t.Sub(prevT), pair
 		}
 		prevT, prevType = t, e.GetEventType()
 	}
