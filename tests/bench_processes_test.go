@@ -74,7 +74,8 @@ func runBareWorker(queue string) int {
 // fakes) and, from every run's history, the events and bytes per run,
 // activity tasks per run, timeouts, and the longest gap between two
 // events of any run with the two events. BENCH_BARE_START=keyed gives
-// bare-k8's starts keyed's start options (search attributes, summary).
+// bare-k8's starts keyed's start options (search attributes, summary,
+// fairness priority); a list of attrs, summary and priority gives those.
 func BenchmarkPipelineProcesses(b *testing.B) {
 	n, rounds := envInt("BENCH_N", 300), envInt("BENCH_ROUNDS", 4)
 	workerBin := buildWorker(b)
@@ -111,12 +112,9 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 				}}
 			bare := side{name: "bare-k8", pid: barePID,
 				start: func(id string) (string, string, error) {
-					o := client.StartWorkflowOptions{}
-					if os.Getenv("BENCH_BARE_START") == "keyed" {
-						var err error
-						if o, err = orderflow.StartOptions(orders.NewOrderInput(world.tenant, id), nil); err != nil {
-							return "", "", err
-						}
+					o, err := bareStartOptions(orders.NewOrderInput(world.tenant, id), os.Getenv("BENCH_BARE_START"))
+					if err != nil {
+						return "", "", err
 					}
 					o.ID, o.TaskQueue = "bare:"+world.tenant+":"+id, bareQueue
 					run, err := world.temporal.ExecuteWorkflow(ctx, o, "BareWorkflow", orders.NewOrderInput(world.tenant, id))
@@ -389,6 +387,33 @@ func reportShape(b *testing.B, name string, c int, keyed, bare []batch) {
 	b.ReportMetric(medianOf(ratios), name+"-ratio")
 	b.ReportMetric(median(keyed, p99), name+"-keyed-p99-ms")
 	b.ReportMetric(median(keyed, mx), name+"-keyed-max-ms")
+}
+
+// bareStartOptions returns bare-k8's start options for in: none, or those
+// parts of keyed's that which names ("keyed": all; or a comma-separated
+// list of attrs, summary and priority).
+func bareStartOptions(in orders.OrderInput, which string) (client.StartWorkflowOptions, error) {
+	if which == "" {
+		return client.StartWorkflowOptions{}, nil
+	}
+	k, err := orderflow.StartOptions(in, nil)
+	if err != nil || which == "keyed" {
+		return k, err
+	}
+	var o client.StartWorkflowOptions
+	for part := range strings.SplitSeq(which, ",") {
+		switch part {
+		case "attrs":
+			o.TypedSearchAttributes = k.TypedSearchAttributes
+		case "summary":
+			o.StaticSummary = k.StaticSummary
+		case "priority":
+			o.Priority = k.Priority
+		default:
+			return o, fmt.Errorf("BENCH_BARE_START: %q is not keyed, attrs, summary or priority", part)
+		}
+	}
+	return o, nil
 }
 
 // historyStats sums what the histories of a batch's runs hold.
