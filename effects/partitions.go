@@ -168,8 +168,9 @@ func scanLeaf(r pgx.CollectableRow) (Leaf, error) {
 
 // EnsureLeaves creates, for every kind's class, the leaves from the one
 // holding now-behind to the one holding now+ahead, and returns the names
-// of those it created. Claims create no leaves; Retire calls this on the
-// retention schedule, and a backfill of old records calls it first.
+// of those it created. Retire calls this on the retention schedule, a
+// backfill of old records calls it first, and a claim that finds no leaf
+// for now (a retention window that has not run) calls it before retrying.
 func (c *Client) EnsureLeaves(ctx context.Context, behind, ahead time.Duration) ([]string, error) {
 	return ensureLeaves(ctx, c.db, behind, ahead)
 }
