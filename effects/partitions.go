@@ -422,6 +422,9 @@ func inFlight(ctx context.Context, tx pgx.Tx, leaf string) (int64, error) {
 			return 0, err
 		}
 		total += n
+		if from+retireChunk > blocks {
+			break // no rest after the last chunk: the lock is still held
+		}
 		if err := rest(ctx, time.Since(start)); err != nil {
 			return 0, err
 		}
