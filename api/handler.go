@@ -667,7 +667,7 @@ func (h *Handler) orderDetail(ctx context.Context, tx pgx.Tx, tenant, id string,
 	case !errors.Is(err, outbox.ErrNotFound):
 		return nil, fmt.Errorf("get order start: %w", err)
 	}
-	recs, err := h.effects.ListTx(ctx, tx, prefix)
+	recs, err := h.store.EffectsTx(ctx, tx, h.effects, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list order effects: %w", err)
 	}

@@ -9,14 +9,16 @@ import (
 
 // Activity is a declared activity as the checks see it: name, effect class,
 // key step, workflow ("" for ApplyDecision, which every workflow runs),
-// options and effect key shape, such as "{tenant}:order:{order}:charge".
+// options, effect key shape, such as "{tenant}:order:{order}:charge", and
+// whether it is self-guarded (claims no effect record).
 type Activity struct {
-	Name     string
-	Class    effects.Class
-	Step     string
-	Workflow string
-	Options  workflow.ActivityOptions
-	KeyShape string
+	Name        string
+	Class       effects.Class
+	Step        string
+	Workflow    string
+	Options     workflow.ActivityOptions
+	KeyShape    string
+	SelfGuarded bool
 }
 
 // Declared returns every activity a worker of specs registers: each
@@ -26,7 +28,7 @@ func Declared(specs []pipeline.Spec) []Activity {
 	for _, s := range specs {
 		for _, d := range s.Steps {
 			out = append(out, Activity{Name: d.Name, Class: d.Class, Step: d.Step, Workflow: s.Workflow,
-				Options: d.ActivityOptions(""), KeyShape: keyShape(s.Placeholder, d.Step)})
+				Options: d.ActivityOptions(""), KeyShape: keyShape(s.Placeholder, d.Step), SelfGuarded: d.SelfGuarded})
 		}
 	}
 	d := pipeline.DeclDecision

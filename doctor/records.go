@@ -34,6 +34,10 @@ func (r *run) classifiedOne(ctx context.Context, a Activity) Check {
 		c.Status, c.Evidence = StatusPass, decl+"; claims no key of its own"
 		return c
 	}
+	if a.SelfGuarded {
+		c.Status, c.Evidence = StatusPass, decl+"; self-guarded: claims no effect record, its own write under keys of the shape "+a.KeyShape+" is its record"
+		return c
+	}
 	keys, err := r.sampleKeys(ctx, a.Step)
 	if err != nil {
 		return errorCheck(CheckClassified, a.Name, err, "check DATABASE_URL reaches keyed's schema")
@@ -99,7 +103,7 @@ func shapeMatches(shape, key string) bool {
 func (r *run) timeouts(ctx context.Context) []Check {
 	var out []Check
 	for _, a := range r.o.Activities {
-		if a.KeyShape == "" {
+		if a.KeyShape == "" || a.SelfGuarded {
 			continue // No records of its own to measure.
 		}
 		out = append(out, r.timeoutOne(ctx, a))
@@ -151,8 +155,8 @@ func (r *run) lease(context.Context) []Check {
 	var out []Check
 	lease := r.o.ClaimLease
 	for _, a := range r.o.Activities {
-		if a.KeyShape == "" {
-			continue
+		if a.KeyShape == "" || a.SelfGuarded {
+			continue // No claim, no lease.
 		}
 		c := Check{Name: CheckLease, Subject: a.Name}
 		if hb := a.Options.HeartbeatTimeout; hb > 0 {

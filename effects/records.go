@@ -74,6 +74,14 @@ func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error)
 	return rec, nil
 }
 
+// SucceededSQL returns a SQL condition that holds when the record of the
+// key passed as parameter $n has succeeded: for a write that may commit only
+// once another step succeeded, checked in the write's own statement. A
+// succeeded record stays succeeded until it is retired.
+func SucceededSQL(n int) string {
+	return fmt.Sprintf("EXISTS (SELECT FROM keyed_effects WHERE key = $%d AND state = 'succeeded')", n)
+}
+
 // List returns, in key order, every record of prefix's tenant whose key
 // extends prefix (for acme:order:9f3a: its charge, mark_paid, receipt). It
 // never returns another tenant's records.

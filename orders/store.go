@@ -37,6 +37,8 @@ var (
 	ErrInvalid = step.Sentinel(step.ErrInvalidInput, "invalid order")
 	// ErrBadTransition means the order is not in the state a transition needs.
 	ErrBadTransition = step.Sentinel(step.ErrInvalidState, "order is not in the required state")
+	// ErrUnguarded means a Transition's guard did not hold.
+	ErrUnguarded = step.Sentinel(step.ErrInvalidState, "the transition's guard does not hold")
 	// ErrFinal means the order failed for good (its charge was declined or
 	// left incomplete). A failed order is final: no run, command or API call
 	// charges it again, and its stored outcome is never overwritten. To
@@ -244,4 +246,76 @@ SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM upd)`, tenantID, id, from, 
 		return false, fmt.Errorf("transition order %s/%s %s->%s: %w", tenantID, id, from, to, ErrBadTransition)
 	}
 	return true, nil
+}
+
+// Guard is a SQL condition that must hold for a Transition to happen, such
+// as effects.SucceededSQL(6), with Arg as its parameter $6.
+type Guard struct {
+	SQL string
+	Arg any
+}
+
+// Transition moves the order from one status to another for eventID in one
+// statement, outside any transaction, when guard (nil: none) holds: the
+// order's update and its transition row commit together or not at all. A
+// repeat, the order already moved to `to` under eventID, returns
+// changed=false whether guard holds or not. It returns an error wrapping
+// ErrNotFound if the order does not exist, ErrUnguarded if guard does not
+// hold, and ErrBadTransition if the order is in another state.
+func (s *Store) Transition(ctx context.Context, tenantID, id string, from, to Status, eventID string, guard *Guard) (changed bool, err error) {
+	cond, args := "true", []any{tenantID, id, from, to, eventID}
+	if guard != nil {
+		cond, args = "("+guard.SQL+")", append(args, guard.Arg)
+	}
+	// The update goes first and the row is inserted only with it; a racer
+	// on the same event waits for the order's row lock and updates nothing.
+	var before, found, guarded bool
+	err = s.db.QueryRow(ctx, `
+WITH g AS (SELECT `+cond+` AS ok), upd AS (
+	UPDATE orders SET status = $4, updated_at = now()
+	WHERE tenant_id = $1 AND id = $2 AND status = $3 AND (SELECT ok FROM g)
+	RETURNING 1
+), ins AS (
+	INSERT INTO order_transitions (tenant_id, order_id, from_state, to_state, event_id)
+	SELECT $1, $2, $3, $4, $5 FROM upd
+	RETURNING 1
+)
+SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM order_transitions
+	WHERE tenant_id = $1 AND order_id = $2 AND from_state = $3 AND to_state = $4 AND event_id = $5),
+	EXISTS (SELECT FROM orders WHERE tenant_id = $1 AND id = $2), (SELECT ok FROM g)`,
+		args...).Scan(&changed, &before, &found, &guarded)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, err)
+	case changed:
+		return true, nil
+	case before:
+		return false, nil // a repeat
+	case !found:
+		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, ErrNotFound)
+	case !guarded:
+		return false, fmt.Errorf("transition order %s/%s %s->%s: %w", tenantID, id, from, to, ErrUnguarded)
+	}
+	// No transition under eventID in the statement's snapshot: the order is
+	// elsewhere, or a racer's transition committed since, which a fresh
+	// snapshot sees.
+	moved, err := s.MovedTo(ctx, tenantID, id, eventID, to)
+	switch {
+	case err != nil:
+		return false, err
+	case moved:
+		return false, nil
+	}
+	o, err := get(ctx, s.db, tenantID, id)
+	if err != nil {
+		return false, fmt.Errorf("transition order %s/%s: %w", tenantID, id, err)
+	}
+	return false, fmt.Errorf("transition order %s/%s %s->%s: the order is %s: %w", tenantID, id, from, to, o.Status, ErrBadTransition)
+}
+
+// MovedTo reports whether the order's latest transition under eventID went
+// to `to`.
+func (s *Store) MovedTo(ctx context.Context, tenantID, id, eventID string, to Status) (bool, error) {
+	got, found, err := eventTransition(ctx, s.db, tenantID, id, eventID)
+	return found && got == to, err
 }

@@ -2,10 +2,12 @@ package orders_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/internal/dbtest"
@@ -123,4 +125,57 @@ func TestOrderInput(t *testing.T) {
 	in.V = 2
 	require.ErrorIs(t, in.Validate(), step.ErrUnsupportedVersion)
 	require.ErrorContains(t, orders.OrderInput{V: 1, TenantID: "acme", OrderID: ""}.Validate(), "invalid effect key")
+}
+
+func TestTransitionRacersOnOneEventMoveTheOrderOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, err := b.store.Create(b.ctx, valid())
+	require.NoError(t, err)
+	const racers = 32
+	changed := make(chan bool, racers)
+	var wg sync.WaitGroup
+	for range racers {
+		wg.Go(func() {
+			c, err := b.store.Transition(b.ctx, "acme", "9f3a", orders.StatusPending, orders.StatusPaid, "acme:order:9f3a:mark_paid", nil)
+			assert.NoError(t, err, "a racer on the same event is a repeat, not a refusal")
+			changed <- c
+		})
+	}
+	wg.Wait()
+	close(changed)
+	n := 0
+	for c := range changed {
+		if c {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "one racer moves the order")
+	_, err = b.store.Transition(b.ctx, "acme", "9f3a", orders.StatusPending, orders.StatusPaid, "another-event", nil)
+	require.ErrorIs(t, err, orders.ErrBadTransition)
+	require.ErrorContains(t, err, "the order is paid")
+	_, err = b.store.Transition(b.ctx, "acme", "nope", orders.StatusPending, orders.StatusPaid, "acme:order:nope:mark_paid", nil)
+	require.ErrorIs(t, err, orders.ErrNotFound)
+	var rows int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM order_transitions`).Scan(&rows))
+	require.Equal(t, 1, rows, "no transition row without the order's update")
+}
+
+func TestTransitionHappensOnlyUnderItsGuard(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, err := b.store.Create(b.ctx, valid())
+	require.NoError(t, err)
+	guard := func(ok bool) *orders.Guard { return &orders.Guard{SQL: "$6::boolean", Arg: ok} }
+	_, err = b.store.Transition(b.ctx, "acme", "9f3a", orders.StatusPending, orders.StatusPaid, "e1", guard(false))
+	require.ErrorIs(t, err, orders.ErrUnguarded)
+	o, err := b.store.Get(b.ctx, "acme", "9f3a")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPending, o.Status, "an unmet guard changes nothing")
+	changed, err := b.store.Transition(b.ctx, "acme", "9f3a", orders.StatusPending, orders.StatusPaid, "e1", guard(true))
+	require.NoError(t, err)
+	require.True(t, changed)
+	changed, err = b.store.Transition(b.ctx, "acme", "9f3a", orders.StatusPending, orders.StatusPaid, "e1", guard(false))
+	require.NoError(t, err, "a repeat finds its transition whatever the guard says now")
+	require.False(t, changed)
 }

@@ -152,6 +152,12 @@ func (d *Decider) Apply(ctx context.Context, in DecisionInput) (DecisionResult, 
 	if err != nil {
 		return out, fmt.Errorf("apply decision on %s: %w", in.EffectKey, err)
 	}
+	if d.steps[in.Step].SelfGuarded {
+		// A record under the key is an older worker's: resolve it as usual.
+		if _, err := d.claims.Get(ctx, key); errors.Is(err, effects.ErrNotFound) {
+			return d.applySelfGuarded(ctx, key, in, out)
+		}
+	}
 	p := effects.ResolveParams{Resolution: in.Resolution}
 	if in.Resolution == effects.ResolveDone {
 		rec, err := d.doneable(ctx, key, in)
@@ -181,6 +187,29 @@ func (d *Decider) Apply(ctx context.Context, in DecisionInput) (DecisionResult, 
 		return out, fmt.Errorf("apply decision on %s: %w", in.EffectKey, err)
 	}
 	out.State, out.Generation = string(rec.State), rec.Generation
+	return out, nil
+}
+
+// applySelfGuarded applies in to a self-guarded step, which keeps no record
+// to resolve: its own row is its record. "retry" has nothing to undo: the
+// step runs again and finds its row or writes it. "done" is applied only
+// when the step's Verify finds that row, and never unverified, since
+// nothing could keep the outcome.
+func (d *Decider) applySelfGuarded(ctx context.Context, key effects.Key, in DecisionInput, out DecisionResult) (DecisionResult, error) {
+	if in.Resolution != effects.ResolveDone {
+		out.State = "absent"
+		return out, nil
+	}
+	_, how, err := d.confirm(ctx, key, DecisionInput{Step: in.Step, EffectKey: in.EffectKey, Result: in.Result})
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		refused.Unverifiable = false
+		refused.Why += `; this step keeps no effect record, its own write is its record: decide "retry" and it finds that write or makes it`
+	}
+	if err != nil {
+		return out, err
+	}
+	out.State, out.Verification = string(effects.StateSucceeded), how
 	return out, nil
 }
 

@@ -113,6 +113,13 @@ type Declaration struct {
 	// workflow task run again after a crash) safe. Refused on the other
 	// classes, which call providers and heartbeat.
 	Local bool
+	// SelfGuarded declares an absolute write that is its own guard: it
+	// writes a row unique under its effect key (a state transition whose
+	// event ID is the key) in one statement, and a repeat finds that row.
+	// Such a step claims no effect record and runs in no transaction: the
+	// row is its record, and its Verify checks an operator's "done"
+	// against it. Refused on the other classes.
+	SelfGuarded bool
 	// Outcome checks an operator's "done" outcome; Declare sets it from
 	// the outcome type. Nil means any JSON result.
 	Outcome Outcome `json:"-"`
@@ -161,8 +168,8 @@ func (d Declaration) LocalActivityOptions(key string) workflow.LocalActivityOpti
 
 // Validate returns an error saying what is wrong with d: no Name, an
 // invalid Class, no Step or one that cannot end an effect key, a missing,
-// unknown or misplaced Policy, Local on a class other than a write, or a
-// negative timeout.
+// unknown or misplaced Policy, Local on a class other than a write,
+// SelfGuarded on one other than an absolute write, or a negative timeout.
 func (d Declaration) Validate() error {
 	var problem string
 	switch {
@@ -179,6 +186,8 @@ func (d Declaration) Validate() error {
 		problem = fmt.Sprintf("declares a delivery Policy but is a %s, not an irreversible send", d.Class)
 	case d.Local && d.Class != effects.ClassAbsoluteWrite && d.Class != effects.ClassRelativeWrite:
 		problem = fmt.Sprintf("is Local but a %s: only writes run as local activities", d.Class)
+	case d.SelfGuarded && d.Class != effects.ClassAbsoluteWrite:
+		problem = fmt.Sprintf("is SelfGuarded but a %s: only an absolute write can be its own guard", d.Class)
 	case d.Options.StartToClose < 0 || d.Options.ScheduleToClose < 0:
 		problem = "has a negative timeout"
 	}

@@ -88,11 +88,13 @@ type Call[In Input] struct {
 	Key effects.Key
 	// Owner is the claim owner, "<workflow ID>/<step>".
 	Owner string
-	// Claim is the claim the effect runs under; nil in Check and for an
-	// irreversible send, which claims through notify.Sender.
+	// Claim is the claim the effect runs under; nil in Check, for an
+	// irreversible send, which claims through notify.Sender, and for a
+	// self-guarded write, which claims nothing.
 	Claim *effects.Claim
 	// Tx is a write's transaction: the effect's writes commit with its
-	// record or not at all. Nil for the other classes.
+	// record or not at all. Nil for the other classes and for a
+	// self-guarded write, whose one statement is its own transaction.
 	Tx pgx.Tx
 	// Log names the effect key, the step and In's LogAttrs.
 	Log *slog.Logger
@@ -140,9 +142,10 @@ type Effect[In Input, T any] struct {
 
 // Run runs e as a keyed step of in with r: it validates in, derives the
 // effect key and owner, runs e.Check, claims the key as the declared class
-// requires (Do for external creates, DoTx for writes, e.Do's sender for sends)
-// and logs the outcome. A second run returns the stored outcome. Errors come
-// back through ToTemporal.
+// requires (Do for external creates, DoTx for writes, e.Do's sender for
+// sends, nothing for a self-guarded write, whose Do finds its own row on a
+// repeat) and logs the outcome. A second run returns the stored outcome.
+// Errors come back through ToTemporal.
 func (k Keyed[In, T]) Run(ctx context.Context, r Runner, in In, e Effect[In, T]) (T, error) {
 	res, err := k.run(ctx, r, in, e)
 	if UniqueViolation(err) && activity.IsActivity(ctx) {
@@ -204,6 +207,9 @@ func (k Keyed[In, T]) run(ctx context.Context, r Runner, in In, e Effect[In, T])
 // claim runs do under the claim p as the declared class requires.
 func (k Keyed[In, T]) claim(ctx context.Context, r Runner, c *Call[In], p effects.ClaimParams,
 	do func(context.Context, *Call[In]) (T, error)) (T, error) {
+	if k.SelfGuarded {
+		return do(ctx, c)
+	}
 	switch k.Class {
 	case effects.ClassAbsoluteWrite, effects.ClassRelativeWrite:
 		var out T
@@ -230,7 +236,7 @@ func (k Keyed[In, T]) claim(ctx context.Context, r Runner, c *Call[In], p effect
 // effect p in a transaction of its own; other errors come back as they are.
 func (k Keyed[In, T]) recordRefusal(ctx context.Context, r Runner, p effects.ClaimParams, refusal error) error {
 	var e *Error
-	if !errors.As(refusal, &e) || effects.IsTransient(refusal) ||
+	if !errors.As(refusal, &e) || effects.IsTransient(refusal) || k.SelfGuarded ||
 		(k.Class != effects.ClassAbsoluteWrite && k.Class != effects.ClassRelativeWrite) {
 		return refusal
 	}

@@ -154,11 +154,13 @@ func (b *bundle) wait(t *testing.T, st *outbox.Started) (orders.OrderResult, err
 	return res, err
 }
 
+// records returns the order's effect records by kind, with the
+// self-guarded steps' transitions (orders.Store.Effects).
 func (b *bundle) records(t *testing.T, orderID string) map[string]*effects.Record {
 	t.Helper()
 	prefix, err := orders.OrderKey(b.tenant, orderID)
 	require.NoError(t, err)
-	recs, err := b.effects.List(b.ctx, prefix)
+	recs, err := b.orders.Effects(b.ctx, b.effects, prefix)
 	require.NoError(t, err)
 	out := map[string]*effects.Record{}
 	for _, r := range recs {

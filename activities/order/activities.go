@@ -40,7 +40,8 @@ func declare[T any](d step.Declaration) step.Keyed[orders.OrderInput, T] {
 var (
 	DeclCharge = declare[orders.ChargeResult](step.Declaration{Name: NameCharge, Class: effects.ClassExternalCreate, Step: orders.StepCharge,
 		Provider: stripestep.Provider, Keep: step.KeepMoney})
-	DeclMarkPaid    = declare[orders.MarkPaidResult](step.Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid, Local: true})
+	DeclMarkPaid = declare[orders.MarkPaidResult](step.Declaration{Name: NameMarkPaid, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkPaid,
+		Local: true, SelfGuarded: true})
 	DeclSendReceipt = declare[orders.ReceiptResult](step.Declaration{Name: NameSendReceipt, Class: effects.ClassIrreversibleSend,
 		Step: orders.StepReceipt, Policy: notify.AtMostOnce, Provider: notify.Provider})
 	DeclMarkFailed = declare[orders.MarkFailedResult](step.Declaration{Name: NameMarkFailed, Class: effects.ClassAbsoluteWrite, Step: orders.StepMarkFailed})

@@ -201,6 +201,43 @@ func TestDeciderVerifiesAReceiptAtSendGridAndTheWritesInTheDatabase(t *testing.T
 	require.Equal(t, "confirmed", res.Verification)
 }
 
+// MarkPaid keeps no effect record (it is self-guarded): "done" is applied
+// only when its transition is there, and stores nothing; "retry" has
+// nothing to undo.
+func TestDeciderChecksASelfGuardedStepAgainstItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := b.decider(t)
+	in := b.order(t, "sg1", "pm_card_visa")
+	key, err := in.EffectKey(orders.StepMarkPaid)
+	require.NoError(t, err)
+	raw, err := json.Marshal(orders.MarkPaidResult{Status: "paid"})
+	require.NoError(t, err)
+	done := pipeline.DecisionInput{EffectKey: key.String(), Step: orders.StepMarkPaid, Resolution: effects.ResolveDone,
+		Result: raw, Reason: "paid by hand", By: "ada", RunID: "run-1"}
+	pipelinetest.RequireRefused(t, d, done, `no transition recorded under `+key.String()+`: the step did not write it; decide retry; this step keeps no effect record`, false)
+	done.Unverified = true
+	pipelinetest.RequireRefused(t, d, done, "no transition recorded under", false)
+
+	retry := done
+	retry.Resolution, retry.Unverified = effects.ResolveRetry, false
+	res, err := d.Apply(context.Background(), retry)
+	require.NoError(t, err)
+	require.Equal(t, "absent", res.State)
+
+	_, err = b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+	done.Unverified = false
+	res, err = d.Apply(context.Background(), done)
+	require.NoError(t, err)
+	require.Equal(t, "confirmed", res.Verification)
+	require.Equal(t, string(effects.StateSucceeded), res.State)
+	_, err = b.claims.Get(context.Background(), key)
+	require.ErrorIs(t, err, effects.ErrNotFound, "a decision on a self-guarded step stores no record")
+}
+
 // Every declared order step has a Verify and its declaration an Outcome;
 // without Stripe or SendGrid, the steps that ask them are unverifiable.
 func TestEveryOrderStepIsVerified(t *testing.T) {

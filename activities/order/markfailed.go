@@ -28,7 +28,7 @@ func (a *Activities) MarkFailed(ctx context.Context, in orders.OrderInput) (orde
 
 // markFailed fails o in c.Tx once its charge failed for good.
 func (a *Activities) markFailed(ctx context.Context, c *call, o *orders.Order) (orders.MarkFailedResult, error) {
-	charge, err := a.requireChargeTx(ctx, c, effects.StateFailedTerminal)
+	charge, err := a.requireCharge(ctx, c, effects.StateFailedTerminal)
 	if errors.Is(err, step.ErrInvalidState) && o.Status == orders.StatusFailed {
 		// Only this step fails an order: its charge record was pruned since.
 		charge, err = &effects.Record{}, nil

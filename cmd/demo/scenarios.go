@@ -197,9 +197,10 @@ func (s *stack) effectStates(ctx context.Context, orderID string) (string, error
 	return strings.Join(own, " "), nil
 }
 
-// statesUnder lists the effect records under prefix as "charge=succeeded …".
+// statesUnder lists the effect records under prefix as "charge=succeeded …",
+// with the self-guarded steps' transitions (orders.Store.Effects).
 func (s *stack) statesUnder(ctx context.Context, prefix effects.Key) (string, error) {
-	recs, err := s.claims.List(ctx, prefix)
+	recs, err := s.store.Effects(ctx, s.claims, prefix)
 	if err != nil {
 		return "", fmt.Errorf("list effects of %s: %w", prefix, err)
 	}

@@ -235,7 +235,31 @@ func resolveRecord(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, 
 	case res.State == "absent":
 		return nil, usagef("resolve %s: %v: no effect record under this key, nothing to retry", k, effects.ErrNotFound)
 	}
-	return fxc.Get(ctx, k)
+	rec, err := fxc.Get(ctx, k)
+	if errors.Is(err, effects.ErrNotFound) && len(k.Parts()) > 2 {
+		// A self-guarded step stores no record: its transition is its record.
+		return ownWrite(ctx, store, fxc, k)
+	}
+	return rec, err
+}
+
+// ownWrite returns the record orders.Store.Effects makes of the
+// transition under k, a self-guarded order step's key.
+func ownWrite(ctx context.Context, store *orders.Store, fxc *effects.Client, k effects.Key) (*effects.Record, error) {
+	prefix, err := effects.NewKey(k.Tenant(), k.Parts()[:2]...)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := store.Effects(ctx, fxc, prefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.Key == k.String() {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("resolve %s: %w", k, effects.ErrNotFound)
 }
 
 // lookupOnlyFrom is the From of the SendGrid client resolve makes when

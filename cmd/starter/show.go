@@ -86,7 +86,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return migrationHint(ctx, pool, cfg, err)
 		}
-		recs, err := fxc.List(ctx, prefix)
+		recs, err := store.Effects(ctx, fxc, prefix)
 		if err != nil {
 			return err
 		}

@@ -59,7 +59,7 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	require.Equal(t, orders.StatusPaid, got.Status)
 	prefix, err := orders.OrderKey("acme", "smoke-1")
 	require.NoError(t, err)
-	recs, err := w.Effects.List(ctx, prefix)
+	recs, err := w.Orders.Effects(ctx, w.Effects, prefix)
 	require.NoError(t, err)
 	var made []string
 	for _, r := range recs {

@@ -1,0 +1,82 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyedhq/keyed/effects"
+)
+
+// Effects returns the order's effect records under prefix, as claims.List
+// does, with a record for each of the order's transitions that no effect
+// record backs: a self-guarded step's (step.Declaration.SelfGuarded, such
+// as MarkPaid's), whose transition is its record. Such a record has
+// succeeded, holds {"status": the state the order moved to} as its outcome
+// and was made and finished when the transition was. Records come in the
+// order they were made.
+func (s *Store) Effects(ctx context.Context, claims *effects.Client, prefix effects.Key) ([]*effects.Record, error) {
+	recs, err := claims.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return withTransitions(ctx, s.db, prefix, recs)
+}
+
+// EffectsTx is Effects in the caller's transaction.
+func (s *Store) EffectsTx(ctx context.Context, tx pgx.Tx, claims *effects.Client, prefix effects.Key) ([]*effects.Record, error) {
+	recs, err := claims.ListTx(ctx, tx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return withTransitions(ctx, tx, prefix, recs)
+}
+
+// withTransitions adds to recs a record for each transition of prefix's
+// order whose event ID is a key under prefix that recs lack.
+func withTransitions(ctx context.Context, db effects.DB, prefix effects.Key, recs []*effects.Record) ([]*effects.Record, error) {
+	parts := prefix.Parts()
+	if len(parts) != 2 || parts[0] != "order" {
+		return recs, nil
+	}
+	rows, err := db.Query(ctx, `SELECT event_id, to_state, created_at FROM order_transitions
+WHERE tenant_id = $1 AND order_id = $2 AND starts_with(event_id, $3) ORDER BY created_at, event_id`,
+		prefix.Tenant(), parts[1], prefix.String()+effects.Separator)
+	if err != nil {
+		return nil, fmt.Errorf("list transitions of %s: %w", prefix, err)
+	}
+	type transition struct {
+		event, to string
+		at        time.Time
+	}
+	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (transition, error) {
+		var t transition
+		return t, r.Scan(&t.event, &t.to, &t.at)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list transitions of %s: %w", prefix, err)
+	}
+	added := false
+	for _, t := range ts {
+		if slices.ContainsFunc(recs, func(r *effects.Record) bool { return r.Key == t.event }) {
+			continue
+		}
+		result, err := json.Marshal(map[string]string{"status": t.to})
+		if err != nil {
+			return nil, fmt.Errorf("encode transition %s: %w", t.event, err)
+		}
+		at := t.at
+		recs = append(recs, &effects.Record{Key: t.event, TenantID: prefix.Tenant(), Kind: t.event[strings.LastIndex(t.event, effects.Separator)+1:],
+			State: effects.StateSucceeded, Attempts: 1, Result: result, CreatedAt: at, UpdatedAt: at, FinishedAt: &at})
+		added = true
+	}
+	if added {
+		slices.SortStableFunc(recs, func(a, b *effects.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	}
+	return recs, nil
+}
