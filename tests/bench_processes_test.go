@@ -409,8 +409,10 @@ func bareStartOptions(in orders.OrderInput, which string) (client.StartWorkflowO
 			o.StaticSummary = k.StaticSummary
 		case "priority":
 			o.Priority = k.Priority
+		case "policy":
+			o.WorkflowIDConflictPolicy, o.WorkflowIDReusePolicy = k.WorkflowIDConflictPolicy, k.WorkflowIDReusePolicy
 		default:
-			return o, fmt.Errorf("BENCH_BARE_START: %q is not keyed, attrs, summary or priority", part)
+			return o, fmt.Errorf("BENCH_BARE_START: %q is not keyed, attrs, summary, priority or policy", part)
 		}
 	}
 	return o, nil
