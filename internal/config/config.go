@@ -221,6 +221,9 @@ type Temporal struct {
 	// Profile is the config file profile in use (TEMPORAL_PROFILE), empty
 	// for the default one.
 	Profile string
+	// RelayConcurrency is RELAY_CONCURRENCY: the most workflow starts one
+	// outbox relay has in flight (outbox.RelayOpts.Concurrency).
+	RelayConcurrency int
 	// conn is the profile read by the SDK's contrib/envconfig from the
 	// config file (TEMPORAL_CONFIG_FILE) and the TEMPORAL_* variables: TLS,
 	// client certificate, API key, gRPC headers. Its Address and Namespace

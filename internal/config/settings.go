@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 )
 
 // Setting is one row of Settings: one environment variable, the flag that
@@ -112,6 +113,11 @@ var Settings = []Setting{
 		Help: "gRPC compression of the calls to Temporal: gzip or none",
 		Doc: "`gzip` compresses every call to the frontend (the SDK's default, for links that are paid for or slow); " +
 			"`none` sends them plain, which saves the worker the CPU of gzip (about 8% of it under load) where the worker and the cluster share a network"},
+	{Env: "RELAY_CONCURRENCY", Field: "Temporal.RelayConcurrency", For: InWorker | InServe, Default: outbox.DefaultConcurrency,
+		Check: between(1, 1000),
+		Help:  "most workflow starts one outbox relay has in flight",
+		Doc: "the most workflow starts one outbox relay (in the worker, and in `starter serve` with `KEYED_SERVE_RELAY`) has in flight " +
+			"(1 to 1000); each briefly needs a pooled connection to record its start, so a burst of API orders reaches Temporal this many at a time"},
 	{Env: "TEMPORAL_API_KEY", For: InWorker | InStarter, Group: TemporalFlags, Secret: true,
 		Help: "Temporal Cloud API key; turns TLS on",
 		Doc:  sdkReads + "an API key, sent as `authorization: Bearer …` (with the regional endpoint as `TEMPORAL_ADDRESS`); turns TLS on"},

@@ -46,6 +46,9 @@ func newRelay(in relayIn) (*outbox.Relay, error) {
 	if opts.Logger == nil {
 		opts.Logger = in.Logger.With("component", "relay")
 	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = in.Temporal.RelayConcurrency
+	}
 	if in.Registerer != nil && opts.Metrics == nil {
 		m, err := outbox.NewMetrics(in.Registerer)
 		if err != nil {
