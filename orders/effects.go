@@ -19,7 +19,9 @@ import (
 // as MarkPaid's), whose transition is its record. Such a record has
 // succeeded, holds {"status": the state the order moved to} as its outcome
 // and was made and finished when the transition was. Records come in the
-// order they were made.
+// order they were made. A record under a transition's key that has not
+// succeeded (an older worker's claim of a step that is now self-guarded)
+// gives way to the transition's.
 func (s *Store) Effects(ctx context.Context, claims *effects.Client, prefix effects.Key) ([]*effects.Record, error) {
 	recs, err := claims.List(ctx, prefix)
 	if err != nil {
@@ -38,7 +40,8 @@ func (s *Store) EffectsTx(ctx context.Context, tx pgx.Tx, claims *effects.Client
 }
 
 // withTransitions adds to recs a record for each transition of prefix's
-// order whose event ID is a key under prefix that recs lack.
+// order whose event ID is a key under prefix that recs lack or hold
+// unfinished.
 func withTransitions(ctx context.Context, db effects.DB, prefix effects.Key, recs []*effects.Record) ([]*effects.Record, error) {
 	parts := prefix.Parts()
 	if len(parts) != 2 || parts[0] != "order" {
@@ -63,20 +66,35 @@ WHERE tenant_id = $1 AND order_id = $2 AND starts_with(event_id, $3) ORDER BY cr
 	}
 	added := false
 	for _, t := range ts {
-		if slices.ContainsFunc(recs, func(r *effects.Record) bool { return r.Key == t.event }) {
+		i := slices.IndexFunc(recs, func(r *effects.Record) bool { return r.Key == t.event })
+		if i >= 0 && recs[i].State == effects.StateSucceeded {
 			continue
 		}
-		result, err := json.Marshal(map[string]string{"status": t.to})
+		rec, err := transitionRecord(prefix.Tenant(), t.event, t.to, t.at)
 		if err != nil {
-			return nil, fmt.Errorf("encode transition %s: %w", t.event, err)
+			return nil, err
 		}
-		at := t.at
-		recs = append(recs, &effects.Record{Key: t.event, TenantID: prefix.Tenant(), Kind: t.event[strings.LastIndex(t.event, effects.Separator)+1:],
-			State: effects.StateSucceeded, Attempts: 1, Result: result, CreatedAt: at, UpdatedAt: at, FinishedAt: &at})
-		added = true
+		if i >= 0 {
+			// An older worker's unfinished claim of a step that is now
+			// self-guarded: the transition under its key proves the write.
+			recs[i] = rec
+			continue
+		}
+		recs, added = append(recs, rec), true
 	}
 	if added {
 		slices.SortStableFunc(recs, func(a, b *effects.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	}
 	return recs, nil
+}
+
+// transitionRecord is the record of a self-guarded step whose transition
+// under key moved the order to `to` at `at`.
+func transitionRecord(tenant, key, to string, at time.Time) (*effects.Record, error) {
+	result, err := json.Marshal(map[string]string{"status": to})
+	if err != nil {
+		return nil, fmt.Errorf("encode transition %s: %w", key, err)
+	}
+	return &effects.Record{Key: key, TenantID: tenant, Kind: key[strings.LastIndex(key, effects.Separator)+1:],
+		State: effects.StateSucceeded, Attempts: 1, Result: result, CreatedAt: at, UpdatedAt: at, FinishedAt: &at}, nil
 }
