@@ -13,15 +13,12 @@ import (
 	"github.com/keyedhq/keyed/effects"
 )
 
-// Effects returns the order's effect records under prefix, as claims.List
-// does, with a record for each of the order's transitions that no effect
-// record backs: a self-guarded step's (step.Declaration.SelfGuarded, such
-// as MarkPaid's), whose transition is its record. Such a record has
-// succeeded, holds {"status": the state the order moved to} as its outcome
-// and was made and finished when the transition was. Records come in the
-// order they were made. A record under a transition's key that has not
-// succeeded (an older worker's claim of a step that is now self-guarded)
-// gives way to the transition's.
+// Effects returns the order's effect records under prefix (claims.List),
+// in the order they were made, with a succeeded record, outcome {"status":
+// the state moved to}, for each transition under a key that has no
+// finished record: a self-guarded step's transition is its record
+// (step.Declaration.SelfGuarded), and it outranks an older worker's
+// unfinished claim of that key.
 func (s *Store) Effects(ctx context.Context, claims *effects.Client, prefix effects.Key) ([]*effects.Record, error) {
 	recs, err := claims.List(ctx, prefix)
 	if err != nil {
