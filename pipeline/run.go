@@ -202,11 +202,18 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 // steps as local activities; runs from before it run them as activities.
 const localStepsChange = "local-database-steps"
 
+// MemoLocalSteps is the memo field (value true) that Start and Configure
+// give every run: the run executes Local steps as local activities from
+// its start, so it needs no version marker (and no search attribute
+// upsert) to say so. A run without it decides with localStepsChange.
+const MemoLocalSteps = "keyed.local_steps"
+
 // execute starts the activity of the step declared by d, whose effect key
 // is key: a local activity for a Local step (step.Declaration.Local) in
-// runs with localStepsChange, an activity otherwise.
+// runs started with MemoLocalSteps or with localStepsChange, an activity
+// otherwise.
 func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string) workflow.Future {
-	if d.Local && workflow.GetVersion(ctx, localStepsChange, workflow.DefaultVersion, 1) >= 1 {
+	if d.Local && localSteps(ctx) {
 		lctx := workflow.WithLocalActivityOptions(ctx, d.LocalActivityOptions(key))
 		return workflow.ExecuteLocalActivity(lctx, d.Name, r.in)
 	}
@@ -215,6 +222,17 @@ func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string) work
 		ao.TaskQueue = q // replay does not compare an activity's task queue
 	}
 	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ao), d.Name, r.in)
+}
+
+// localSteps reports whether the run executes Local steps as local
+// activities: a run started with MemoLocalSteps does; any other asks
+// workflow.GetVersion, which records its answer in runs that reach here
+// first on code with localStepsChange.
+func localSteps(ctx workflow.Context) bool {
+	if _, ok := workflow.GetInfo(ctx).Memo.GetFields()[MemoLocalSteps]; ok {
+		return true
+	}
+	return workflow.GetVersion(ctx, localStepsChange, workflow.DefaultVersion, 1) >= 1
 }
 
 // skipAfter marks every pending step after step i skipped.

@@ -217,13 +217,21 @@ func RunOfKey(specs []Spec, k effects.Key) (workflowID, stepName string, ok bool
 }
 
 // Configure returns the relay's temporalstart.ConfigureFunc: a row of a
-// spec's workflow gets that spec's Configure; other rows pass untouched.
+// spec's workflow gets that spec's Configure and MemoLocalSteps; other
+// rows pass untouched.
 func Configure(specs []Spec, db effects.DB) temporalstart.ConfigureFunc {
 	return func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
 		for _, s := range specs {
-			if s.Workflow == req.WorkflowType && s.Configure != nil {
-				return s.Configure(ctx, db, req, o)
+			if s.Workflow != req.WorkflowType {
+				continue
 			}
+			if s.Configure != nil {
+				if err := s.Configure(ctx, db, req, o); err != nil {
+					return err
+				}
+			}
+			o.Memo = withLocalSteps(o.Memo)
+			return nil
 		}
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -19,8 +20,9 @@ import (
 // call created it. A run of o.ID already going, or one the reuse policy keeps,
 // is not started again: Start returns its IDs with Created=false. Concurrent
 // calls for one workflow ID, client and task queue in this process share one
-// request. It returns in's validation error (when in has a Validate method)
-// before calling Temporal, and the client's error otherwise.
+// request. The run gets MemoLocalSteps. It returns in's validation error
+// (when in has a Validate method) before calling Temporal, and the
+// client's error otherwise.
 func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, in any) (*outbox.Started, error) {
 	if v, ok := in.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
@@ -30,6 +32,7 @@ func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, 
 	if c == nil {
 		return nil, errors.New("start " + workflow + ": client is nil")
 	}
+	o.Memo = withLocalSteps(o.Memo)
 	leader := false
 	v, err, _ := starts.Do(fmt.Sprintf("%p\x00%s\x00%s", c, o.TaskQueue, o.ID), func() (any, error) {
 		leader = true
@@ -41,6 +44,15 @@ func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, 
 	st := *v.(*outbox.Started)
 	st.Created = st.Created && leader
 	return &st, nil
+}
+
+// withLocalSteps returns memo with MemoLocalSteps set, leaving memo as it
+// was.
+func withLocalSteps(memo map[string]any) map[string]any {
+	out := make(map[string]any, len(memo)+1)
+	maps.Copy(out, memo)
+	out[MemoLocalSteps] = true
+	return out
 }
 
 // starts collapses concurrent starts of one workflow ID into one request:

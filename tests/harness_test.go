@@ -7,15 +7,19 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
@@ -152,6 +156,26 @@ func (b *bundle) wait(t *testing.T, st *outbox.Started) (orders.OrderResult, err
 	var res orders.OrderResult
 	err := b.temporal.GetWorkflow(b.ctx, st.WorkflowID, st.RunID).Get(b.ctx, &res)
 	return res, err
+}
+
+// history returns the events of run st; with KEYED_RECORD_HISTORY set, it
+// also writes them there as `temporal workflow show --output json` does,
+// for a replay test's testdata.
+func (b *bundle) history(t *testing.T, st *outbox.Started) []*historypb.HistoryEvent {
+	t.Helper()
+	var events []*historypb.HistoryEvent
+	it := b.temporal.GetWorkflowHistory(b.ctx, st.WorkflowID, st.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	if path := os.Getenv("KEYED_RECORD_HISTORY"); path != "" {
+		out, err := protojson.MarshalOptions{Multiline: true}.Marshal(&historypb.History{Events: events})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, append(out, '\n'), 0o644))
+	}
+	return events
 }
 
 // records returns the order's effect records by kind, with the

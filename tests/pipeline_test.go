@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -17,6 +18,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
@@ -52,6 +54,19 @@ func TestHappyPath(t *testing.T) {
 		require.Contains(t, recs, step)
 		require.Equal(t, effects.StateSucceeded, recs[step].State, step)
 	}
+
+	// Started with pipeline.MemoLocalSteps, the run runs MarkPaid as a
+	// local activity with no version marker and no search attribute upsert.
+	events := b.history(t, st)
+	require.Contains(t, events[0].GetWorkflowExecutionStartedEventAttributes().GetMemo().GetFields(), pipeline.MemoLocalSteps)
+	var markers []string
+	for _, e := range events {
+		require.NotEqual(t, enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES, e.GetEventType())
+		if e.GetEventType() == enumspb.EVENT_TYPE_MARKER_RECORDED {
+			markers = append(markers, e.GetMarkerRecordedEventAttributes().GetMarkerName())
+		}
+	}
+	require.Equal(t, []string{"LocalActivity"}, markers)
 }
 
 // 2. Ten concurrent starts of one order: one run, one charge, one email.

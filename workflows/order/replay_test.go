@@ -2,14 +2,20 @@ package order_test
 
 import (
 	"log/slog"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
@@ -54,10 +60,31 @@ func TestReplay(t *testing.T) {
 	// runs ApplyDecision and the receipt again, and completes.
 	// order_happy_v1.json runs MarkPaid as a local activity (version 1 of
 	// "local-database-steps"); the older ones run it as an activity.
+	// order_happy_v2.json was started with pipeline.MemoLocalSteps and runs
+	// it as a local activity with no version marker.
 	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
-		"testdata/order_receipt_decided_v1.json", "testdata/order_happy_v1.json"} {
+		"testdata/order_receipt_decided_v1.json", "testdata/order_happy_v1.json", "testdata/order_happy_v2.json"} {
 		r := worker.NewWorkflowReplayer()
 		orderflow.Register(r, nil)
 		require.NoError(t, replay(r, file), file)
 	}
+}
+
+// TestReplayMarkerAndMemo replays a run started with pipeline.MemoLocalSteps
+// that a worker from before the memo ran: it recorded the version marker
+// of "local-database-steps" and its search attribute upsert, which this
+// code, reading the memo, does not ask for.
+func TestReplayMarkerAndMemo(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("testdata/order_happy_v1.json")
+	require.NoError(t, err)
+	var h historypb.History
+	require.NoError(t, protojson.Unmarshal(raw, &h))
+	memo, err := converter.GetDefaultDataConverter().ToPayload(true)
+	require.NoError(t, err)
+	h.Events[0].GetWorkflowExecutionStartedEventAttributes().Memo = &commonpb.Memo{
+		Fields: map[string]*commonpb.Payload{pipeline.MemoLocalSteps: memo}}
+	r := worker.NewWorkflowReplayer()
+	orderflow.Register(r, nil)
+	require.NoError(t, r.ReplayWorkflowHistory(log.NewStructuredLogger(slog.New(slog.DiscardHandler)), &h))
 }
