@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -493,4 +494,49 @@ func TestClaimMakesAMissingLeaf(t *testing.T) {
 	leaves, err = b.client.Leaves(b.ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, leaves)
+}
+
+// A claim reads every leaf of its kind's classes by the key index, never
+// by walking the (created_at, kind) index, whatever the leaves' statistics
+// say: here they are empty, for a kind in one class ("receipt", in
+// 'default') and for one still looked up in two ("charge", in its own
+// class and 'default' until it is set apart). The session's plans are
+// generic and made by the first claim, so a later claim locks only the
+// indexes its plan reads.
+func TestClaimReadsLeavesByKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	day := 24 * time.Hour
+	table := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}}
+	require.NoError(t, b.client.SetLifetimes(b.ctx, table, nil))
+	_, err := b.client.EnsureLeaves(b.ctx, 30*day, 0) // a lifetime's leaves
+	require.NoError(t, err)
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(b.ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(b.ctx, `RESET plan_cache_mode`) }()
+	for _, kind := range []string{"receipt", "charge"} {
+		for i := range 3 {
+			tx, err := conn.Begin(b.ctx)
+			require.NoError(t, err)
+			key := effects.MustKey("acme", "order", fmt.Sprint("k", i), kind)
+			_, err = b.client.ClaimTx(b.ctx, tx, effects.ClaimParams{Key: key, Owner: "o"})
+			require.NoError(t, err)
+			rows, err := tx.Query(b.ctx, `SELECT c.relname::text FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+				WHERE l.pid = pg_backend_pid() AND c.relkind = 'i' AND c.relname LIKE 'keyed_effects%'`)
+			require.NoError(t, err)
+			indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			require.NoError(t, tx.Rollback(b.ctx))
+			if i == 0 {
+				continue // planned now: the planner opens every index
+			}
+			require.NotEmpty(t, indexes, kind)
+			for _, ix := range indexes {
+				require.True(t, strings.HasSuffix(ix, "_key"), "%s claim %d read %s", kind, i, ix)
+			}
+		}
+	}
 }
