@@ -158,9 +158,7 @@ func (b *bundle) wait(t *testing.T, st *outbox.Started) (orders.OrderResult, err
 	return res, err
 }
 
-// history returns the events of run st; with KEYED_RECORD_HISTORY set, it
-// also writes them there as `temporal workflow show --output json` does,
-// for a replay test's testdata.
+// history returns the events of run st.
 func (b *bundle) history(t *testing.T, st *outbox.Started) []*historypb.HistoryEvent {
 	t.Helper()
 	var events []*historypb.HistoryEvent
@@ -170,12 +168,21 @@ func (b *bundle) history(t *testing.T, st *outbox.Started) []*historypb.HistoryE
 		require.NoError(t, err)
 		events = append(events, e)
 	}
-	if path := os.Getenv("KEYED_RECORD_HISTORY"); path != "" {
-		out, err := protojson.MarshalOptions{Multiline: true}.Marshal(&historypb.History{Events: events})
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, append(out, '\n'), 0o644))
-	}
 	return events
+}
+
+// recordHistory writes events where KEYED_RECORD_HISTORY says, as
+// `temporal workflow show --output json` does, for a replay test's
+// testdata; it does nothing when the variable is unset.
+func recordHistory(t *testing.T, events []*historypb.HistoryEvent) {
+	t.Helper()
+	path := os.Getenv("KEYED_RECORD_HISTORY")
+	if path == "" {
+		return
+	}
+	out, err := protojson.MarshalOptions{Multiline: true}.Marshal(&historypb.History{Events: events})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, append(out, '\n'), 0o644))
 }
 
 // records returns the order's effect records by kind, with the

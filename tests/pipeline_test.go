@@ -58,6 +58,7 @@ func TestHappyPath(t *testing.T) {
 	// Started with pipeline.MemoLocalSteps, the run runs MarkPaid as a
 	// local activity with no version marker and no search attribute upsert.
 	events := b.history(t, st)
+	recordHistory(t, events) // workflows/order/testdata/order_happy_v2.json
 	require.Contains(t, events[0].GetWorkflowExecutionStartedEventAttributes().GetMemo().GetFields(), pipeline.MemoLocalSteps)
 	var markers []string
 	for _, e := range events {

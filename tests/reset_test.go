@@ -79,10 +79,7 @@ func (b *bundle) taskAfterActivity(t *testing.T, st *outbox.Started, name string
 	t.Helper()
 	scheduled := map[int64]string{}
 	completed := false
-	it := b.temporal.GetWorkflowHistory(b.ctx, st.WorkflowID, st.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(t, err)
+	for _, e := range b.history(t, st) {
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			scheduled[e.GetEventId()] = e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName()

@@ -49,7 +49,8 @@ func TestReplayCatchesAStepAddedWithoutGetVersion(t *testing.T) {
 // OrderWorkflow that would break runs in flight (a step added, removed or
 // reordered without workflow.GetVersion) fails here. To record a new one,
 // run the workflow on bin/temporal and save
-// `bin/temporal workflow show --workflow-id ID --output json`.
+// `bin/temporal workflow show --workflow-id ID --output json`, or run
+// tests' TestHappyPath with KEYED_RECORD_HISTORY set to the file.
 func TestReplay(t *testing.T) {
 	t.Parallel()
 	// order_declined.json predates marking a declined order failed and
