@@ -101,3 +101,59 @@ func TestWorkerKilledAfterCharge(t *testing.T) {
 	rec := b.records(t, "o5")[orders.StepCharge]
 	require.GreaterOrEqual(t, rec.Attempts, 2, "the charge step must have been re-entered")
 }
+
+// 6. The worker process is SIGKILLed while MarkPaid's one statement runs:
+// the statement commits after the worker is gone, so the order is paid
+// but the run never recorded MarkPaid's local activity. A new worker runs
+// MarkPaid again, which finds its own transition: one charge, one
+// transition to paid, one email.
+func TestWorkerKilledDuringMarkPaid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bin := buildWorker(t)
+	b.order(t, "o6", 1999, "pm_card_visa")
+	// MarkPaid's statement waits 3 s inside its transition's insert, before
+	// it commits.
+	_, err := b.pool.Exec(b.ctx, `
+CREATE FUNCTION hold_paid() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.to_state = 'paid' THEN
+        PERFORM pg_sleep(3);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER hold_paid AFTER INSERT ON order_transitions FOR EACH ROW EXECUTE FUNCTION hold_paid();`)
+	require.NoError(t, err)
+	paid := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM order_transitions
+			WHERE tenant_id = $1 AND order_id = 'o6' AND to_state = 'paid'`, b.tenant).Scan(&n))
+		return n
+	}
+
+	first, out := b.spawnWorker(t, bin)
+	st := b.start(t, orders.NewOrderInput(b.tenant, "o6"))
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event = 'PgSleep' AND query LIKE '%order_transitions%'`).Scan(&n))
+		return n > 0 || paid() > 0
+	}, 60*time.Second, 20*time.Millisecond, "MarkPaid never ran; the first worker's output:\n%s", out)
+	require.Zero(t, paid(), "MarkPaid committed before the worker was killed")
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+	require.Eventually(t, func() bool { return paid() == 1 }, 10*time.Second, 50*time.Millisecond,
+		"the statement of the killed worker did not commit")
+	_, err = b.pool.Exec(b.ctx, `DROP TRIGGER hold_paid ON order_transitions`)
+	require.NoError(t, err)
+
+	_, out2 := b.spawnWorker(t, bin)
+	_, err = b.wait(t, st)
+	require.NoError(t, err, "second worker output:\n%s", out2)
+	require.Equal(t, 1, b.stripe.Charges())
+	require.Equal(t, 1, b.mail.Count())
+	require.Equal(t, 1, paid())
+	got, err := b.orders.Get(b.ctx, b.tenant, "o6")
+	require.NoError(t, err)
+	require.Equal(t, orders.StatusPaid, got.Status)
+}
