@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -232,6 +233,8 @@ func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(desc.RawResponse.GetExecutionConfig().GetUserMetadata().GetSummary(), &summary))
 	require.Equal(t, "tenant "+b.tenant+" · order "+ids[0]+" · 19.99 USD", summary)
 	requireOrderSearchAttributes(t, desc.RawResponse, b.tenant, ids[0])
+	require.Equal(t, b.tenant, desc.RawResponse.GetWorkflowExecutionInfo().GetPriority().GetFairnessKey(), "the tenant is the run's fairness key")
+	require.Contains(t, desc.RawResponse.GetWorkflowExecutionInfo().GetMemo().GetFields(), pipeline.MemoLocalSteps)
 
 	// EnqueueTx without the order leaves the amount out.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
+	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
 // The relay's dispatch (pipeline.Configure over the registered pipelines):
@@ -33,6 +34,8 @@ func TestConfigureOutboxStartGivesRefundsASummary(t *testing.T) {
 	order, ok := o.TypedSearchAttributes.GetKeyword(temporal.NewSearchAttributeKeyKeyword(orders.SearchAttrOrderID))
 	require.True(t, ok)
 	require.Equal(t, "9f3a", order)
+	require.Equal(t, "acme", o.Priority.FairnessKey, "the tenant is the run's fairness key")
+	require.Contains(t, o.Memo, pipeline.MemoLocalSteps)
 
 	req.Meta = nil
 	o = client.StartWorkflowOptions{}
@@ -46,4 +49,25 @@ func TestConfigureOutboxStartGivesRefundsASummary(t *testing.T) {
 	o = client.StartWorkflowOptions{}
 	require.NoError(t, configure(context.Background(), outbox.Request{WorkflowType: "InvoiceWorkflow", WorkflowID: "i", Payload: []byte(`{}`)}, &o))
 	require.Empty(t, o.StaticSummary)
+}
+
+// An order run started from the outbox (by the relay, or by the API's
+// Update-with-Start) carries what orderflow.StartOptions gives a run
+// started directly: its search attributes, its summary, the tenant's
+// fairness key, and the local-steps memo.
+func TestConfigureOutboxStartGivesOrdersTheirStartOptions(t *testing.T) {
+	t.Parallel()
+	configure := pipeline.Configure(workflows.Pipelines(), nil)
+	in := orders.NewOrderInput("acme", "9f3a")
+	req, err := orders.StartRequest(in, nil)
+	require.NoError(t, err)
+	var o client.StartWorkflowOptions
+	require.NoError(t, configure(context.Background(), req, &o))
+	direct, err := orderflow.StartOptions(in, nil)
+	require.NoError(t, err)
+	require.Equal(t, direct.StaticSummary, o.StaticSummary)
+	require.Equal(t, direct.TypedSearchAttributes, o.TypedSearchAttributes)
+	require.Equal(t, direct.Priority, o.Priority)
+	require.Equal(t, "acme", o.Priority.FairnessKey)
+	require.Equal(t, map[string]any{pipeline.MemoLocalSteps: true}, o.Memo)
 }

@@ -34,7 +34,7 @@ func configure(ctx context.Context, db effects.DB, req outbox.Request, o *client
 	if err != nil {
 		return err
 	}
-	o.TypedSearchAttributes, o.StaticSummary = so.TypedSearchAttributes, so.StaticSummary
+	o.TypedSearchAttributes, o.StaticSummary, o.Priority = so.TypedSearchAttributes, so.StaticSummary, so.Priority
 	return nil
 }
 

@@ -47,7 +47,7 @@ func configure(_ context.Context, _ effects.DB, req outbox.Request, o *client.St
 		return err
 	}
 	so := StartOptions(in, o.TaskQueue)
-	o.TypedSearchAttributes, o.StaticSummary = so.TypedSearchAttributes, so.StaticSummary
+	o.TypedSearchAttributes, o.StaticSummary, o.Priority = so.TypedSearchAttributes, so.StaticSummary, so.Priority
 	if currency != "" {
 		o.StaticSummary += " · " + orders.FormatAmount(in.AmountMinor, currency)
 	}
