@@ -18,7 +18,8 @@ var sdkLatencyBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.
 // metrics on reg: counters as <name>_total, gauges as <name>, timers as
 // <name>_seconds histograms, tags as labels. A sample with a label set other
 // than its name's first is dropped and counted in
-// keyed_sdk_metrics_dropped_total rather than breaking /metrics.
+// keyed_sdk_metrics_dropped_total rather than breaking /metrics. The
+// metrics made for a tag set are kept, so a sample costs a map look-up.
 func newSDKMetrics(reg prometheus.Registerer) (client.MetricsHandler, error) {
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "keyed_sdk_metrics_dropped_total",
@@ -27,7 +28,8 @@ func newSDKMetrics(reg prometheus.Registerer) (client.MetricsHandler, error) {
 	if err := reg.Register(dropped); err != nil {
 		return nil, err
 	}
-	return sdkHandler{r: &sdkRegistry{reg: reg, dropped: dropped, vecs: map[string]*sdkVec{}}}, nil
+	r := &sdkRegistry{reg: reg, dropped: dropped, vecs: map[string]*sdkVec{}}
+	return sdkHandler{r: r, t: r.tagSet(map[string]string{})}, nil
 }
 
 type sdkKind int
@@ -52,6 +54,10 @@ type sdkRegistry struct {
 	dropped prometheus.Counter
 	mu      sync.Mutex
 	vecs    map[string]*sdkVec
+	// sets holds one *sdkTagSet per distinct tag set (by tagSignature),
+	// so that the metrics made for a tag set outlive the handler the SDK
+	// made for one task.
+	sets sync.Map
 }
 
 // vec returns the vector for name with labels, creating and registering it
@@ -79,64 +85,104 @@ func (r *sdkRegistry) vec(name string, kind sdkKind, labels []string) *sdkVec {
 		r.vecs[name] = v
 	}
 	if v.broken || v.kind != kind || !slices.Equal(v.labels, labels) {
-		r.dropped.Inc()
 		return nil
 	}
 	return v
 }
 
+// tagSet returns the registry's one *sdkTagSet for tags.
+func (r *sdkRegistry) tagSet(tags map[string]string) *sdkTagSet {
+	names := slices.Sorted(maps.Keys(tags))
+	var sig strings.Builder
+	for _, n := range names {
+		sig.WriteString(n)
+		sig.WriteByte(0)
+		sig.WriteString(tags[n])
+		sig.WriteByte(0)
+	}
+	if set, ok := r.sets.Load(sig.String()); ok {
+		return set.(*sdkTagSet)
+	}
+	set, _ := r.sets.LoadOrStore(sig.String(), &sdkTagSet{names: names, tags: tags})
+	return set.(*sdkTagSet)
+}
+
+// sdkTagSet is one set of tags: its label names in order, its labels, and
+// the metrics made for it so far, by kind and name.
+type sdkTagSet struct {
+	names []string
+	tags  map[string]string
+	made  sync.Map // sdkMetricKey → counterFunc, gaugeFunc or timerFunc
+}
+
+type sdkMetricKey struct {
+	kind sdkKind
+	name string
+}
+
 type sdkHandler struct {
-	r    *sdkRegistry
-	tags map[string]string
+	r *sdkRegistry
+	t *sdkTagSet
 }
 
 // WithTags returns a handler whose metrics carry tags on top of h's.
 func (h sdkHandler) WithTags(tags map[string]string) client.MetricsHandler {
-	merged := make(map[string]string, len(h.tags)+len(tags))
-	for k, v := range h.tags {
-		merged[sanitizeName(k)] = v
-	}
+	merged := make(map[string]string, len(h.t.tags)+len(tags))
+	maps.Copy(merged, h.t.tags)
 	for k, v := range tags {
 		merged[sanitizeName(k)] = v
 	}
-	return sdkHandler{r: h.r, tags: merged}
+	return sdkHandler{r: h.r, t: h.r.tagSet(merged)}
 }
 
-func (h sdkHandler) labels() ([]string, prometheus.Labels) {
-	return slices.Sorted(maps.Keys(h.tags)), prometheus.Labels(h.tags)
+// metric returns what h's tag set made for kind and name: build's result
+// for the name's vector, or drop when the sample must be dropped, made on
+// first use.
+func (h sdkHandler) metric(kind sdkKind, name string, build func(*sdkVec) any, drop any) any {
+	key := sdkMetricKey{kind, name}
+	if m, ok := h.t.made.Load(key); ok {
+		return m
+	}
+	m := drop
+	if v := h.r.vec(sanitizeName(name)+kind.suffix(), kind, h.t.names); v != nil {
+		m = build(v)
+	}
+	m, _ = h.t.made.LoadOrStore(key, m)
+	return m
+}
+
+// suffix is what the metric name of kind ends with.
+func (k sdkKind) suffix() string {
+	switch k {
+	case sdkCounter:
+		return "_total"
+	case sdkTimer:
+		return "_seconds"
+	}
+	return ""
 }
 
 // Counter returns the counter name_total for h's tags.
 func (h sdkHandler) Counter(name string) client.MetricsCounter {
-	names, values := h.labels()
-	v := h.r.vec(sanitizeName(name)+"_total", sdkCounter, names)
-	if v == nil {
-		return counterFunc(func(int64) {})
-	}
-	c := v.counter.With(values)
-	return counterFunc(func(d int64) { c.Add(float64(d)) })
+	return h.metric(sdkCounter, name, func(v *sdkVec) any {
+		c := v.counter.With(h.t.tags)
+		return counterFunc(func(d int64) { c.Add(float64(d)) })
+	}, counterFunc(func(int64) { h.r.dropped.Inc() })).(counterFunc)
 }
 
 // Gauge returns the gauge name for h's tags.
 func (h sdkHandler) Gauge(name string) client.MetricsGauge {
-	names, values := h.labels()
-	v := h.r.vec(sanitizeName(name), sdkGauge, names)
-	if v == nil {
-		return gaugeFunc(func(float64) {})
-	}
-	g := v.gauge.With(values)
-	return gaugeFunc(g.Set)
+	return h.metric(sdkGauge, name, func(v *sdkVec) any {
+		return gaugeFunc(v.gauge.With(h.t.tags).Set)
+	}, gaugeFunc(func(float64) { h.r.dropped.Inc() })).(gaugeFunc)
 }
 
 // Timer returns the histogram name_seconds for h's tags.
 func (h sdkHandler) Timer(name string) client.MetricsTimer {
-	names, values := h.labels()
-	v := h.r.vec(sanitizeName(name)+"_seconds", sdkTimer, names)
-	if v == nil {
-		return timerFunc(func(time.Duration) {})
-	}
-	o := v.hist.With(values)
-	return timerFunc(func(d time.Duration) { o.Observe(d.Seconds()) })
+	return h.metric(sdkTimer, name, func(v *sdkVec) any {
+		o := v.hist.With(h.t.tags)
+		return timerFunc(func(d time.Duration) { o.Observe(d.Seconds()) })
+	}, timerFunc(func(time.Duration) { h.r.dropped.Inc() })).(timerFunc)
 }
 
 // sanitizeName makes s a valid Prometheus metric or label name.
