@@ -112,13 +112,13 @@ func TestWorkerKilledDuringMarkPaid(t *testing.T) {
 	b := setup(t)
 	bin := buildWorker(t)
 	b.order(t, "o6", 1999, "pm_card_visa")
-	// MarkPaid's statement waits 3 s inside its transition's insert, before
+	// MarkPaid's statement waits 8 s inside its transition's insert, before
 	// it commits.
 	_, err := b.pool.Exec(b.ctx, `
 CREATE FUNCTION hold_paid() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.to_state = 'paid' THEN
-        PERFORM pg_sleep(3);
+        PERFORM pg_sleep(8);
     END IF;
     RETURN NEW;
 END $$;
@@ -142,7 +142,7 @@ CREATE TRIGGER hold_paid AFTER INSERT ON order_transitions FOR EACH ROW EXECUTE 
 	require.Zero(t, paid(), "MarkPaid committed before the worker was killed")
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
-	require.Eventually(t, func() bool { return paid() == 1 }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return paid() == 1 }, 30*time.Second, 50*time.Millisecond,
 		"the statement of the killed worker did not commit")
 	_, err = b.pool.Exec(b.ctx, `DROP TRIGGER hold_paid ON order_transitions`)
 	require.NoError(t, err)
