@@ -135,20 +135,38 @@ func (h sdkHandler) WithTags(tags map[string]string) client.MetricsHandler {
 	return sdkHandler{r: h.r, t: h.r.tagSet(merged)}
 }
 
-// metric returns what h's tag set made for kind and name: build's result
-// for the name's vector, or drop when the sample must be dropped, made on
-// first use.
-func (h sdkHandler) metric(kind sdkKind, name string, build func(*sdkVec) any, drop any) any {
+// metric returns what h's tag set made for kind and name (a counterFunc,
+// gaugeFunc or timerFunc), making it on first use; a sample that must be
+// dropped is counted instead.
+func (h sdkHandler) metric(kind sdkKind, name string) any {
 	key := sdkMetricKey{kind, name}
 	if m, ok := h.t.made.Load(key); ok {
 		return m
 	}
-	m := drop
-	if v := h.r.vec(sanitizeName(name)+kind.suffix(), kind, h.t.names); v != nil {
-		m = build(v)
-	}
-	m, _ = h.t.made.LoadOrStore(key, m)
+	m, _ := h.t.made.LoadOrStore(key, h.make(kind, name))
 	return m
+}
+
+// make builds the metric of kind and name for h's tag set.
+func (h sdkHandler) make(kind sdkKind, name string) any {
+	v := h.r.vec(sanitizeName(name)+kind.suffix(), kind, h.t.names)
+	dropped := h.r.dropped
+	switch {
+	case kind == sdkCounter && v != nil:
+		c := v.counter.With(h.t.tags)
+		return counterFunc(func(d int64) { c.Add(float64(d)) })
+	case kind == sdkCounter:
+		return counterFunc(func(int64) { dropped.Inc() })
+	case kind == sdkGauge && v != nil:
+		return gaugeFunc(v.gauge.With(h.t.tags).Set)
+	case kind == sdkGauge:
+		return gaugeFunc(func(float64) { dropped.Inc() })
+	case v != nil:
+		o := v.hist.With(h.t.tags)
+		return timerFunc(func(d time.Duration) { o.Observe(d.Seconds()) })
+	default:
+		return timerFunc(func(time.Duration) { dropped.Inc() })
+	}
 }
 
 // suffix is what the metric name of kind ends with.
@@ -164,25 +182,17 @@ func (k sdkKind) suffix() string {
 
 // Counter returns the counter name_total for h's tags.
 func (h sdkHandler) Counter(name string) client.MetricsCounter {
-	return h.metric(sdkCounter, name, func(v *sdkVec) any {
-		c := v.counter.With(h.t.tags)
-		return counterFunc(func(d int64) { c.Add(float64(d)) })
-	}, counterFunc(func(int64) { h.r.dropped.Inc() })).(counterFunc)
+	return h.metric(sdkCounter, name).(counterFunc)
 }
 
 // Gauge returns the gauge name for h's tags.
 func (h sdkHandler) Gauge(name string) client.MetricsGauge {
-	return h.metric(sdkGauge, name, func(v *sdkVec) any {
-		return gaugeFunc(v.gauge.With(h.t.tags).Set)
-	}, gaugeFunc(func(float64) { h.r.dropped.Inc() })).(gaugeFunc)
+	return h.metric(sdkGauge, name).(gaugeFunc)
 }
 
 // Timer returns the histogram name_seconds for h's tags.
 func (h sdkHandler) Timer(name string) client.MetricsTimer {
-	return h.metric(sdkTimer, name, func(v *sdkVec) any {
-		o := v.hist.With(h.t.tags)
-		return timerFunc(func(d time.Duration) { o.Observe(d.Seconds()) })
-	}, timerFunc(func(time.Duration) { h.r.dropped.Inc() })).(timerFunc)
+	return h.metric(sdkTimer, name).(timerFunc)
 }
 
 // sanitizeName makes s a valid Prometheus metric or label name.
