@@ -78,6 +78,10 @@ bench-pipeline: postgres tools ## Run keyed's shipped worker binary and a bare-k
 bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders through workflows.Start and through the HTTP API (with the relay) beside the bare SDK (USE_EXISTING) on one dev server; check 10 runs and 10 charges, print p50/p99 and the p99 ratio.
 	go test -run '^$$' -bench Storm -benchtime 1x -timeout 20m ./tests
 
+.PHONY: bench-enqueue
+bench-enqueue: postgres ## Commit orders with their outbox rows from 8 and 32 concurrent transactions, every enqueue notifying beside one per NotifyWindow: orders/s and p99.
+	go test -run '^$$' -bench Enqueue -benchtime 4000x -count 3 ./outbox
+
 .PHONY: bench-relay
 bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
 	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox

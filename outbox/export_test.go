@@ -57,3 +57,12 @@ func (m *Metrics) DepthForTest() prometheus.Collector { return m.depth }
 func (m *Metrics) StartsForTest(result string) prometheus.Collector {
 	return m.starts.WithLabelValues(result)
 }
+
+// NotifyEveryEnqueueForTest makes every enqueue notify, as each did before
+// NotifyWindow, and returns a function that restores the window: the
+// baseline of BenchmarkEnqueue. Parallel tests meanwhile notify on every
+// enqueue too, which they are written to allow.
+func NotifyEveryEnqueueForTest() (restore func()) {
+	wakes.window.Store(0)
+	return func() { wakes.window.Store(int64(NotifyWindow)) }
+}

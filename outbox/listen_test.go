@@ -56,6 +56,53 @@ func TestListenWakesTheRelayOnCommit(t *testing.T) {
 	require.Equal(t, 1, calls[orders.WorkflowID(b.tenant, ids[0])])
 }
 
+// Enqueues from one process within NotifyWindow notify once; the relay's
+// look after the wake-up starts the rows of those that did not, with the
+// poll an hour away. Two transactions enqueue one after the other; the
+// second commits after the relay, woken by the first, has looked.
+func TestEnqueuesThatDidNotNotifyStillStartAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	go outbox.Listen(ctx, b.pool, wake, b.logger)
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener never started")
+	}
+	r := b.relay(t, &outbox.RelayOpts{PollInterval: time.Hour, Wake: wake})
+	go func() { _ = r.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond) // the relay's first poll, of an empty outbox
+
+	ids := []string{"first", "second"}
+	var txs []pgx.Tx
+	var made []*orders.Order
+	for _, id := range ids {
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(b.ctx) }()
+		o, _, err := b.store.CreateTx(b.ctx, tx, b.newOrder(id))
+		require.NoError(t, err)
+		txs, made = append(txs, tx), append(made, o)
+	}
+	// The two enqueues, a statement apart: the second does not notify.
+	for i, tx := range txs {
+		_, err := orders.EnqueueTx(b.ctx, tx, orders.NewOrderInput(b.tenant, ids[i]), made[i])
+		require.NoError(t, err)
+	}
+	require.NoError(t, txs[0].Commit(b.ctx))
+	// The second commits once the wake-up's poll has claimed the first.
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts > 0`) == 1
+	}, 10*time.Second, 2*time.Millisecond, "the commit wakes the relay")
+	require.NoError(t, txs[1].Commit(b.ctx))
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"both orders start before the hour-long poll")
+	b.requireOneRunEach(t, ids)
+}
+
 // A schema name of 63 bytes, Postgres's longest, still gives a channel
 // within the limit: creates commit, the listener wakes the relay, and a
 // plain LISTEN on Channel(schema) hears the same notification.

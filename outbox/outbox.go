@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,8 +75,9 @@ func (req Request) validate() error {
 	return nil
 }
 
-// EnqueueTx records req in tx, with ctx's trace context, and notifies the
-// schema's outbox channel on commit; if tx rolls back, nothing starts.
+// EnqueueTx records req in tx, with ctx's trace context, and, unless an
+// enqueue of this process did so within NotifyWindow, notifies the schema's
+// outbox channel on commit; if tx rolls back, nothing starts.
 // Enqueueing a workflow ID again is a no-op returning enqueued=false. It
 // returns an error wrapping ErrInvalid for a missing workflow type or ID or a
 // payload that is not JSON, and the database error otherwise; on an error the
@@ -104,11 +107,76 @@ ON CONFLICT (workflow_id) DO NOTHING`,
 		return false, nil
 	}
 	// Delivered on commit, and never if tx rolls back: listening relays
-	// wake at once instead of at their next poll.
+	// wake at once instead of at their next poll. A notifying transaction
+	// holds a database-wide lock through its commit, so only one enqueue
+	// per NotifyWindow and database schema of this process notifies.
+	if !wakes.due(tx) {
+		return true, nil
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_notify(`+channelSQL+`, '')`); err != nil {
 		return false, fmt.Errorf("enqueue %s: notify relays: %w", req.WorkflowID, err)
 	}
 	return true, nil
+}
+
+// NotifyWindow bounds how often one process's enqueues into one schema
+// notify relays: the first enqueue in a window notifies, the others in it
+// do not. A relay woken by Listen looks again every 2×NotifyWindow for
+// 10×NotifyWindow after the wake-up, which finds their rows as they commit.
+// A row committed later than that, or after a notifying transaction that
+// rolled back, waits for the relay's next poll (RelayOpts.PollInterval).
+//
+// Postgres serialises the commits of notifying transactions on a lock of
+// the whole database, held through the commit's WAL flush: every enqueue
+// notifying would let concurrent enqueues commit one flush at a time.
+const NotifyWindow = 20 * time.Millisecond
+
+// wakes is the process's record of its last notification per database
+// schema.
+var wakes = newWakeLimiter(NotifyWindow)
+
+// wakeLimiter says whether an enqueue should notify: whether the last
+// notification into the same database and search path is a window old.
+type wakeLimiter struct {
+	window atomic.Int64 // nanoseconds; zero notifies every enqueue
+	last   sync.Map     // target -> *atomic.Int64, Unix nanoseconds
+}
+
+func newWakeLimiter(window time.Duration) *wakeLimiter {
+	l := &wakeLimiter{}
+	l.window.Store(int64(window))
+	return l
+}
+
+func (l *wakeLimiter) due(tx pgx.Tx) bool {
+	window := l.window.Load()
+	if window <= 0 {
+		return true
+	}
+	v, _ := l.last.LoadOrStore(notifyTarget(tx), new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	now := time.Now().UnixNano()
+	for {
+		prev := last.Load()
+		if now-prev < window {
+			return false
+		}
+		if last.CompareAndSwap(prev, now) {
+			return true
+		}
+	}
+}
+
+// notifyTarget names the database and search path tx's connection was
+// configured with: where its rows and its notification go. A transaction
+// without a connection to read shares the empty target.
+func notifyTarget(tx pgx.Tx) string {
+	conn := tx.Conn()
+	if conn == nil {
+		return ""
+	}
+	cfg := conn.Config()
+	return fmt.Sprintf("%s:%d/%s?%s", cfg.Host, cfg.Port, cfg.Database, cfg.RuntimeParams["search_path"])
 }
 
 // fairRoundSQL is the round of a new row of tenant $5: one after the tenant's

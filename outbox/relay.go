@@ -110,7 +110,9 @@ type RelayOpts struct {
 	// Metrics receives the outbox gauges and counters. Nil means none.
 	Metrics *Metrics
 	// Wake, if set, makes the relay poll at once when it receives, instead
-	// of waiting out PollInterval. Feed it from Listen.
+	// of waiting out PollInterval, and then every 2×NotifyWindow for
+	// 10×NotifyWindow, for the rows of enqueues that did not notify. Feed
+	// it from Listen.
 	Wake <-chan struct{}
 }
 
@@ -274,6 +276,8 @@ type loop struct {
 	wg       sync.WaitGroup
 	inflight int
 	failures int
+	// trailUntil ends the short waits that follow a wake-up.
+	trailUntil time.Time
 	// Housekeeping times.
 	lastStats, lastPrune time.Time
 }
@@ -304,6 +308,11 @@ func (r *Relay) run(ctx context.Context) {
 		}
 		l.housekeeping(ctx)
 		w := pause{d: r.poll, wake: r.wake}
+		if time.Now().Before(l.trailUntil) {
+			// Enqueues in the waking one's NotifyWindow did not notify:
+			// look again as they commit.
+			w.d = min(w.d, 2*NotifyWindow)
+		}
 		switch {
 		case err != nil:
 			l.failures++
@@ -343,6 +352,7 @@ func (l *loop) wait(ctx context.Context, w pause) bool {
 		case <-t.C:
 			return true
 		case <-w.wake:
+			l.trailUntil = time.Now().Add(10 * NotifyWindow)
 			return true
 		case err := <-l.done:
 			l.finished(ctx, err)
