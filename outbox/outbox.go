@@ -121,7 +121,7 @@ ON CONFLICT (workflow_id) DO NOTHING`,
 
 // NotifyWindow bounds how often one process's enqueues into one schema
 // notify relays: the first enqueue in a window notifies, the others in it
-// do not. A relay woken by Listen looks again every 2×NotifyWindow for
+// do not. A relay woken by Listen looks again every NotifyWindow for
 // 10×NotifyWindow after the wake-up, which finds their rows as they commit.
 // A row committed later than that, or after a notifying transaction that
 // rolled back, waits for the relay's next poll (RelayOpts.PollInterval).

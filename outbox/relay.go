@@ -110,7 +110,7 @@ type RelayOpts struct {
 	// Metrics receives the outbox gauges and counters. Nil means none.
 	Metrics *Metrics
 	// Wake, if set, makes the relay poll at once when it receives, instead
-	// of waiting out PollInterval, and then every 2×NotifyWindow for
+	// of waiting out PollInterval, and then every NotifyWindow for
 	// 10×NotifyWindow, for the rows of enqueues that did not notify. Feed
 	// it from Listen.
 	Wake <-chan struct{}
@@ -311,7 +311,7 @@ func (r *Relay) run(ctx context.Context) {
 		if time.Now().Before(l.trailUntil) {
 			// Enqueues in the waking one's NotifyWindow did not notify:
 			// look again as they commit.
-			w.d = min(w.d, 2*NotifyWindow)
+			w.d = min(w.d, NotifyWindow)
 		}
 		switch {
 		case err != nil:
