@@ -92,27 +92,58 @@ func (r *sdkRegistry) vec(name string, kind sdkKind, labels []string) *sdkVec {
 
 // tagSet returns the registry's one *sdkTagSet for tags.
 func (r *sdkRegistry) tagSet(tags map[string]string) *sdkTagSet {
-	names := slices.Sorted(maps.Keys(tags))
-	var sig strings.Builder
-	for _, n := range names {
-		sig.WriteString(n)
-		sig.WriteByte(0)
-		sig.WriteString(tags[n])
-		sig.WriteByte(0)
-	}
-	if set, ok := r.sets.Load(sig.String()); ok {
+	sig := string(tagSignature(nil, tags))
+	if set, ok := r.sets.Load(sig); ok {
 		return set.(*sdkTagSet)
 	}
-	set, _ := r.sets.LoadOrStore(sig.String(), &sdkTagSet{names: names, tags: tags})
+	set, _ := r.sets.LoadOrStore(sig, &sdkTagSet{names: slices.Sorted(maps.Keys(tags)), tags: tags})
 	return set.(*sdkTagSet)
 }
 
-// sdkTagSet is one set of tags: its label names in order, its labels, and
-// the metrics made for it so far, by kind and name.
+// sdkTagSet is one set of tags: its label names in order, its labels, the
+// metrics made for it so far, by kind and name, and the sets WithTags made
+// from it, by the signature of the tags it was given.
 type sdkTagSet struct {
 	names []string
 	tags  map[string]string
 	made  sync.Map // sdkMetricKey → counterFunc, gaugeFunc or timerFunc
+
+	mu       sync.RWMutex
+	children map[string]*sdkTagSet
+}
+
+// child returns the set WithTags made from t for tags of signature sig, or
+// nil. The look-up does not copy sig.
+func (t *sdkTagSet) child(sig []byte) *sdkTagSet {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.children[string(sig)]
+}
+
+func (t *sdkTagSet) remember(sig []byte, c *sdkTagSet) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.children == nil {
+		t.children = map[string]*sdkTagSet{}
+	}
+	t.children[string(sig)] = c
+}
+
+// tagSignature appends tags to dst as name, value pairs in name order, each
+// ended by a zero byte. A handful of tags, as the SDK passes, are sorted
+// without allocating.
+func tagSignature(dst []byte, tags map[string]string) []byte {
+	var small [8]string
+	names := small[:0]
+	for n := range tags {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		dst = append(append(dst, n...), 0)
+		dst = append(append(dst, tags[n]...), 0)
+	}
+	return dst
 }
 
 type sdkMetricKey struct {
@@ -125,14 +156,23 @@ type sdkHandler struct {
 	t *sdkTagSet
 }
 
-// WithTags returns a handler whose metrics carry tags on top of h's.
+// WithTags returns a handler whose metrics carry tags on top of h's. The
+// SDK calls it for every task; after the first call with the same tags it
+// costs a look-up.
 func (h sdkHandler) WithTags(tags map[string]string) client.MetricsHandler {
+	var buf [256]byte
+	sig := tagSignature(buf[:0], tags)
+	if c := h.t.child(sig); c != nil {
+		return sdkHandler{r: h.r, t: c}
+	}
 	merged := make(map[string]string, len(h.t.tags)+len(tags))
 	maps.Copy(merged, h.t.tags)
 	for k, v := range tags {
 		merged[sanitizeName(k)] = v
 	}
-	return sdkHandler{r: h.r, t: h.r.tagSet(merged)}
+	c := h.r.tagSet(merged)
+	h.t.remember(sig, c)
+	return sdkHandler{r: h.r, t: c}
 }
 
 // metric returns what h's tag set made for kind and name (a counterFunc,

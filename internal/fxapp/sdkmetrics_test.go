@@ -42,6 +42,30 @@ keyed_sdk_metrics_dropped_total 1
 	require.Equal(t, "a_b_c", sanitizeName("a-b.c"))
 }
 
+// WithTags remembers what it made per parent and tags: the same tags give
+// the same series whatever the order or path they came by, and other
+// values or another parent give their own.
+func TestSDKMetricsWithTagsKeepsSeriesApart(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h, err := newSDKMetrics(reg)
+	require.NoError(t, err)
+	a1 := map[string]string{"a": "1"}
+	for range 2 { // the second round takes the remembered sets
+		h.WithTags(a1).WithTags(map[string]string{"b": "2"}).Counter("x").Inc(1)
+		h.WithTags(map[string]string{"b": "2"}).WithTags(a1).Counter("x").Inc(1)
+		h.WithTags(map[string]string{"a": "1", "b": "3"}).Counter("x").Inc(10)
+		h.WithTags(map[string]string{"a": "2"}).WithTags(map[string]string{"b": "2"}).Counter("x").Inc(100)
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP x_total Temporal SDK metric x_total.
+# TYPE x_total counter
+x_total{a="1",b="2"} 4
+x_total{a="1",b="3"} 20
+x_total{a="2",b="2"} 200
+`), "x_total"))
+}
+
 // BenchmarkSDKMetrics records what the SDK records for one activity task
 // (a handler with the task's tags, two timers and a counter) through the
 // handler, beside the same samples straight on Prometheus vectors.
