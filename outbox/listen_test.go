@@ -22,14 +22,7 @@ func TestListenWakesTheRelayOnCommit(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	wake := make(chan struct{}, 1)
-	go outbox.Listen(ctx, b.pool, wake, b.logger)
-	// The listener's first wake says it is listening.
-	select {
-	case <-wake:
-	case <-time.After(10 * time.Second):
-		t.Fatal("listener never started")
-	}
+	wake := b.listen(ctx, t)
 
 	rollback := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		_, _, err := b.store.CreateAndEnqueueTx(b.ctx, tx, b.newOrder("rolled-back"))
@@ -65,13 +58,7 @@ func TestEnqueuesThatDidNotNotifyStillStartAtOnce(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	wake := make(chan struct{}, 1)
-	go outbox.Listen(ctx, b.pool, wake, b.logger)
-	select {
-	case <-wake:
-	case <-time.After(10 * time.Second):
-		t.Fatal("listener never started")
-	}
+	wake := b.listen(ctx, t)
 	r := b.relay(t, &outbox.RelayOpts{PollInterval: time.Hour, Wake: wake})
 	go func() { _ = r.Run(ctx) }()
 	time.Sleep(300 * time.Millisecond) // the relay's first poll, of an empty outbox
@@ -119,13 +106,7 @@ func TestLongSchemaNameStillWakesTheRelay(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	wake := make(chan struct{}, 1)
-	go outbox.Listen(ctx, b.pool, wake, b.logger)
-	select {
-	case <-wake:
-	case <-time.After(10 * time.Second):
-		t.Fatal("listener never started")
-	}
+	wake := b.listen(ctx, t)
 	plain, err := pgx.Connect(b.ctx, effectstest.DatabaseURL())
 	require.NoError(t, err)
 	defer plain.Close(b.ctx)
@@ -180,4 +161,18 @@ func longSchema(t *testing.T) string {
 		}
 	})
 	return schema
+}
+
+// listen runs outbox.Listen on b.pool until ctx ends and returns its wake
+// channel once the listener's first wake-up has said it is listening.
+func (b *bundle) listen(ctx context.Context, t *testing.T) chan struct{} {
+	t.Helper()
+	wake := make(chan struct{}, 1)
+	go outbox.Listen(ctx, b.pool, wake, b.logger)
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener never started")
+	}
+	return wake
 }
