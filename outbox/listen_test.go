@@ -50,16 +50,26 @@ func TestListenWakesTheRelayOnCommit(t *testing.T) {
 }
 
 // Enqueues from one process within NotifyWindow notify once; the relay's
-// look after the wake-up starts the rows of those that did not, with the
-// poll an hour away. Two transactions enqueue one after the other; the
-// second commits after the relay, woken by the first, has looked.
+// looks after the wake-up start the rows of those that did not, with the
+// poll an hour away. Two transactions enqueue a statement apart, so the
+// second does not notify; it commits while the relay, woken by the first,
+// starts the first, after the claim that found it.
 func TestEnqueuesThatDidNotNotifyStillStartAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	wake := b.listen(ctx, t)
-	r := b.relay(t, &outbox.RelayOpts{PollInterval: time.Hour, Wake: wake})
+	second, committed := make(chan pgx.Tx, 1), make(chan error, 1)
+	starter := outbox.StarterFunc(func(ctx context.Context, req outbox.Request) (*outbox.Started, error) {
+		select {
+		case tx := <-second:
+			committed <- tx.Commit(b.ctx)
+		default:
+		}
+		return b.starter.Start(ctx, req)
+	})
+	r, err := outbox.NewRelay(b.pool, starter, &outbox.RelayOpts{PollInterval: time.Hour, Wake: b.listen(ctx, t), Logger: b.logger})
+	require.NoError(t, err)
 	go func() { _ = r.Run(ctx) }()
 	time.Sleep(300 * time.Millisecond) // the relay's first poll, of an empty outbox
 
@@ -74,17 +84,18 @@ func TestEnqueuesThatDidNotNotifyStillStartAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		txs, made = append(txs, tx), append(made, o)
 	}
-	// The two enqueues, a statement apart: the second does not notify.
 	for i, tx := range txs {
 		_, err := orders.EnqueueTx(b.ctx, tx, orders.NewOrderInput(b.tenant, ids[i]), made[i])
 		require.NoError(t, err)
 	}
+	second <- txs[1]
 	require.NoError(t, txs[0].Commit(b.ctx))
-	// The second commits once the wake-up's poll has claimed the first.
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts > 0`) == 1
-	}, 10*time.Second, 2*time.Millisecond, "the commit wakes the relay")
-	require.NoError(t, txs[1].Commit(b.ctx))
+	select {
+	case err := <-committed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first commit did not wake the relay")
+	}
 	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 10*time.Second, 20*time.Millisecond,
 		"both orders start before the hour-long poll")
 	b.requireOneRunEach(t, ids)
