@@ -107,9 +107,8 @@ ON CONFLICT (workflow_id) DO NOTHING`,
 		return false, nil
 	}
 	// Delivered on commit, and never if tx rolls back: listening relays
-	// wake at once instead of at their next poll. A notifying transaction
-	// holds a database-wide lock through its commit, so only one enqueue
-	// per NotifyWindow and database schema of this process notifies.
+	// wake at once instead of at their next poll; only one enqueue per
+	// NotifyWindow and schema of this process notifies.
 	if !wakes.due(tx) {
 		return true, nil
 	}
@@ -125,10 +124,7 @@ ON CONFLICT (workflow_id) DO NOTHING`,
 // 10×NotifyWindow after the wake-up, which finds their rows as they commit.
 // A row committed later than that, or after a notifying transaction that
 // rolled back, waits for the relay's next poll (RelayOpts.PollInterval).
-//
-// Postgres serialises the commits of notifying transactions on a lock of
-// the whole database, held through the commit's WAL flush: every enqueue
-// notifying would let concurrent enqueues commit one flush at a time.
+// Why: docs/design.md, outbox.
 const NotifyWindow = 20 * time.Millisecond
 
 // wakes is the process's record of its last notification per database
