@@ -149,7 +149,11 @@ func (l *wakeLimiter) due(tx pgx.Tx) bool {
 	if window <= 0 {
 		return true
 	}
-	v, _ := l.last.LoadOrStore(notifyTarget(tx), new(atomic.Int64))
+	target := notifyTarget(tx)
+	v, ok := l.last.Load(target)
+	if !ok {
+		v, _ = l.last.LoadOrStore(target, new(atomic.Int64))
+	}
 	last := v.(*atomic.Int64)
 	now := time.Now().UnixNano()
 	for {
