@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -520,26 +521,39 @@ func TestClaimReadsLeavesByKey(t *testing.T) {
 	_, err = conn.Exec(b.ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
 	defer func() { _, _ = conn.Exec(b.ctx, `RESET plan_cache_mode`) }()
+	// The first claim plans, and the planner opens every index; so does a
+	// claim whose plan an invalidation from a busy server's other sessions
+	// threw away. A plan that reads another index reads it on every claim,
+	// so one claim of a few reading only key indexes holds the plan to them.
 	for _, kind := range []string{"receipt", "charge"} {
-		for i := range 3 {
-			tx, err := conn.Begin(b.ctx)
-			require.NoError(t, err)
-			key := effects.MustKey("acme", "order", fmt.Sprint("k", i), kind)
-			_, err = b.client.ClaimTx(b.ctx, tx, effects.ClaimParams{Key: key, Owner: "o"})
-			require.NoError(t, err)
-			rows, err := tx.Query(b.ctx, `SELECT c.relname::text FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-				WHERE l.pid = pg_backend_pid() AND c.relkind = 'i' AND c.relname LIKE 'keyed_effects%'`)
-			require.NoError(t, err)
-			indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			require.NoError(t, tx.Rollback(b.ctx))
+		var read [][]string // what each claim after the first read
+		clean := false
+		for i := 0; i < 5 && !clean; i++ {
+			indexes := claimIndexes(t, b, conn, effects.MustKey("acme", "order", fmt.Sprint("k", i), kind))
 			if i == 0 {
-				continue // planned now: the planner opens every index
+				continue
 			}
 			require.NotEmpty(t, indexes, kind)
-			for _, ix := range indexes {
-				require.True(t, strings.HasSuffix(ix, "_key"), "%s claim %d read %s", kind, i, ix)
-			}
+			read = append(read, indexes)
+			clean = !slices.ContainsFunc(indexes, func(ix string) bool { return !strings.HasSuffix(ix, "_key") })
 		}
+		require.True(t, clean, "every %s claim read an index other than a key index: %v", kind, read)
 	}
+}
+
+// claimIndexes claims key on conn in a transaction it rolls back and
+// returns the effect indexes the claim locked.
+func claimIndexes(t *testing.T, b *bundle, conn *pgxpool.Conn, key effects.Key) []string {
+	t.Helper()
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(b.ctx)) }()
+	_, err = b.client.ClaimTx(b.ctx, tx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	rows, err := tx.Query(b.ctx, `SELECT c.relname::text FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		WHERE l.pid = pg_backend_pid() AND c.relkind = 'i' AND c.relname LIKE 'keyed_effects%'`)
+	require.NoError(t, err)
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return indexes
 }
