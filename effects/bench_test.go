@@ -340,16 +340,13 @@ func BenchmarkRetire(b *testing.B) {
 			}
 			// Each session plans the claim function at its first claim:
 			// the sessions are warmed before anything is timed.
-			claimLatencies(b, client, pool, func() error { time.Sleep(2 * time.Second); return nil })
+			claimLatencies(b, client, pool, sleeping(2*time.Second))
 			during, wal, took := claimLatencies(b, client, pool, retire)
 			// Idle is timed afterwards over as long a window (10 s at
 			// least): the longer a window, the likelier it holds an
 			// autovacuum or a checkpoint, which raise its p99 with or
 			// without a retirement.
-			idle, idleWAL, idleTook := claimLatencies(b, client, pool, func() error {
-				time.Sleep(max(took, 10*time.Second))
-				return nil
-			})
+			idle, idleWAL, idleTook := claimLatencies(b, client, pool, sleeping(max(took, 10*time.Second)))
 			if layout == "drop" {
 				// The DROP and its commit were the last thing Retire did: a
 				// claim that ended after it began is counted in its window.
@@ -459,6 +456,11 @@ func claimLatencies(b *testing.B, c *effects.Client, pool *pgxpool.Pool, work fu
 	var wal int64
 	require.NoError(b, pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, before).Scan(&wal))
 	return lat, wal, took
+}
+
+// sleeping is work for claimLatencies that does nothing for d.
+func sleeping(d time.Duration) func() error {
+	return func() error { time.Sleep(d); return nil }
 }
 
 // sample is one claim+complete: when it began and how long it took.
