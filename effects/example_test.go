@@ -37,8 +37,8 @@ func ExampleMigrator() {
 		fmt.Println("applied:", applied)
 	}
 	// Output:
-	// pending: [1 2 3]
-	// applied: [1 2 3]
+	// pending: [1 2 3 4]
+	// applied: [1 2 3 4]
 	// applied: []
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -156,4 +157,47 @@ func TestMigrateTxFailureNamesTheFile(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// Migration 4 moves a leaf's bounds from its CHECK into its comment and
+// drops the CHECK of the leaves that take inserts: a leaf a killed Retire
+// left detached is still found with its bounds, and claims still land.
+func TestLeanerClaimMigrationKeepsLeavesFindable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	for _, m := range effects.Migrations()[:3] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	_, err := pool.Exec(ctx, `SELECT keyed_effects_ensure_leaves(interval '10 days', interval '2 days')`)
+	require.NoError(t, err)
+	var old string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT leaf FROM keyed_effects_leaf_bounds('keyed_effects_default') ORDER BY lo LIMIT 1`).Scan(&old))
+	_, err = pool.Exec(ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{old}.Sanitize())
+	require.NoError(t, err)
+
+	_, err = pool.Exec(ctx, effects.Migrations()[3].SQL)
+	require.NoError(t, err)
+
+	var checked []string
+	rows, err := pool.Query(ctx, `SELECT b.leaf FROM keyed_effects_leaf_bounds('keyed_effects_default') b
+JOIN pg_constraint k ON k.conrelid = b.leaf::regclass AND k.conname = b.leaf || '_check' WHERE b.hi > now()`)
+	require.NoError(t, err)
+	checked, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, checked, "leaves taking inserts keep no CHECK")
+
+	client := effectstest.NewClient(t, pool, nil)
+	detached, err := client.DetachedLeaves(ctx)
+	require.NoError(t, err)
+	require.Len(t, detached, 1)
+	require.Equal(t, old, detached[0].Name)
+	require.Equal(t, "default", detached[0].Class)
+	require.Equal(t, detached[0].To.Sub(detached[0].From), 24*time.Hour)
+
+	cl, err := client.Claim(ctx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "1", "charge"), Owner: "o"})
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, cl.Mode)
+	require.NoError(t, client.Complete(ctx, cl, map[string]string{"id": "pi_1"}))
 }

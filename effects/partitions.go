@@ -17,8 +17,10 @@ const DefaultLeafWidth = 24 * time.Hour
 
 // LeavesPerLifetime bounds how many leaves a kind's lifetime spans: a
 // kind's leaves are at least Keep/LeavesPerLifetime wide, so a claim looks
-// in a handful of leaves however long its records are kept.
-const LeavesPerLifetime = 4
+// in three or four leaves however long its records are kept, and a record
+// is kept at most half its lifetime longer than Keep. Each leaf a claim
+// looks in costs it about 5% at 32 connections (docs/benchmarks.md).
+const LeavesPerLifetime = 2
 
 // ErrLifetime is wrapped by errors for a lifetime table SetLifetimes refuses.
 var ErrLifetime = errors.New("effects: bad lifetime")
@@ -342,15 +344,13 @@ WHERE i.inhdetachpending AND p.relnamespace = (SELECT n.oid FROM pg_namespace n 
 }
 
 // detachedLeavesSQL finds the leaves a killed Retire detached and never
-// dropped: tables of this schema, in no partitioned table, whose check
-// constraint names a class and bounds as keyed_effects_ensure_leaves
-// writes it.
+// dropped: tables of this schema, in no partitioned table, whose comment
+// names a class and bounds as keyed_effects_leaf_comment writes it.
 const detachedLeavesSQL = `
 SELECT c.relname::text, m[1], l.keep, m[2]::timestamptz, m[3]::timestamptz
 FROM pg_class c
-JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
-CROSS JOIN LATERAL regexp_match(pg_get_constraintdef(k.oid),
-    $re$class = '([^']+)'::text\) AND \(created_at >= '([^']+)'::timestamp with time zone\) AND \(created_at < '([^']+)'$re$) m
+CROSS JOIN LATERAL regexp_match(obj_description(c.oid, 'pg_class'),
+    '^keyed effect leaf: class ([a-z][a-z0-9_]*), from (\S+) to (\S+)$') m
 JOIN keyed_effect_lifetimes l ON l.class = m[1]
 WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = current_schema())
     AND c.relkind = 'r' AND NOT c.relispartition AND c.relname LIKE 'keyed\_effects\_%'

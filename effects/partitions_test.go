@@ -308,15 +308,15 @@ func leavePending(t *testing.T, b *bundle, leaf string) {
 	require.True(t, pending)
 }
 
-// Each kind with a lifetime has its own class of leaves, as wide as a
-// quarter of its lifetime; SetLifetimes refuses bad tables whole.
+// Each kind with a lifetime has its own class of leaves, as wide as its
+// lifetime over LeavesPerLifetime; SetLifetimes refuses bad tables whole.
 func TestSetLifetimes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	day := 24 * time.Hour
 	table := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api-request", Keep: day}}
 	require.NoError(t, b.client.SetLifetimes(b.ctx, table, nil))
-	require.Equal(t, 45*day, table[1].Width(0))
+	require.Equal(t, 180*day/effects.LeavesPerLifetime, table[1].Width(0))
 	require.Equal(t, day, table[2].Width(0))
 
 	key := effects.MustKey("acme", "order", "k", "charge")
