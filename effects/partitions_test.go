@@ -285,8 +285,9 @@ func TestRetireFinishesWhatAKilledRetireLeft(t *testing.T) {
 }
 
 // leavePending starts DETACH PARTITION CONCURRENTLY of leaf and cancels it
-// while it waits for a reader of the class partition, as a killed Retire
-// would: the detach stays pending.
+// once its first transaction has marked the detach pending and it waits for a
+// reader of the class partition, as a killed Retire would: the detach stays
+// pending.
 func leavePending(t *testing.T, b *bundle, leaf string) {
 	t.Helper()
 	reader, err := b.pool.Begin(b.ctx)
@@ -297,15 +298,22 @@ func leavePending(t *testing.T, b *bundle, leaf string) {
 	conn, err := b.pool.Acquire(b.ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(b.ctx, `SET statement_timeout = '500ms'`)
-	require.NoError(t, err)
-	_, err = conn.Exec(b.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{leaf}.Sanitize()+` CONCURRENTLY`)
-	require.Error(t, err, "the detach waits for the reader")
-	_, err = conn.Exec(b.ctx, `RESET statement_timeout`)
-	require.NoError(t, err)
-	var pending bool
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = $1::regclass`, leaf).Scan(&pending))
-	require.True(t, pending)
+	var pid uint32
+	require.NoError(t, conn.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	detached := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(b.ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{leaf}.Sanitize()+` CONCURRENTLY`)
+		detached <- err
+	}()
+	require.Eventually(t, func() bool {
+		var pending bool
+		err := b.pool.QueryRow(b.ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = $1::regclass`, leaf).Scan(&pending)
+		return err == nil && pending
+	}, 10*time.Second, 10*time.Millisecond, "the detach marks the leaf pending")
+	var cancelled bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT pg_cancel_backend($1)`, pid).Scan(&cancelled))
+	require.True(t, cancelled)
+	require.Error(t, <-detached, "the detach waits for the reader until cancelled")
 }
 
 // Each kind with a lifetime has its own class of leaves, as wide as its
