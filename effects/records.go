@@ -74,12 +74,19 @@ func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error)
 	return rec, nil
 }
 
-// SucceededSQL returns a SQL condition that holds when the record of the
-// key passed as parameter $n has succeeded: for a write that may commit only
-// once another step succeeded, checked in the write's own statement. A
+// SucceededSQL returns a SQL condition that holds when the record of kind
+// whose key is passed as parameter $n has succeeded: for a write that may
+// commit only once another step succeeded, checked in the write's own
+// statement. It names the classes a record of kind can be in (its own,
+// default and legacy), so that on the partitioned table the statement
+// plans and locks only their leaves, not every leaf of every class. A
 // succeeded record stays succeeded until it is retired.
-func SucceededSQL(n int) string {
-	return fmt.Sprintf("EXISTS (SELECT FROM keyed_effects WHERE key = $%d AND state = 'succeeded')", n)
+func SucceededSQL(n int, kind string) string {
+	classes := "'default', 'legacy'"
+	if c, err := (Lifetime{Kind: kind}).class(); err == nil {
+		classes = "'" + c + "', " + classes
+	}
+	return fmt.Sprintf("EXISTS (SELECT FROM keyed_effects WHERE key = $%d AND class IN (%s) AND state = 'succeeded')", n, classes)
 }
 
 // List returns, in key order, every record of prefix's tenant whose key

@@ -28,7 +28,7 @@ func TestEffectsShowASelfGuardedStepsTransition(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, claims.Complete(b.ctx, cl, map[string]string{"payment_intent_id": "pi_1"}))
 	_, err = b.store.Transition(b.ctx, "acme", "9f3a", orders.StatusPending, orders.StatusPaid, "acme:order:9f3a:mark_paid",
-		&orders.Guard{SQL: effects.SucceededSQL(6), Arg: charge.String()})
+		&orders.Guard{SQL: effects.SucceededSQL(6, "charge"), Arg: charge.String()})
 	require.NoError(t, err)
 	stale := effects.MustKey("acme", "order", "7b2c", "mark_paid")
 	_, err = claims.Claim(b.ctx, effects.ClaimParams{Key: stale, Owner: "wf/mark_paid"})

@@ -249,7 +249,7 @@ SELECT EXISTS (SELECT FROM ins), EXISTS (SELECT FROM upd)`, tenantID, id, from, 
 }
 
 // Guard is a SQL condition that must hold for a Transition to happen, such
-// as effects.SucceededSQL(6), with Arg as its parameter $6.
+// as effects.SucceededSQL(6, "charge"), with Arg as its parameter $6.
 type Guard struct {
 	SQL string
 	Arg any

@@ -31,7 +31,7 @@ func (a *Activities) MarkPaid(ctx context.Context, in orders.OrderInput) (orders
 			if err != nil {
 				return orders.MarkPaidResult{}, err
 			}
-			charged := &orders.Guard{SQL: effects.SucceededSQL(6), Arg: chargeKey.String()}
+			charged := &orders.Guard{SQL: effects.SucceededSQL(6, orders.StepCharge), Arg: chargeKey.String()}
 			_, err = a.orders.Transition(ctx, in.TenantID, in.OrderID, orders.StatusPending, orders.StatusPaid, c.Key.String(), charged)
 			if errors.Is(err, orders.ErrUnguarded) {
 				return orders.MarkPaidResult{}, a.unpaidCharge(ctx, c)
