@@ -49,6 +49,45 @@ func TestReleaseFreesTheKeyAndStaleHandlesStayOut(t *testing.T) {
 	require.Error(t, err)
 }
 
+// ReleaseClaim frees a claim in its own leaf, also one whose Complete ran in
+// a transaction that rolled back, and never a finished record, another
+// owner's claim or a claim that was not acquired.
+func TestReleaseClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	key := effects.MustKey("acme", "idempotency", "k2")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-a", Kind: "api_request"})
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	require.NoError(t, b.client.CompleteTx(b.ctx, tx, cl, outcome{ID: "rolled back"}))
+	require.NoError(t, tx.Rollback(b.ctx))
+	ok, err := b.client.ReleaseClaim(b.ctx, cl)
+	require.NoError(t, err)
+	require.True(t, ok, "the completion rolled back: the record is still claimed")
+	_, err = b.client.Get(b.ctx, key)
+	require.ErrorIs(t, err, effects.ErrNotFound)
+
+	fresh, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-b", Kind: "api_request"})
+	require.NoError(t, err)
+	ok, err = b.client.ReleaseClaim(b.ctx, cl)
+	require.NoError(t, err)
+	require.False(t, ok, "another owner's claim")
+	require.NoError(t, b.client.Complete(b.ctx, fresh, outcome{ID: "fresh"}))
+	ok, err = b.client.ReleaseClaim(b.ctx, fresh)
+	require.NoError(t, err)
+	require.False(t, ok, "a finished record is never released")
+	require.Equal(t, effects.StateSucceeded, b.record(t, key).State)
+
+	done, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-c", Kind: "api_request"})
+	require.NoError(t, err)
+	require.True(t, done.Done)
+	_, err = b.client.ReleaseClaim(b.ctx, done)
+	require.Error(t, err, "a claim that found the effect done was not acquired")
+	_, err = b.client.ReleaseClaim(b.ctx, nil)
+	require.Error(t, err)
+}
+
 // ClaimParams.MaxResultBytes raises the outcome cap for one claim only.
 func TestMaxResultBytesPerClaim(t *testing.T) {
 	t.Parallel()

@@ -273,7 +273,7 @@ func (m *Middleware) release(ctx context.Context, q *Request) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
-	if err := m.store.release(rctx, q.stored, q.owner); err != nil {
+	if err := m.store.release(rctx, q.stored, q.owner, q.claim); err != nil {
 		m.logger.WarnContext(rctx, "release idempotency key; it frees when its lease runs out", "error", err)
 	}
 }

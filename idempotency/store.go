@@ -126,9 +126,17 @@ func (s *store) completeTx(ctx context.Context, tx pgx.Tx, cl *effects.Claim, st
 	return nil
 }
 
-// release deletes owner's claim after a request that stored nothing.
-func (s *store) release(ctx context.Context, key effects.Key, owner string) error {
-	if _, err := s.claims.Release(ctx, key, owner); err != nil {
+// release deletes owner's claim after a request that stored nothing: in
+// the claim's leaf when the claim came back (cl), else wherever key is (a
+// claim whose reply was lost).
+func (s *store) release(ctx context.Context, key effects.Key, owner string, cl *effects.Claim) error {
+	var err error
+	if cl != nil {
+		_, err = s.claims.ReleaseClaim(ctx, cl)
+	} else {
+		_, err = s.claims.Release(ctx, key, owner)
+	}
+	if err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
 	}
 	return nil
