@@ -260,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id := r.Header.Get(HeaderRequestID)
 	if !validRequestID(id) {
-		id = randomHex(8)
+		id = randomID(8)
 	}
 	w.Header().Set(HeaderRequestID, id)
 	var tenant string // set by authed, for the access log
@@ -730,8 +730,7 @@ func (h *Handler) Prune(ctx context.Context) (int64, error) {
 	return h.idem.Prune(ctx)
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// randomID returns 2n random lowercase letters and digits (n at most 13).
+func randomID(n int) string {
+	return strings.ToLower(rand.Text())[:2*n]
 }

@@ -46,7 +46,7 @@ func (h *Handler) LegacyCreateOrderForTest() error {
 			writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "key"))
 			return
 		}
-		owner := randomHex(6)
+		owner := randomID(6)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
 		defer cancel()
 		cl, err := claims.Claim(ctx, effects.ClaimParams{Key: ikey, Kind: KindAPIRequest, Owner: owner,

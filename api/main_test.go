@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -182,11 +181,11 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		url:       url,
 		pool:      pool,
 		reg:       prometheus.NewRegistry(),
-		taskQueue: "api-test-" + randomHex(4),
-		tenantA:   "a" + randomHex(4),
-		tenantB:   "b" + randomHex(4),
-		keyA:      "sk_test_" + randomHex(12),
-		keyB:      "sk_test_" + randomHex(12),
+		taskQueue: "api-test-" + randomID(4),
+		tenantA:   "a" + randomID(4),
+		tenantB:   "b" + randomID(4),
+		keyA:      "sk_test_" + randomID(12),
+		keyB:      "sk_test_" + randomID(12),
 		logger:    slog.New(slog.DiscardHandler),
 	}
 	b.keyList = b.tenantA + "=" + b.keyA + "," + b.tenantB + "=" + b.keyB
@@ -353,10 +352,9 @@ func (b *bundle) workflowExists(t testing.TB, workflowID string) bool {
 	return true
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// randomID returns 2n random lowercase letters and digits (n at most 13).
+func randomID(n int) string {
+	return strings.ToLower(rand.Text())[:2*n]
 }
 
 type quietLogger struct{}

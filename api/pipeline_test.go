@@ -30,7 +30,7 @@ func TestRetriedPostsRunThePipelineOnce(t *testing.T) {
 	t.Parallel()
 	w := fxapptest.Start(t, &fxapptest.Opts{Server: devServer,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	tenant, key := "p"+randomHex(4), "sk_test_"+randomHex(12)
+	tenant, key := "p"+randomID(4), "sk_test_"+randomID(12)
 	keys, err := api.ParseKeys(tenant + "=" + key)
 	require.NoError(t, err)
 	h, err := api.NewHandler(w.Pool, keys, &api.HandlerOpts{Effects: w.Effects,

@@ -195,7 +195,7 @@ func TestRefundKeyAndRefundIDSemantics(t *testing.T) {
 	require.Equal(t, before["keyed_outbox"], b.rows(t)["keyed_outbox"])
 
 	for _, body := range []string{refundBody("r1", 299, ""), refundBody("r1", 300, "other reason")} {
-		r = b.do(t, "POST", "/v1/orders/ord_s/refunds", b.keyA, "k3-"+randomHex(3), body)
+		r = b.do(t, "POST", "/v1/orders/ord_s/refunds", b.keyA, "k3-"+randomID(3), body)
 		require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 		e := decodeError(t, r)
 		require.Equal(t, api.CodeRefundConflict, e.Code)
@@ -250,7 +250,7 @@ func TestRefundRefusalsWriteNothing(t *testing.T) {
 		{"/v1/orders/ord_paid/refunds", `{"refund_id":"r1","amount_minor":100,"reason":"a\u001bb"}`, http.StatusBadRequest, api.CodeInvalidField, "reason"},
 		{"/v1/orders/ord_paid/refunds", `{"refund_id":`, http.StatusBadRequest, api.CodeInvalidJSON, ""},
 	} {
-		r := b.do(t, "POST", c.path, b.keyA, "k-"+randomHex(4), c.body)
+		r := b.do(t, "POST", c.path, b.keyA, "k-"+randomID(4), c.body)
 		require.Equal(t, c.status, r.status, "%s %s: %s", c.path, c.body, r.body)
 		e := decodeError(t, r)
 		require.Equal(t, c.code, e.Code, "%s %s: %s", c.path, c.body, r.body)

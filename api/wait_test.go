@@ -40,7 +40,7 @@ func waitSetup(t testing.TB) *waitBundle {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := &waitBundle{w: fxapptest.Start(t, &fxapptest.Opts{Server: devServer, Logger: quiet}),
-		tenant: "w" + randomHex(4), key: "sk_test_" + randomHex(12)}
+		tenant: "w" + randomID(4), key: "sk_test_" + randomID(12)}
 	keys, err := api.ParseKeys(b.tenant + "=" + b.key)
 	require.NoError(t, err)
 	h, err := api.NewHandler(b.w.Pool, keys, &api.HandlerOpts{Effects: b.w.Effects, Logger: quiet, Starter: b.starter()})
@@ -322,7 +322,7 @@ func TestRelayCollapsesIntoTheAPIsRun(t *testing.T) {
 	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	tq := "api-wait-" + randomHex(4)
+	tq := "api-wait-" + randomID(4)
 	b := setup(t, setupOpts{handler: &api.HandlerOpts{Starter: temporalstart.New(c, &temporalstart.Opts{TaskQueue: tq})}})
 	b.starter.next = pipeline.Starter(c, nil, tq, workflows.Pipelines())
 	req, err := http.NewRequest("POST", b.srv.URL+"/v1/orders", strings.NewReader(orderBody("ord_first", 500)))

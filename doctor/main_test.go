@@ -3,7 +3,6 @@ package doctor_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -82,9 +81,7 @@ func dial(t *testing.T, ns string) client.Client {
 func deploy(t *testing.T, retention time.Duration, attrs map[string]enumspb.IndexedValueType) *deployment {
 	t.Helper()
 	ctx := context.Background()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "doctor-" + hex.EncodeToString(b)
+	ns := "doctor-" + strings.ToLower(rand.Text())[:8]
 	admin := dial(t, server.Namespace())
 	_, err := admin.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
 		Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(retention)})

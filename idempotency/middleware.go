@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,7 +163,7 @@ func (m *Middleware) Route(next http.Handler, ro *RouteOpts) http.Handler {
 			m.writeErr(w, r, e)
 			return
 		}
-		q := &Request{m: m, ro: ro, key: key, tenant: tenant, value: v, owner: randomHex(6)}
+		q := &Request{m: m, ro: ro, key: key, tenant: tenant, value: v, owner: randomID(6)}
 		if m.opts.Owner != nil {
 			q.owner = m.opts.Owner(r) + "/" + q.owner
 		}
@@ -507,8 +508,7 @@ func (w *StatusWriter) Write(b []byte) (int, error) {
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// randomID returns 2n random lowercase letters and digits (n at most 13).
+func randomID(n int) string {
+	return strings.ToLower(rand.Text())[:2*n]
 }

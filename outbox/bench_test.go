@@ -59,7 +59,7 @@ func BenchmarkRelayCommitToStart(b *testing.B) {
 func relayLoad(b *testing.B, rate int) []time.Duration {
 	rig := startRelayRig(b, 16, &outbox.RelayOpts{Concurrency: *benchConcurrency}, nil)
 	time.Sleep(200 * time.Millisecond)
-	tenant := "bench" + randomHex(4)
+	tenant := "bench" + randomID(4)
 	committed := offer(b, rate, loadSize(rate), func(i int) (string, error) { return rig.commit(tenant, i, 1) })
 	require.Eventually(b, func() bool { return rig.starter.count() >= len(committed) }, time.Minute, 10*time.Millisecond,
 		"every committed order is started")
@@ -95,7 +95,7 @@ func startRelayRig(b *testing.B, apiConns int32, opts *outbox.RelayOpts, tune fu
 	var err error
 	rig.store, err = orders.NewStore(rig.pool)
 	require.NoError(b, err)
-	rig.starter = &timedStarter{next: orderStarter(dialBench(b), "outbox-bench-"+randomHex(4)), at: map[string]time.Time{}}
+	rig.starter = &timedStarter{next: orderStarter(dialBench(b), "outbox-bench-"+randomID(4)), at: map[string]time.Time{}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
@@ -140,7 +140,7 @@ func (rig *relayRig) commit(tenant string, first, n int) (string, error) {
 // returns each call's latency.
 func directLoad(b *testing.B, rate int) []time.Duration {
 	c := dialBench(b)
-	tenant, queue := "bench"+randomHex(4), "outbox-bench-"+randomHex(4)
+	tenant, queue := "bench"+randomID(4), "outbox-bench-"+randomID(4)
 	var mu sync.Mutex
 	var lat []time.Duration
 	offer(b, rate, loadSize(rate), func(i int) (string, error) {

@@ -44,7 +44,7 @@ func fairnessLoad(b *testing.B, fifo bool) {
 	}
 	rig := startRelayRig(b, 8, &outbox.RelayOpts{}, tune)
 	began := time.Now()
-	tenantA, tenantB := "flood"+randomHex(4), "quiet"+randomHex(4)
+	tenantA, tenantB := "flood"+randomID(4), "quiet"+randomID(4)
 	for i := 0; i < *benchFlood; i += 100 {
 		_, err := rig.commit(tenantA, i, min(100, *benchFlood-i))
 		require.NoError(b, err)

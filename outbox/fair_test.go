@@ -79,7 +79,7 @@ func TestABacklogDoesNotDelayAnotherTenantsFirstRow(t *testing.T) {
 		t.Run(fmt.Sprintf("fifo=%v", fifo), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			tenantA, tenantB := b.tenant, "b"+randomHex(4)
+			tenantA, tenantB := b.tenant, "b"+randomID(4)
 			a := b.createTenantOrders(t, tenantA, 300)
 			bID := b.createTenantOrders(t, tenantB, 1)[0]
 			r, rec := b.fairRelay(t, 10, fifo)
@@ -107,7 +107,7 @@ func TestABacklogDoesNotDelayAnotherTenantsFirstRow(t *testing.T) {
 func TestRelayRunTakesTenantsInTurn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	tenantA, tenantB := b.tenant, "b"+randomHex(4)
+	tenantA, tenantB := b.tenant, "b"+randomID(4)
 	a := b.createTenantOrders(t, tenantA, 60)
 	bIDs := b.createTenantOrders(t, tenantB, 20)
 	r, rec := b.fairRelay(t, 0, false)
@@ -134,7 +134,7 @@ func TestRelayRunTakesTenantsInTurn(t *testing.T) {
 func TestALateTenantJoinsTheCurrentRound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	tenantA, tenantC := b.tenant, "c"+randomHex(4)
+	tenantA, tenantC := b.tenant, "c"+randomID(4)
 	a := b.createTenantOrders(t, tenantA, 100)
 	r, _ := b.fairRelay(t, 50, false)
 	n, err := r.Poll(b.ctx)
@@ -142,7 +142,7 @@ func TestALateTenantJoinsTheCurrentRound(t *testing.T) {
 	require.Equal(t, 50, n, "A's rounds 0 to 49 are sent")
 
 	c := b.createTenantOrders(t, tenantC, 10)
-	plain := outbox.Request{WorkflowType: "PlainWorkflow", WorkflowID: "plain:" + randomHex(4), Payload: json.RawMessage(`{}`)}
+	plain := outbox.Request{WorkflowType: "PlainWorkflow", WorkflowID: "plain:" + randomID(4), Payload: json.RawMessage(`{}`)}
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		_, err := outbox.EnqueueTx(b.ctx, tx, plain)
 		return err

@@ -153,7 +153,7 @@ func TestChannelIsBoundedAndPerSchema(t *testing.T) {
 // the test ends.
 func longSchema(t *testing.T) string {
 	t.Helper()
-	schema := "keyed_test_long_" + randomHex(4)
+	schema := "keyed_test_long_" + randomID(4)
 	schema += strings.Repeat("x", 63-len(schema))
 	conn, err := pgx.Connect(context.Background(), effectstest.DatabaseURL())
 	require.NoError(t, err, "connect to Postgres at DATABASE_URL (start it with `make postgres`)")

@@ -3,11 +3,11 @@ package outbox_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,8 +60,8 @@ func setup(t *testing.T) *bundle {
 		pool:      pool,
 		store:     store,
 		temporal:  c,
-		taskQueue: "outbox-test-" + randomHex(4),
-		tenant:    "t" + randomHex(4),
+		taskQueue: "outbox-test-" + randomID(4),
+		tenant:    "t" + randomID(4),
 		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	// The worker relay's own starter, on a task queue no worker polls: the
@@ -209,10 +209,9 @@ func (b *bundle) requireOneRunEach(t *testing.T, ids []string) {
 	}
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// randomID returns 2n random lowercase letters and digits (n at most 13).
+func randomID(n int) string {
+	return strings.ToLower(rand.Text())[:2*n]
 }
 
 type quietLogger struct{}

@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"context"
 	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -537,7 +537,7 @@ const claimColumns = `o.id, o.workflow_type, o.workflow_id, coalesce(o.task_queu
 // claim leases up to limit due rows to this relay, in the claim's order
 // (round, then id), within the record timeout.
 func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
-	token := r.name + "/" + randomHex(6)
+	token := r.name + "/" + randomID(6)
 	claimedAt := time.Now()
 	// A stalled database must not stall the relay: the claim is bounded
 	// like a record, and a timed-out claim leaves at most a lease behind.
@@ -785,8 +785,7 @@ func (r *Relay) backoff(n int) time.Duration {
 	return rand.N(ceiling + 1)
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = crand.Read(b)
-	return hex.EncodeToString(b)
+// randomID returns 2n random lowercase letters and digits (n at most 13).
+func randomID(n int) string {
+	return strings.ToLower(crand.Text())[:2*n]
 }

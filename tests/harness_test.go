@@ -3,11 +3,11 @@ package tests
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,10 +217,9 @@ func (b *bundle) runs(t *testing.T, workflowID string) int {
 	}
 }
 
+// randomID returns 10 random lowercase letters and digits.
 func randomID() string {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return strings.ToLower(rand.Text())[:10]
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -24,9 +24,9 @@ package effectstest
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,9 +65,7 @@ func NewSchema(t testing.TB) (schema, url string) {
 	}
 	defer conn.Close(ctx)
 
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema = "keyed_test_" + hex.EncodeToString(b)
+	schema = "keyed_test_" + strings.ToLower(rand.Text())[:12]
 	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
 	require.NoError(t, err, "create test schema")
 	t.Cleanup(func() {

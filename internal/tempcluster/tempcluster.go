@@ -12,7 +12,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -166,7 +165,7 @@ func Start(ctx context.Context, opts *Opts) (*Cluster, error) {
 	}
 	c.database = o.Database
 	if c.database == "" {
-		c.database = "keyed_temporal_" + randomHex(4)
+		c.database = "keyed_temporal_" + randomID(4)
 	}
 	c.visDB = c.database + "_visibility"
 	if c.dir, err = os.MkdirTemp("", "tempcluster-"); err != nil {
@@ -579,10 +578,9 @@ func (c *Cluster) dropDatabases(ctx context.Context) error {
 	return nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return hex.EncodeToString(b)
+// randomID returns 2n random lowercase letters and digits (n at most 13).
+func randomID(n int) string {
+	return strings.ToLower(rand.Text())[:2*n]
 }
 
 // lastLines returns the last n lines of s, each cut at 400 bytes (the

@@ -7,13 +7,13 @@ package fxapptest
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,7 +109,7 @@ func Prepare(t testing.TB, opts *Opts) *Deps {
 		"DATABASE_URL":        dbURL,
 		"TEMPORAL_ADDRESS":    srv.Address(),
 		"TEMPORAL_NAMESPACE":  srv.Namespace(),
-		"TEMPORAL_TASK_QUEUE": "keyed-test-" + randomHex(),
+		"TEMPORAL_TASK_QUEUE": "keyed-test-" + randomID(),
 		"STRIPE_SECRET_KEY":   "sk_test_fxapptest",
 		"STRIPE_API_BASE":     stripeSrv.URL,
 		"SENDGRID_API_KEY":    "SG.fxapptest",
@@ -212,8 +212,7 @@ func Lookup(env map[string]string) func(string) (string, bool) {
 	}
 }
 
-func randomHex() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// randomID returns 8 random lowercase letters and digits.
+func randomID() string {
+	return strings.ToLower(rand.Text())[:8]
 }
