@@ -40,6 +40,10 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 )
 
+// gRPC's gzip at its fastest level (config.UseFastGzip), set before any
+// connection.
+func init() { config.UseFastGzip() }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv})

@@ -21,6 +21,10 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 )
 
+// gRPC's gzip at its fastest level (config.UseFastGzip), set before any
+// connection.
+func init() { config.UseFastGzip() }
+
 func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }

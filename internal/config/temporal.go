@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -15,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
+	grpcgzip "google.golang.org/grpc/encoding/gzip"
 )
 
 // The Temporal connection is configured the SDK's way (contrib/envconfig):
@@ -44,6 +46,19 @@ func (t Temporal) ClientOptions() (client.Options, error) {
 		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
 	}
 	return opts, nil
+}
+
+// UseFastGzip makes gRPC's gzip compressor, which the Temporal SDK uses
+// for every call unless TEMPORAL_GRPC_COMPRESSION is none, compress at
+// gzip.BestSpeed: the default level clears 640 KiB of match tables before
+// each message, which made it about a tenth of a loaded worker's CPU; the
+// fastest level takes a third to a half of its time for a worker's
+// messages, which come out about as small. The setting is the process's,
+// so main calls it from init, before any connection is made.
+func UseFastGzip() {
+	if err := grpcgzip.SetLevel(gzip.BestSpeed); err != nil {
+		panic(err) // BestSpeed is a valid level
+	}
 }
 
 // TLS reports how the connection is secured: "off", "tls" (the server is
