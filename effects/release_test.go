@@ -56,31 +56,33 @@ func TestReleaseClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	key := effects.MustKey("acme", "idempotency", "k2")
-	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-a", Kind: "api_request"})
-	require.NoError(t, err)
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	require.NoError(t, b.client.CompleteTx(b.ctx, tx, cl, outcome{ID: "rolled back"}))
-	require.NoError(t, tx.Rollback(b.ctx))
-	ok, err := b.client.ReleaseClaim(b.ctx, cl)
-	require.NoError(t, err)
-	require.True(t, ok, "the completion rolled back: the record is still claimed")
-	_, err = b.client.Get(b.ctx, key)
+	claim := func(owner string) *effects.Claim {
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: owner, Kind: "api_request"})
+		require.NoError(t, err)
+		return cl
+	}
+	released := func(cl *effects.Claim) bool {
+		ok, err := b.client.ReleaseClaim(b.ctx, cl)
+		require.NoError(t, err)
+		return ok
+	}
+
+	rolledBack := claim("req-a")
+	require.EqualError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		require.NoError(t, b.client.CompleteTx(b.ctx, tx, rolledBack, outcome{ID: "rolled back"}))
+		return errors.New("roll back")
+	}), "roll back")
+	require.True(t, released(rolledBack), "the completion rolled back: the record is still claimed")
+	_, err := b.client.Get(b.ctx, key)
 	require.ErrorIs(t, err, effects.ErrNotFound)
 
-	fresh, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-b", Kind: "api_request"})
-	require.NoError(t, err)
-	ok, err = b.client.ReleaseClaim(b.ctx, cl)
-	require.NoError(t, err)
-	require.False(t, ok, "another owner's claim")
+	fresh := claim("req-b")
+	require.False(t, released(rolledBack), "another owner's claim")
 	require.NoError(t, b.client.Complete(b.ctx, fresh, outcome{ID: "fresh"}))
-	ok, err = b.client.ReleaseClaim(b.ctx, fresh)
-	require.NoError(t, err)
-	require.False(t, ok, "a finished record is never released")
+	require.False(t, released(fresh), "a finished record is never released")
 	require.Equal(t, effects.StateSucceeded, b.record(t, key).State)
 
-	done, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-c", Kind: "api_request"})
-	require.NoError(t, err)
+	done := claim("req-c")
 	require.True(t, done.Done)
 	_, err = b.client.ReleaseClaim(b.ctx, done)
 	require.Error(t, err, "a claim that found the effect done was not acquired")
