@@ -69,6 +69,9 @@ type batch struct {
 	// runs names the batch's runs (workflow ID, run ID), slowest last;
 	// only BenchmarkPipelineProcesses sets it.
 	runs [][2]string
+	// calls counts the dev server's calls per run; only
+	// BenchmarkPipelineProcesses sets it.
+	calls serverCalls
 }
 
 // runBatch runs n runs from c concurrent clients; run(i) starts run i and

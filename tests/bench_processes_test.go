@@ -66,15 +66,17 @@ func runBareWorker(queue string) int {
 // clients each starting a run and waiting for it) and open-relay (open,
 // keyed's orders committed with their outbox rows as the API does and
 // started by the worker's relay). BENCH_C (default "20,50") lists the
-// concurrencies; BENCH_ROUNDS (default 4) rounds per C alternate which
-// side goes first. It prints each round, the medians of wf/s and
-// p50/p99/max latency, the CPU per workflow of each process (dev server,
-// worker, the worker's Postgres backends, this process: starters and
-// fakes) and, from every run's history, the events and bytes per run,
-// activity tasks per run, timeouts, and the longest gap between two
-// events of any run with the two events. BENCH_BARE_START=keyed gives
-// bare-k8's starts keyed's start options (search attributes, summary,
-// fairness priority); a list of attrs, summary and priority gives those.
+// concurrencies, BENCH_SHAPES (default all) the shapes; BENCH_ROUNDS
+// (default 4) rounds per C alternate which side goes first. It prints each
+// round, the medians of wf/s and p50/p99/max latency, the CPU per workflow
+// of each process (dev server, worker, the worker's Postgres backends,
+// this process: starters and fakes), the dev server's calls per run by
+// service and operation, and, from every run's history, the events and
+// bytes per run, activity tasks per run, timeouts, and the longest gap
+// between two events of any run with the two events. BENCH_BARE_START=keyed
+// gives bare-k8's starts keyed's start options (search attributes,
+// summary, fairness priority); a list of attrs, summary and priority gives
+// those.
 func BenchmarkPipelineProcesses(b *testing.B) {
 	n, rounds := envInt("BENCH_N", 300), envInt("BENCH_ROUNDS", 4)
 	workerBin := buildWorker(b)
@@ -125,9 +127,11 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			for _, s := range []*side{&keyed, &bare} {
 				s.await = func(wfID, runID string) error { return world.temporal.GetWorkflow(ctx, wfID, runID).Get(ctx, nil) }
 			}
-			// A relayed run is awaited once its outbox row is sent: asking the
-			// dev server for a run that does not exist yet would charge keyed
-			// the server's answers to the harness's polls.
+			// A relayed run is awaited once its outbox row is sent, by the run
+			// ID the relay stored: asking the dev server for a run that does
+			// not exist yet would charge keyed the server's answers to the
+			// harness's polls, and a run awaited without its run ID costs the
+			// server a DescribeWorkflowExecution and a history read more.
 			sent := watchSent(ctx, b, world.pool)
 			// keyed's runs started by the worker's relay from outbox rows, as the
 			// API enqueues them: its start is the commit of the order and its
@@ -143,10 +147,11 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 					return in.WorkflowID(), "", err
 				},
 				await: func(wfID, _ string) error {
-					if err := sent.wait(ctx, wfID); err != nil {
+					runID, err := sent.wait(ctx, wfID)
+					if err != nil {
 						return err
 					}
-					return world.temporal.GetWorkflow(ctx, wfID, "").Get(ctx, nil)
+					return world.temporal.GetWorkflow(ctx, wfID, runID).Get(ctx, nil)
 				}}
 			round := 0
 			newIDs := func(n int, create bool) []string {
@@ -165,7 +170,7 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			type result struct{ keyed, bare batch }
 			results := map[string][]result{}
 			for r := -1; r < rounds; r++ { // round -1 warms up, not counted
-				for _, sh := range shapes {
+				for _, sh := range benchShapes() {
 					size := n
 					if r < 0 {
 						size = max(n/4, c)
@@ -189,9 +194,10 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 					hs := histories(ctx, b, world.temporal, res.keyed.runs)
 					hb := histories(ctx, b, world.temporal, res.bare.runs)
 					fmt.Printf("  keyed histories: %s\n  bare-k8 histories: %s\n", hs, hb)
+					fmt.Printf("  keyed server calls per run: %s\n  bare-k8 server calls per run: %s\n", res.keyed.calls, res.bare.calls)
 				}
 			}
-			for _, sh := range shapes {
+			for _, sh := range benchShapes() {
 				var k, bb []batch
 				for _, r := range results[sh.name] {
 					k, bb = append(k, r.keyed), append(bb, r.bare)
@@ -249,16 +255,16 @@ func sampleCPUFor(workerPID int, pg []int) cpuSample {
 	return s
 }
 
-// sentWatcher tells when the relay has sent an outbox row: one query every
-// 20 ms over the rows still awaited.
+// sentWatcher tells when the relay has sent an outbox row, and the run it
+// started: one query every 20 ms over the rows still awaited.
 type sentWatcher struct {
 	mu      sync.Mutex
-	pending map[string]chan struct{}
+	pending map[string]chan string
 }
 
 // watchSent starts a sentWatcher on pool's keyed_outbox until ctx ends.
 func watchSent(ctx context.Context, b testing.TB, pool *pgxpool.Pool) *sentWatcher {
-	w := &sentWatcher{pending: map[string]chan struct{}{}}
+	w := &sentWatcher{pending: map[string]chan string{}}
 	go func() {
 		for ctx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
@@ -268,22 +274,24 @@ func watchSent(ctx context.Context, b testing.TB, pool *pgxpool.Pool) *sentWatch
 			if len(ids) == 0 {
 				continue
 			}
-			rows, err := pool.Query(ctx, `SELECT workflow_id FROM keyed_outbox WHERE workflow_id = ANY($1) AND sent_at IS NOT NULL`, ids)
+			rows, err := pool.Query(ctx, `SELECT workflow_id, coalesce(run_id, '') FROM keyed_outbox WHERE workflow_id = ANY($1) AND sent_at IS NOT NULL`, ids)
 			if err != nil {
 				if ctx.Err() == nil {
 					b.Errorf("watch the outbox: %v", err)
 				}
 				return
 			}
-			done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			done, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (r [2]string, err error) {
+				return r, row.Scan(&r[0], &r[1])
+			})
 			if err != nil && ctx.Err() == nil {
 				b.Errorf("watch the outbox: %v", err)
 				return
 			}
 			w.mu.Lock()
-			for _, id := range done {
-				close(w.pending[id])
-				delete(w.pending, id)
+			for _, row := range done {
+				w.pending[row[0]] <- row[1]
+				delete(w.pending, row[0])
 			}
 			w.mu.Unlock()
 		}
@@ -291,20 +299,21 @@ func watchSent(ctx context.Context, b testing.TB, pool *pgxpool.Pool) *sentWatch
 	return w
 }
 
-// wait returns once the row of workflowID is sent, or ctx's error.
-func (w *sentWatcher) wait(ctx context.Context, workflowID string) error {
+// wait returns, once the row of workflowID is sent, the ID of the run the
+// relay started, or ctx's error.
+func (w *sentWatcher) wait(ctx context.Context, workflowID string) (string, error) {
 	w.mu.Lock()
 	ch, ok := w.pending[workflowID]
 	if !ok {
-		ch = make(chan struct{})
+		ch = make(chan string, 1)
 		w.pending[workflowID] = ch
 	}
 	w.mu.Unlock()
 	select {
-	case <-ch:
-		return nil
+	case runID := <-ch:
+		return runID, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return "", ctx.Err()
 	}
 }
 
@@ -318,6 +327,21 @@ type shape struct {
 
 var shapes = []shape{{"open", runOpen, false}, {"closed", runClosed, false}, {"open-relay", runOpen, true}}
 
+// benchShapes returns the shapes BENCH_SHAPES names (comma-separated), or
+// all of them when it names none.
+func benchShapes() []shape {
+	var out []shape
+	for _, name := range strings.Split(os.Getenv("BENCH_SHAPES"), ",") {
+		if i := slices.IndexFunc(shapes, func(s shape) bool { return s.name == strings.TrimSpace(name) }); i >= 0 {
+			out = append(out, shapes[i])
+		}
+	}
+	if len(out) == 0 {
+		return shapes
+	}
+	return out
+}
+
 // runOpen starts every run of ids from c starters at once and then waits
 // for all of them; a run's latency is from its start call to its close.
 func runOpen(b testing.TB, s *side, ids []string, c int) batch {
@@ -328,7 +352,7 @@ func runOpen(b testing.TB, s *side, ids []string, c int) batch {
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	pg := s.backendPIDs()
-	cpu0, begin := sampleCPUFor(s.pid, pg), time.Now()
+	calls0, cpu0, begin := readServerCalls(b), sampleCPUFor(s.pid, pg), time.Now()
 	for i, id := range ids {
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -346,7 +370,7 @@ func runOpen(b testing.TB, s *side, ids []string, c int) batch {
 		})
 	}
 	wg.Wait()
-	return finish(b, errs, begin, cpu0, s.pid, pg, lat, runs)
+	return finish(b, errs, begin, calls0, cpu0, s.pid, pg, lat, runs)
 }
 
 // runClosed runs ids from c clients, each starting a run and waiting for
@@ -363,7 +387,7 @@ func runClosed(b testing.TB, s *side, ids []string, c int) batch {
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	pg := s.backendPIDs()
-	cpu0, begin := sampleCPUFor(s.pid, pg), time.Now()
+	calls0, cpu0, begin := readServerCalls(b), sampleCPUFor(s.pid, pg), time.Now()
 	for range c {
 		wg.Go(func() {
 			for i := range next {
@@ -381,13 +405,14 @@ func runClosed(b testing.TB, s *side, ids []string, c int) batch {
 		})
 	}
 	wg.Wait()
-	return finish(b, errs, begin, cpu0, s.pid, pg, lat, runs)
+	return finish(b, errs, begin, calls0, cpu0, s.pid, pg, lat, runs)
 }
 
-func finish(b testing.TB, errs chan error, begin time.Time, cpu0 cpuSample, pid int, pg []int, lat []time.Duration, runs [][2]string) batch {
+func finish(b testing.TB, errs chan error, begin time.Time, calls0 serverCalls, cpu0 cpuSample, pid int, pg []int, lat []time.Duration, runs [][2]string) batch {
 	b.Helper()
 	elapsed := time.Since(begin)
 	cpu := sampleCPUFor(pid, pg).sub(cpu0, len(lat))
+	calls := readServerCalls(b).perRun(calls0, len(lat))
 	close(errs)
 	for err := range errs {
 		require.NoError(b, err)
@@ -404,7 +429,7 @@ func finish(b testing.TB, errs chan error, begin time.Time, cpu0 cpuSample, pid 
 		sorted[j], byLat[j] = lat[i], runs[i]
 	}
 	n := len(sorted)
-	return batch{rate: float64(n) / elapsed.Seconds(), p50: sorted[n/2], p99: sorted[n*99/100], max: sorted[n-1], cpu: cpu, runs: byLat}
+	return batch{rate: float64(n) / elapsed.Seconds(), p50: sorted[n/2], p99: sorted[n*99/100], max: sorted[n-1], cpu: cpu, runs: byLat, calls: calls}
 }
 
 func (x batch) String() string {

@@ -18,9 +18,15 @@ var temporalAddr string
 // CPU accounting.
 var temporalPID int
 
+// temporalMetrics is the URL of the shared dev server's metrics, for the
+// benchmarks' count of its calls per run.
+var temporalMetrics string
+
 func TestMain(m *testing.M) {
 	if q := os.Getenv(envBareWorker); q != "" {
 		os.Exit(runBareWorker(q))
 	}
-	os.Exit(devserver.RunTests(m, "end-to-end", func(s *devserver.Server) { temporalAddr, temporalPID = s.Address(), s.PID() }))
+	os.Exit(devserver.RunTests(m, "end-to-end", func(s *devserver.Server) {
+		temporalAddr, temporalPID, temporalMetrics = s.Address(), s.PID(), s.MetricsAddress()
+	}))
 }

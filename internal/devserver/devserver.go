@@ -92,10 +92,11 @@ type Opts struct {
 
 // Server is a running dev server.
 type Server struct {
-	cmd    *exec.Cmd
-	addr   string
-	uiAddr string
-	done   chan error
+	cmd         *exec.Cmd
+	addr        string
+	uiAddr      string
+	metricsAddr string
+	done        chan error
 }
 
 // Start launches the dev server with keyed's search attributes registered
@@ -149,7 +150,8 @@ func start(ctx context.Context, bin string, opts *Opts) (s *Server, exited bool,
 	}
 	args := []string{"server", "start-dev", "--ip", ip, "--port", strconv.Itoa(port),
 		"--http-port", strconv.Itoa(ports[1]), "--metrics-port", strconv.Itoa(ports[2]), "--log-level", "warn"}
-	s = &Server{addr: net.JoinHostPort(ip, strconv.Itoa(port)), done: make(chan error, 1)}
+	s = &Server{addr: net.JoinHostPort(ip, strconv.Itoa(port)), done: make(chan error, 1),
+		metricsAddr: "http://" + net.JoinHostPort(ip, strconv.Itoa(ports[2])) + "/metrics"}
 	switch {
 	case opts.UIPort < 0:
 		args = append(args, "--headless")
@@ -254,6 +256,9 @@ func (s *Server) Address() string { return s.addr }
 
 // UIAddress returns the Web UI's URL, or "" when headless.
 func (s *Server) UIAddress() string { return s.uiAddr }
+
+// MetricsAddress returns the URL of the server's Prometheus metrics.
+func (s *Server) MetricsAddress() string { return s.metricsAddr }
 
 // PID returns the server's process ID, or 0 before it started.
 func (s *Server) PID() int {
