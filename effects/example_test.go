@@ -136,6 +136,44 @@ func ExampleClient_ClaimTx() {
 	// already shipped with label-1
 }
 
+// ExampleClient_ReleaseClaim gives a key up at once after the database
+// effect it stood for rolled back, as an HTTP handler does for a request
+// that stored nothing: the retry claims the key anew instead of waiting for
+// the lease to run out.
+func ExampleClient_ReleaseClaim() {
+	ctx := context.Background()
+	pool, client, done := exampleClient(ctx)
+	defer done()
+
+	key := effects.MustKey("acme", "idempotency", "req-7")
+	claim, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: "request-1"})
+	if err != nil {
+		panic(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := client.CompleteTx(ctx, tx, claim, "201 Created"); err != nil {
+			return err
+		}
+		return fmt.Errorf("the handler's write failed") // tx rolls back
+	})
+	fmt.Println("request 1:", err)
+	released, err := client.ReleaseClaim(ctx, claim)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("released:", released)
+
+	retry, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: "request-2"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("request 2 claims:", retry.Mode)
+	// Output:
+	// request 1: the handler's write failed
+	// released: true
+	// request 2 claims: new
+}
+
 // examplePool returns a pool on a new, empty schema and a function that
 // drops it. A real service connects to its own database instead.
 func examplePool(ctx context.Context) (*pgxpool.Pool, func()) {
