@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -76,12 +77,7 @@ func (c serverCalls) String() string {
 			ops = append(ops, k)
 		}
 	}
-	slices.SortFunc(ops, func(x, y string) int {
-		if c[x] != c[y] {
-			return int(1000 * (c[y] - c[x]))
-		}
-		return strings.Compare(x, y)
-	})
+	slices.SortFunc(ops, func(x, y string) int { return cmp.Or(cmp.Compare(c[y], c[x]), strings.Compare(x, y)) })
 	var sb strings.Builder
 	for _, svc := range []string{"frontend", "history", "matching", "store"} {
 		fmt.Fprintf(&sb, "%s %.1f, ", svc, services[svc])
