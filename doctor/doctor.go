@@ -177,6 +177,10 @@ type Opts struct {
 	// ClaimLease is the effects client's lease. Zero means
 	// effects.DefaultLease.
 	ClaimLease time.Duration
+	// LeafLimit is the size in bytes of an effect leaf, table and indexes,
+	// above which the partitions check warns that retiring it frees too
+	// much at once. Zero means 16 GiB.
+	LeafLimit int64
 
 	// SearchAttributes lists the search attributes that must be
 	// registered. Nil means pipeline.SearchAttributes(Pipelines).
@@ -233,6 +237,9 @@ func (o *Opts) withDefaults() Opts {
 	def(&c.RelayMaxBackoff, outbox.DefaultMaxBackoff)
 	def(&c.ClaimLease, effects.DefaultLease)
 	def(&c.ReconcileEvery, 25*time.Hour)
+	if c.LeafLimit == 0 {
+		c.LeafLimit = 16 << 30
+	}
 	if c.Sample == 0 {
 		c.Sample = 200
 	}

@@ -409,3 +409,37 @@ func TestPartitionsWarnsOfLeavesKeptPastTheirLifetime(t *testing.T) {
 	require.Contains(t, strings.Join(warned, "\n"), stuck+" (1 claims in flight)")
 	require.Contains(t, strings.Join(warned, "\n"), "detached by an interrupted retirement and not dropped: "+left)
 }
+
+// The partitions check warns of a class whose largest leaf is over the
+// limit, naming the leaf and its size, and of no other.
+func TestPartitionsWarnsOfALeafTooLargeToDrop(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	c, err := effects.NewClient(d.pool, nil)
+	require.NoError(t, err)
+	lifetimes := []effects.Lifetime{{Kind: "", Keep: 2 * 24 * time.Hour}, {Kind: "charge", Keep: 4 * 24 * time.Hour}}
+	require.NoError(t, c.SetLifetimes(d.ctx, lifetimes, nil))
+	_, err = d.pool.Exec(d.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, result, finished_at)
+		SELECT 'acme:order:' || i || ':receipt', 'acme', 'receipt', 'default', 'succeeded', 'o', '{"id":"msg"}', now()
+		FROM generate_series(1, 5000) i`)
+	require.NoError(t, err)
+	var leaf string
+	require.NoError(t, d.pool.QueryRow(d.ctx, `SELECT tableoid::regclass::text FROM keyed_effects WHERE key = 'acme:order:1:receipt'`).Scan(&leaf))
+
+	rep := d.run(t, func(o *doctor.Opts) { o.LeafLimit = 256 << 10 }, doctor.CheckPartitions)
+	var warned []doctor.Check
+	for _, ch := range rep.Checks {
+		if ch.Status == doctor.StatusWarn {
+			warned = append(warned, ch)
+		}
+	}
+	require.Len(t, warned, 1, "%+v", rep.Checks)
+	require.Equal(t, "keyed_effects_default", warned[0].Subject)
+	require.Contains(t, warned[0].Evidence, "leaf "+leaf+" holds ")
+	require.Contains(t, warned[0].Fix, "EFFECTS_LEAVES_PER_LIFETIME")
+
+	rep = d.run(t, nil, doctor.CheckPartitions)
+	for _, ch := range rep.Checks {
+		require.Equal(t, doctor.StatusPass, ch.Status, "%+v", ch)
+	}
+}

@@ -19,7 +19,8 @@ const partitionsAhead = 24 * time.Hour
 // not partitioned (fix: starter effects partition), warns per class whose
 // leaves end less than a day ahead (claims would fail once they end) and
 // per leaf past its lifetime that claims in flight keep from being dropped,
-// and per class with leaves an interrupted Retire detached and left.
+// per class whose largest leaf is over Opts.LeafLimit, and per class with
+// leaves an interrupted Retire detached and left.
 func (r *run) partitions(ctx context.Context) []Check {
 	c, err := effects.NewClient(r.deps.Pool, nil)
 	if err != nil {
@@ -73,6 +74,14 @@ func (r *run) classLeaves(ctx context.Context, class string, ls []effects.Leaf) 
 		c.Evidence = fmt.Sprintf("the newest leaf ends %s ahead, less than %s: claims of this class fail once it ends",
 			days(ahead.Round(time.Hour)), days(partitionsAhead))
 	}
+	out := []Check{c}
+	big, err := r.largestLeaf(ctx, subject, ls)
+	if err != nil {
+		return append(out, errorCheck(CheckPartitions, subject, err, ""))
+	}
+	if big != nil {
+		out = append(out, *big)
+	}
 	var blocked []string
 	for _, l := range ls {
 		if !l.Expired(r.now) {
@@ -80,14 +89,39 @@ func (r *run) classLeaves(ctx context.Context, class string, ls []effects.Leaf) 
 		}
 		var n int64
 		if err := r.deps.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{l.Name}.Sanitize()+` WHERE state = 'claimed'`).Scan(&n); err != nil {
-			return []Check{c, errorCheck(CheckPartitions, l.Name, err, "")}
+			return append(out, errorCheck(CheckPartitions, l.Name, err, ""))
 		}
 		blocked = append(blocked, fmt.Sprintf("%s (%d claims in flight)", l.Name, n))
 	}
 	if len(blocked) == 0 {
-		return []Check{c}
+		return out
 	}
-	return []Check{c, {Name: CheckPartitions, Subject: subject, Status: StatusWarn,
+	return append(out, Check{Name: CheckPartitions, Subject: subject, Status: StatusWarn,
 		Evidence: "past their lifetime but kept: " + strings.Join(blocked, ", "),
-		Fix:      "a leaf with claims in flight is never dropped: finish or resolve those runs (`starter attention`), then the next retention window drops it"}}
+		Fix:      "a leaf with claims in flight is never dropped: finish or resolve those runs (`starter attention`), then the next retention window drops it"})
 }
+
+// largestLeaf warns of a class whose largest leaf is over Opts.LeafLimit:
+// its DROP frees that much at once, and the file system's unlink holds up
+// every WAL flush meanwhile (docs/operating.md, "Sizing leaves").
+func (r *run) largestLeaf(ctx context.Context, subject string, ls []effects.Leaf) (*Check, error) {
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		names[i] = pgx.Identifier{l.Name}.Sanitize()
+	}
+	var name string
+	var size int64
+	if err := r.deps.Pool.QueryRow(ctx, `SELECT l, pg_total_relation_size(l::regclass) FROM unnest($1::text[]) l
+		ORDER BY 2 DESC LIMIT 1`, names).Scan(&name, &size); err != nil {
+		return nil, fmt.Errorf("size effect leaves: %w", err)
+	}
+	if size <= r.o.LeafLimit {
+		return nil, nil
+	}
+	return &Check{Name: CheckPartitions, Subject: subject, Status: StatusWarn,
+		Evidence: fmt.Sprintf("leaf %s holds %.1f GiB, over %.1f GiB: retiring it frees that at once, and writes wait while the file system unlinks it",
+			strings.Trim(name, `"`), gib(size), gib(r.o.LeafLimit)),
+		Fix: "raise EFFECTS_LEAVES_PER_LIFETIME on the workers so that the leaves made from then on are narrower (docs/operating.md, \"Sizing leaves\")"}, nil
+}
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }

@@ -39,7 +39,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			plain := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns), Unpartitioned: true})
 			bare := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns), Unpartitioned: true})
 			partClient, plainClient := benchClient(b, part), benchClient(b, plain)
-			benchLeaves(b, part, partClient)
+			benchLeaves(b, part, partClient, nil)
 			var seq atomic.Int64
 			keyed := func(c *effects.Client) func() error {
 				return func() error {
@@ -92,12 +92,12 @@ var benchLifetimes = []effects.Lifetime{
 // after running for a lifetime: each class's leaves back over its keep
 // plus a width, the rest retired, and the lifetime rows older than an hour
 // (so that a claim looks only in its kind's class).
-func benchLeaves(b *testing.B, pool *pgxpool.Pool, c *effects.Client) {
+func benchLeaves(b *testing.B, pool *pgxpool.Pool, c *effects.Client, opts *effects.SetLifetimesOpts) {
 	ctx := context.Background()
-	require.NoError(b, c.SetLifetimes(ctx, benchLifetimes, nil))
+	require.NoError(b, c.SetLifetimes(ctx, benchLifetimes, opts))
 	_, err := pool.Exec(ctx, `UPDATE keyed_effect_lifetimes SET since = since - interval '2 hours'`)
 	require.NoError(b, err)
-	require.NoError(b, c.SetLifetimes(ctx, benchLifetimes, nil))
+	require.NoError(b, c.SetLifetimes(ctx, benchLifetimes, opts))
 	_, err = c.EnsureLeaves(ctx, 180*24*time.Hour+45*24*time.Hour, 0)
 	require.NoError(b, err)
 	_, err = c.Retire(ctx, nil)
@@ -105,6 +105,52 @@ func benchLeaves(b *testing.B, pool *pgxpool.Pool, c *effects.Client) {
 	leaves, err := c.Leaves(ctx)
 	require.NoError(b, err)
 	b.ReportMetric(float64(len(leaves)), "leaves")
+}
+
+// BenchmarkLeavesPerLifetime prices EFFECTS_LEAVES_PER_LIFETIME: claim
+// plus complete of fresh charges through the Client on partitioned tables
+// cut into 2 (the default), 6 and 16 leaves per lifetime, at 8
+// connections, alternating in the same run as BenchmarkClaimComplete does,
+// each side on its own pool. A charge (kept 180 days) looks in every leaf
+// of its class: 3, 7 and 17. It reports each side's rate over the
+// default's.
+func BenchmarkLeavesPerLifetime(b *testing.B) {
+	const conns = 8
+	ctx := context.Background()
+	counts := []int{effects.LeavesPerLifetime, 6, effects.MaxLeavesPerLifetime}
+	var seq atomic.Int64
+	ops := make([]func() error, len(counts))
+	pools := make([]*pgxpool.Pool, len(counts))
+	for i, n := range counts {
+		pools[i] = effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: conns})
+		c := benchClient(b, pools[i])
+		benchLeaves(b, pools[i], c, &effects.SetLifetimesOpts{LeavesPerLifetime: n})
+		ops[i] = func() error {
+			key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
+			cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
+			if err != nil {
+				return err
+			}
+			return c.Complete(ctx, cl, map[string]any{"id": "pi_123", "amount": 500})
+		}
+	}
+	warmUp(b, conns, ops, pools...)
+	b.ResetTimer()
+	const chunk = 250
+	took := make([]time.Duration, len(ops))
+	for round, done := 0, 0; done < b.N; round++ {
+		n := min(chunk, b.N-done)
+		for i := range ops {
+			j := (i + round) % len(ops)
+			took[j] += runConcurrent(b, conns, n, ops[j])
+		}
+		done += n
+	}
+	b.StopTimer()
+	for i, n := range counts {
+		b.ReportMetric(took[0].Seconds()/took[i].Seconds(), fmt.Sprintf("%d/%d", n, counts[0]))
+	}
+	b.ReportMetric(float64(b.N)/took[0].Seconds(), "ops/s")
 }
 
 // benchPreload is how many finished records each table holds before the

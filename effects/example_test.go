@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -172,6 +174,37 @@ func ExampleClient_ReleaseClaim() {
 	// request 1: the handler's write failed
 	// released: true
 	// request 2 claims: new
+}
+
+// ExampleClient_SetLifetimes keeps charges 180 days and everything else
+// 30, with each lifetime cut into six leaves, so that a busy deployment's
+// retention drops smaller leaves (docs/operating.md, "Sizing leaves").
+func ExampleClient_SetLifetimes() {
+	ctx := context.Background()
+	_, client, done := exampleClient(ctx)
+	defer done()
+
+	const day = 24 * time.Hour
+	lifetimes := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}}
+	if err := client.SetLifetimes(ctx, lifetimes, &effects.SetLifetimesOpts{LeavesPerLifetime: 6}); err != nil {
+		panic(err)
+	}
+	leaves, err := client.Leaves(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range leaves {
+		if l.Class == "charge" { // One leaf, or two near a boundary: print the first.
+			fmt.Printf("%s: %.0f days wide, its records kept %.0f days after it ends\n",
+				l.Class, l.To.Sub(l.From).Hours()/24, l.Keep.Hours()/24)
+			break
+		}
+	}
+	err = client.SetLifetimes(ctx, lifetimes, &effects.SetLifetimesOpts{LeavesPerLifetime: 17})
+	fmt.Println(errors.Is(err, effects.ErrLifetime))
+	// Output:
+	// charge: 30 days wide, its records kept 180 days after it ends
+	// true
 }
 
 // examplePool returns a pool on a new, empty schema and a function that

@@ -15,12 +15,19 @@ import (
 // unless a kind's lifetime asks for wider leaves (see Lifetime.Width).
 const DefaultLeafWidth = 24 * time.Hour
 
-// LeavesPerLifetime bounds how many leaves a kind's lifetime spans: a
-// kind's leaves are at least Keep/LeavesPerLifetime wide, so a claim looks
-// in three or four leaves however long its records are kept, and a record
-// is kept at most half its lifetime longer than Keep. Each leaf a claim
-// looks in costs it about 5% at 32 connections (docs/benchmarks.md).
+// LeavesPerLifetime is how many leaves a kind's lifetime spans unless
+// SetLifetimesOpts says otherwise: a kind's leaves are at least
+// Keep/LeavesPerLifetime wide, so a claim looks in three or four leaves
+// however long its records are kept, and a record is kept at most half its
+// lifetime longer than Keep. Each leaf a claim looks in costs it about 5%
+// at 32 connections (docs/benchmarks.md).
 const LeavesPerLifetime = 2
+
+// MaxLeavesPerLifetime bounds SetLifetimesOpts.LeavesPerLifetime: a claim
+// locks every leaf of its kind's class and the leaf's indexes, so at 16
+// leaves a claim takes about fifty locks, most in Postgres's shared lock
+// table (a backend has 16 fast-path slots).
+const MaxLeavesPerLifetime = 16
 
 // ErrLifetime is wrapped by errors for a lifetime table SetLifetimes refuses.
 var ErrLifetime = errors.New("effects: bad lifetime")
@@ -38,10 +45,15 @@ type Lifetime struct {
 // Width is the width of the kind's leaves: Keep/LeavesPerLifetime rounded
 // up to whole base widths, and at least base (zero means DefaultLeafWidth).
 func (l Lifetime) Width(base time.Duration) time.Duration {
+	return l.width(base, LeavesPerLifetime)
+}
+
+// width is Keep/perLifetime rounded up to whole base widths, at least base.
+func (l Lifetime) width(base time.Duration, perLifetime int) time.Duration {
 	if base <= 0 {
 		base = DefaultLeafWidth
 	}
-	n := (l.Keep/LeavesPerLifetime + base - 1) / base
+	n := (l.Keep/time.Duration(perLifetime) + base - 1) / base
 	return max(n, 1) * base
 }
 
@@ -64,19 +76,27 @@ func (l Lifetime) class() (string, error) {
 type SetLifetimesOpts struct {
 	// Width is the narrowest leaf. Zero means DefaultLeafWidth.
 	Width time.Duration
+	// LeavesPerLifetime is how many leaves a kind's lifetime is cut into:
+	// more makes each leaf, and so what one DROP frees, smaller, and costs
+	// every claim of the kind one more leaf to look in per leaf. Zero means
+	// LeavesPerLifetime; at most MaxLeavesPerLifetime.
+	LeavesPerLifetime int
 }
 
 // SetLifetimes makes lifetimes the table of kinds and lifetimes
 // (keyed_effect_lifetimes) and creates the leaves of new kinds; a changed
 // width applies from the end of the kind's existing leaves. It refuses,
 // changing nothing, a table without the "" row, a Keep under an hour and a
-// kind that cannot name a partition (ErrLifetime). A kind dropped from the
-// table keeps its row, as its leaves hold records.
+// kind that cannot name a partition, and opts out of range (ErrLifetime).
+// A kind dropped from the table keeps its row, as its leaves hold records.
 func (c *Client) SetLifetimes(ctx context.Context, lifetimes []Lifetime, opts *SetLifetimesOpts) error {
 	if opts == nil {
 		opts = &SetLifetimesOpts{}
 	}
-	rows, err := lifetimeRows(lifetimes, opts.Width)
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	rows, err := lifetimeRows(lifetimes, opts.Width, opts.perLifetimeOr())
 	if err != nil {
 		return err
 	}
@@ -92,6 +112,24 @@ func (c *Client) SetLifetimes(ctx context.Context, lifetimes []Lifetime, opts *S
 	return nil
 }
 
+func (o *SetLifetimesOpts) validate() error {
+	if o.Width < 0 {
+		return fmt.Errorf("%w: leaf width %s is negative", ErrLifetime, o.Width)
+	}
+	if o.LeavesPerLifetime < 0 || o.LeavesPerLifetime > MaxLeavesPerLifetime {
+		return fmt.Errorf("%w: %d leaves per lifetime is outside 1 to %d (0 means %d)",
+			ErrLifetime, o.LeavesPerLifetime, MaxLeavesPerLifetime, LeavesPerLifetime)
+	}
+	return nil
+}
+
+func (o *SetLifetimesOpts) perLifetimeOr() int {
+	if o.LeavesPerLifetime > 0 {
+		return o.LeavesPerLifetime
+	}
+	return LeavesPerLifetime
+}
+
 func (o *SetLifetimesOpts) widthOr() time.Duration {
 	if o.Width > 0 {
 		return o.Width
@@ -105,7 +143,7 @@ type lifetimeRow struct {
 	width time.Duration
 }
 
-func lifetimeRows(lifetimes []Lifetime, base time.Duration) ([]lifetimeRow, error) {
+func lifetimeRows(lifetimes []Lifetime, base time.Duration, perLifetime int) ([]lifetimeRow, error) {
 	seen, rows := map[string]bool{}, make([]lifetimeRow, 0, len(lifetimes))
 	for _, l := range lifetimes {
 		class, err := l.class()
@@ -119,7 +157,7 @@ func lifetimeRows(lifetimes []Lifetime, base time.Duration) ([]lifetimeRow, erro
 			return nil, fmt.Errorf("%w: kind %q is listed twice", ErrLifetime, l.Kind)
 		}
 		seen[class] = true
-		rows = append(rows, lifetimeRow{Lifetime: l, class: class, width: l.Width(base)})
+		rows = append(rows, lifetimeRow{Lifetime: l, class: class, width: l.width(base, perLifetime)})
 	}
 	if !seen["default"] {
 		return nil, fmt.Errorf("%w: no lifetime for kind \"\" (every kind not listed)", ErrLifetime)

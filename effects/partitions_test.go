@@ -348,6 +348,61 @@ func TestSetLifetimes(t *testing.T) {
 	require.Equal(t, 30*day, keep, "a refused table changes nothing")
 }
 
+// More leaves per lifetime make the leaves made from then on narrower,
+// starting where the existing ones end; a key in a leaf of the old width
+// is still a duplicate. SetLifetimes refuses a count out of range.
+func TestLeavesPerLifetime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	day := 24 * time.Hour
+	table := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}}
+	require.NoError(t, b.client.SetLifetimes(b.ctx, table, nil))
+	_, err := b.client.EnsureLeaves(b.ctx, 180*day, 0)
+	require.NoError(t, err)
+	old := effects.MustKey("acme", "order", "old", "charge")
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, result, finished_at, created_at)
+		VALUES ($1, 'acme', 'charge', 'charge', 'succeeded', 'o', '{"id":"pi_old"}', now(), now() - interval '100 days')`, old.String())
+	require.NoError(t, err)
+	before := classLeaves(t, b, "charge")
+
+	for _, n := range []int{-1, effects.MaxLeavesPerLifetime + 1} {
+		err := b.client.SetLifetimes(b.ctx, table, &effects.SetLifetimesOpts{LeavesPerLifetime: n})
+		require.ErrorIs(t, err, effects.ErrLifetime, "%d leaves per lifetime", n)
+	}
+	require.NoError(t, b.client.SetLifetimes(b.ctx, table, &effects.SetLifetimesOpts{LeavesPerLifetime: 12}))
+	_, err = b.client.EnsureLeaves(b.ctx, 0, 120*day)
+	require.NoError(t, err)
+	after := classLeaves(t, b, "charge")
+	require.Equal(t, before, after[:len(before)], "existing leaves keep their bounds")
+	require.Greater(t, len(after), len(before)+1)
+	for _, l := range after[len(before)+1:] {
+		require.Equal(t, 15*day, l.To.Sub(l.From), "a new leaf is 180 days / 12 wide: %s", l.Name)
+	}
+	for _, l := range classLeaves(t, b, "default") {
+		if l.From.After(before[len(before)-1].To) {
+			require.Equal(t, 3*day, l.To.Sub(l.From), "30 days / 12, rounded up to whole days: %s", l.Name)
+		}
+	}
+
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: old, Owner: "p"})
+	require.NoError(t, err)
+	require.True(t, cl.Done, "a key in a leaf of the old width is a duplicate")
+	require.JSONEq(t, `{"id":"pi_old"}`, string(cl.Result))
+}
+
+func classLeaves(t *testing.T, b *bundle, class string) []effects.Leaf {
+	t.Helper()
+	leaves, err := b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	var out []effects.Leaf
+	for _, l := range leaves {
+		if l.Class == class {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // A kind given a class of its own after its records went to 'default'
 // still finds them there; a kind with none there is set apart (its claim
 // no longer looks in 'default') once its row is an hour old.

@@ -318,6 +318,9 @@ type WorkerTuning struct {
 	// MoneyRetention is MONEY_RETENTION: how long charge and refund
 	// records are kept (steps declared with step.KeepMoney).
 	MoneyRetention time.Duration
+	// LeavesPerLifetime is EFFECTS_LEAVES_PER_LIFETIME: how many leaves
+	// each kind's lifetime is cut into (effects.SetLifetimesOpts).
+	LeavesPerLifetime int
 	// PruneEvery is PRUNE_EVERY: the window in which one replica prunes.
 	PruneEvery time.Duration
 	// SettleEvery is SETTLE_EVERY: the window in which one replica settles

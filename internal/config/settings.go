@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
@@ -259,6 +260,11 @@ var Settings = []Setting{
 		Default: DefaultMoneyRetention, Check: atLeast(time.Hour, "is under one hour; effect records must outlive the retry window"),
 		Help: "keep charge and refund effect records this long",
 		Doc:  "charge and refund records (steps declared with `step.KeepMoney`) are kept at least this long, for disputes; the worker refuses one shorter than `EFFECTS_RETENTION`"},
+	{Env: "EFFECTS_LEAVES_PER_LIFETIME", Flag: "effects-leaves-per-lifetime", Field: "Worker.LeavesPerLifetime", For: InWorker,
+		Default: effects.LeavesPerLifetime, Check: between(1, effects.MaxLeavesPerLifetime),
+		Help: "how many leaves (partitions) each kind's effect records are kept in over their lifetime",
+		Doc: "each kind's lifetime is cut into this many leaves (1 to 16, at least a day wide each): more makes what each retention `DROP` frees smaller " +
+			"and costs each claim one more leaf to look in; see docs/operating.md, \"Sizing leaves\""},
 	{Env: "PRUNE_EVERY", Field: "Worker.PruneEvery", For: InWorker, Default: DefaultPruneEvery, Check: atLeast(time.Minute, "is under one minute"),
 		Help: "prune once per window of this length, across replicas",
 		Doc:  "each window of this length is pruned once across all replicas"},

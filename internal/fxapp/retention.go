@@ -111,7 +111,7 @@ func Lifetimes(specs []pipeline.Spec, w config.WorkerTuning) ([]effects.Lifetime
 // claims before it go to the default class, and a claim makes a missing
 // leaf itself.
 func retireEffects(ctx context.Context, fxc *effects.Client, lifetimes []effects.Lifetime, w config.WorkerTuning, log *slog.Logger) (int64, error) {
-	if err := fxc.SetLifetimes(ctx, lifetimes, nil); err != nil {
+	if err := fxc.SetLifetimes(ctx, lifetimes, &effects.SetLifetimesOpts{LeavesPerLifetime: w.LeavesPerLifetime}); err != nil {
 		return 0, err
 	}
 	res, err := fxc.Retire(ctx, nil)

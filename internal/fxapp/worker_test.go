@@ -30,7 +30,7 @@ import (
 // checkout, and stops the app.
 func TestWorkerAppRunsAnOrder(t *testing.T) {
 	t.Parallel()
-	w := fxapptest.Start(t, &fxapptest.Opts{Env: map[string]string{"RECONCILE_EVERY": "1h"}})
+	w := fxapptest.Start(t, &fxapptest.Opts{Env: map[string]string{"RECONCILE_EVERY": "1h", "EFFECTS_LEAVES_PER_LIFETIME": "6"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -75,6 +75,10 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 		return err == nil && len(prunes) == 1 && prunes[0].State == effects.StateSucceeded
 	}, 10*time.Second, 50*time.Millisecond, "one prune window recorded: %v", prunes)
 	require.Contains(t, string(prunes[0].Result), `"effects":`)
+	// The window set the lifetimes, a charge's cut into six leaves.
+	var width time.Duration
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT width FROM keyed_effect_lifetimes WHERE kind = $1`, orders.StepCharge).Scan(&width))
+	require.Equal(t, config.DefaultMoneyRetention/6, width)
 	// And reconciled with Stripe for its window, exporting the findings.
 	require.Eventually(t, func() bool {
 		runs, err := w.Effects.List(ctx, effects.MustKey(retention.SystemTenant, "schedule", "reconcile"))
