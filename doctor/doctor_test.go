@@ -3,6 +3,7 @@ package doctor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -442,4 +443,33 @@ func TestPartitionsWarnsOfALeafTooLargeToDrop(t *testing.T) {
 	for _, ch := range rep.Checks {
 		require.Equal(t, doctor.StatusPass, ch.Status, "%+v", ch)
 	}
+}
+
+// The partitions check warns when a read of every leaf would take more
+// locks than max_locks_per_transaction, and says how many it needs.
+func TestPartitionsWarnsOfLeavesBeyondTheLockTable(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, nil)
+	c, err := effects.NewClient(d.pool, nil)
+	require.NoError(t, err)
+	day := 24 * time.Hour
+	lifetimes := []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}}
+	require.NoError(t, c.SetLifetimes(d.ctx, lifetimes, nil))
+	for _, ch := range d.run(t, nil, doctor.CheckPartitions).Checks {
+		require.Equal(t, doctor.StatusPass, ch.Status, "%+v", ch)
+	}
+
+	require.NoError(t, c.SetLifetimes(d.ctx, lifetimes, &effects.SetLifetimesOpts{LeavesPerLifetime: effects.MaxLeavesPerLifetime}))
+	_, err = c.EnsureLeaves(d.ctx, 0, 180*day)
+	require.NoError(t, err)
+	leaves, err := c.Leaves(d.ctx)
+	require.NoError(t, err)
+	var most int
+	require.NoError(t, d.pool.QueryRow(d.ctx, `SELECT current_setting('max_locks_per_transaction')::int`).Scan(&most))
+	require.Greater(t, 3*len(leaves), most, "enough leaves for the test")
+
+	warn := one(t, d.run(t, nil, doctor.CheckPartitions), doctor.CheckPartitions, "keyed_effects")
+	require.Equal(t, doctor.StatusWarn, warn.Status, warn.Evidence)
+	require.Contains(t, warn.Evidence, fmt.Sprintf("takes %d locks, over max_locks_per_transaction %d", 3*len(leaves)+3, most))
+	require.Contains(t, warn.Fix, "set max_locks_per_transaction to at least")
 }

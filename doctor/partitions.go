@@ -19,8 +19,9 @@ const partitionsAhead = 24 * time.Hour
 // not partitioned (fix: starter effects partition), warns per class whose
 // leaves end less than a day ahead (claims would fail once they end) and
 // per leaf past its lifetime that claims in flight keep from being dropped,
-// per class whose largest leaf is over Opts.LeafLimit, and per class with
-// leaves an interrupted Retire detached and left.
+// per class whose largest leaf is over Opts.LeafLimit, per class with
+// leaves an interrupted Retire detached and left, and when a read of every
+// leaf takes more locks than max_locks_per_transaction.
 func (r *run) partitions(ctx context.Context) []Check {
 	c, err := effects.NewClient(r.deps.Pool, nil)
 	if err != nil {
@@ -36,6 +37,13 @@ func (r *run) partitions(ctx context.Context) []Check {
 			Fix:      "run `starter migrate --partition` (online; see docs/operating.md)"}}
 	}
 	var out []Check
+	locks, err := r.leafLocks(ctx, leaves)
+	if err != nil {
+		return []Check{errorCheck(CheckPartitions, "keyed_effects", err, "")}
+	}
+	if locks != nil {
+		out = append(out, *locks)
+	}
 	for class, ls := range byClass(leaves) {
 		out = append(out, r.classLeaves(ctx, class, ls)...)
 	}
@@ -125,3 +133,25 @@ func (r *run) largestLeaf(ctx context.Context, subject string, ls []effects.Leaf
 }
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
+
+// leafLocks warns when a read of every leaf (List, Get: an order's effects,
+// a record looked up by key) takes more relation locks than
+// max_locks_per_transaction: a leaf and its two indexes, each class
+// partition and keyed_effects. Postgres's lock table holds that many per
+// connection, so as many such reads at once as it allows connections
+// could exhaust it, failing every client with "out of shared memory".
+func (r *run) leafLocks(ctx context.Context, leaves []effects.Leaf) (*Check, error) {
+	need := 3*len(leaves) + len(byClass(leaves)) + 1
+	var most int
+	if err := r.deps.Pool.QueryRow(ctx, `SELECT current_setting('max_locks_per_transaction')::int`).Scan(&most); err != nil {
+		return nil, fmt.Errorf("read max_locks_per_transaction: %w", err)
+	}
+	if need <= most {
+		return nil, nil
+	}
+	return &Check{Name: CheckPartitions, Subject: "keyed_effects", Status: StatusWarn,
+		Evidence: fmt.Sprintf("a read of every leaf (an order's effects, a record looked up by key) takes %d locks, over max_locks_per_transaction %d: "+
+			"enough such reads at once exhaust Postgres's lock table, failing every client with \"out of shared memory\"", need, most),
+		Fix: fmt.Sprintf("set max_locks_per_transaction to at least %d (it needs a restart), or lower EFFECTS_LEAVES_PER_LIFETIME (docs/operating.md, \"Sizing leaves\")",
+			(need+15)/16*16)}, nil
+}
