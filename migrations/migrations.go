@@ -80,7 +80,7 @@ func All() ([]Migration, error) {
 // file that has not run yet against the pool's current schema, and returns
 // the versions of the files it applied. It returns an error naming the file
 // or effects version that failed; earlier files stay applied.
-func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
@@ -96,8 +96,16 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		return nil, fmt.Errorf("take migration lock: %w", err)
 	}
 	defer func() {
-		// A fresh context: the caller's may be cancelled, and the lock must go.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+lockKey+`)`)
+		// A fresh context: the caller's may be cancelled, and the lock must
+		// go. A session that cannot unlock is closed, which releases its
+		// lock, and the pool then drops it.
+		bg := context.WithoutCancel(ctx)
+		if _, unlockErr := conn.Exec(bg, `SELECT pg_advisory_unlock(`+lockKey+`)`); unlockErr == nil {
+			return
+		}
+		if closeErr := conn.Conn().Close(bg); closeErr != nil {
+			err = errors.Join(err, fmt.Errorf("release migration lock: %w", closeErr))
+		}
 	}()
 
 	migrator, err := effects.NewMigrator(conn.Conn(), nil)

@@ -204,7 +204,10 @@ func NewRelay(db effects.DB, starter Starter, opts *RelayOpts) (*Relay, error) {
 		return nil, fmt.Errorf("outbox: NewRelay: %w", err)
 	}
 	if r.name == "" {
-		host, _ := os.Hostname()
+		host, err := os.Hostname()
+		if err != nil {
+			host = "relay" // the name only tells relays apart in logs and claims
+		}
 		r.name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	if r.logger == nil {

@@ -91,7 +91,10 @@ func New(claims *effects.Client, jobs []Job, opts *Opts) (*Pruner, error) {
 		return nil, fmt.Errorf("retention: New: schedule %q: %w", p.schedule, err)
 	}
 	if p.owner == "" {
-		host, _ := os.Hostname()
+		host, err := os.Hostname()
+		if err != nil {
+			host = "worker" // the owner only tells replicas apart in records
+		}
 		p.owner = host + "/" + strconv.Itoa(os.Getpid())
 	}
 	if p.logger == nil {
