@@ -175,9 +175,11 @@ func TestReentryAfterPossiblePostWaitsOutTheLag(t *testing.T) {
 		m := message("9f3a", "receipt")
 		// The earlier attempt wrote its row and died; its request never
 		// reached SendGrid, which the look-up can only tell after the lag.
+		// The window runs from the row's sent_at (the insert's now()),
+		// which is after start but before a slow commit returns.
+		start := time.Now()
 		postedAndDied(t, b, m)
 
-		start := time.Now()
 		_, err := b.sender.Send(ctx, m)
 		require.ErrorIs(t, err, notify.ErrLookupPending)
 		require.True(t, effects.IsTransient(err))
