@@ -41,35 +41,10 @@ func BenchmarkClaimComplete(b *testing.B) {
 			partClient, plainClient := benchClient(b, part), benchClient(b, plain)
 			benchLeaves(b, part, partClient, nil)
 			var seq atomic.Int64
-			keyed := func(c *effects.Client) func() error {
-				return func() error {
-					key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
-					cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
-					if err != nil {
-						return err
-					}
-					return c.Complete(ctx, cl, map[string]any{"id": "pi_123", "amount": 500})
-				}
-			}
 			raw := func() error { return rawClaimComplete(ctx, bare, fmt.Sprintf("bench:order:%d:charge", seq.Add(1))) }
-			ops := []func() error{keyed(partClient), keyed(plainClient), raw}
+			ops := []func() error{claimComplete(partClient, &seq), claimComplete(plainClient, &seq), raw}
 			warmUp(b, conns, ops, part, plain, bare)
-
-			b.ResetTimer()
-			// Alternate in small chunks, rotating which side goes first, so
-			// that all see the same table size, cache and machine load.
-			const chunk = 250
-			took := make([]time.Duration, len(ops))
-			done := 0
-			for round := 0; done < b.N; round++ {
-				n := min(chunk, b.N-done)
-				for i := range ops {
-					j := (i + round) % len(ops)
-					took[j] += runConcurrent(b, conns, n, ops[j])
-				}
-				done += n
-			}
-			b.StopTimer()
+			took := alternate(b, conns, ops)
 			rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
 			b.ReportMetric(rate(0), "keyed_ops/s")
 			b.ReportMetric(rate(1), "plain_ops/s")
@@ -78,6 +53,38 @@ func BenchmarkClaimComplete(b *testing.B) {
 			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
 		})
 	}
+}
+
+// claimComplete claims and completes a fresh charge key through c.
+func claimComplete(c *effects.Client, seq *atomic.Int64) func() error {
+	return func() error {
+		ctx := context.Background()
+		key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
+		cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
+		if err != nil {
+			return err
+		}
+		return c.Complete(ctx, cl, map[string]any{"id": "pi_123", "amount": 500})
+	}
+}
+
+// alternate times b.N runs of each op at conns connections, in chunks of
+// 250, rotating which op goes first, so that all see the same table size,
+// cache and machine load; it returns each op's total time.
+func alternate(b *testing.B, conns int, ops []func() error) []time.Duration {
+	b.ResetTimer()
+	const chunk = 250
+	took := make([]time.Duration, len(ops))
+	for round, done := 0, 0; done < b.N; round++ {
+		n := min(chunk, b.N-done)
+		for i := range ops {
+			j := (i + round) % len(ops)
+			took[j] += runConcurrent(b, conns, n, ops[j])
+		}
+		done += n
+	}
+	b.StopTimer()
+	return took
 }
 
 // benchLifetimes is the table a worker sets with the default settings.
@@ -116,7 +123,6 @@ func benchLeaves(b *testing.B, pool *pgxpool.Pool, c *effects.Client, opts *effe
 // default's.
 func BenchmarkLeavesPerLifetime(b *testing.B) {
 	const conns = 8
-	ctx := context.Background()
 	counts := []int{effects.LeavesPerLifetime, 6, effects.MaxLeavesPerLifetime}
 	var seq atomic.Int64
 	ops := make([]func() error, len(counts))
@@ -125,28 +131,10 @@ func BenchmarkLeavesPerLifetime(b *testing.B) {
 		pools[i] = effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: conns})
 		c := benchClient(b, pools[i])
 		benchLeaves(b, pools[i], c, &effects.SetLifetimesOpts{LeavesPerLifetime: n})
-		ops[i] = func() error {
-			key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
-			cl, err := c.Claim(ctx, effects.ClaimParams{Key: key, Owner: "bench"})
-			if err != nil {
-				return err
-			}
-			return c.Complete(ctx, cl, map[string]any{"id": "pi_123", "amount": 500})
-		}
+		ops[i] = claimComplete(c, &seq)
 	}
 	warmUp(b, conns, ops, pools...)
-	b.ResetTimer()
-	const chunk = 250
-	took := make([]time.Duration, len(ops))
-	for round, done := 0, 0; done < b.N; round++ {
-		n := min(chunk, b.N-done)
-		for i := range ops {
-			j := (i + round) % len(ops)
-			took[j] += runConcurrent(b, conns, n, ops[j])
-		}
-		done += n
-	}
-	b.StopTimer()
+	took := alternate(b, conns, ops)
 	for i, n := range counts {
 		b.ReportMetric(took[0].Seconds()/took[i].Seconds(), fmt.Sprintf("%d/%d", n, counts[0]))
 	}
