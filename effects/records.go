@@ -46,8 +46,17 @@ func scanRecord(row pgx.Row) (*Record, bool, error) {
 	return &r, live, err
 }
 
-func (c *Client) get(ctx context.Context, db DB, key string) (*Record, bool, error) {
-	rec, live, err := scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects WHERE key = $1`, key))
+// get reads key's record. It looks first in the classes a record of the
+// key's last part, the kind a claim gives it by default, may be in, which
+// plans and locks only their leaves; then, for a record claimed under
+// another kind, in every leaf.
+func (c *Client) get(ctx context.Context, db DB, key Key) (*Record, bool, error) {
+	parts := key.Parts()
+	rec, live, err := scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects
+		WHERE key = $1 AND class IN (`+kindClasses(parts[len(parts)-1])+`)`, key.String()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		rec, live, err = scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects WHERE key = $1`, key.String()))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
 	}
@@ -56,7 +65,7 @@ func (c *Client) get(ctx context.Context, db DB, key string) (*Record, bool, err
 
 // Get returns the record for key. It returns ErrNotFound if there is none.
 func (c *Client) Get(ctx context.Context, key Key) (*Record, error) {
-	rec, _, err := c.get(ctx, c.db, key.String())
+	rec, _, err := c.get(ctx, c.db, key)
 	if err != nil {
 		return nil, fmt.Errorf("get effect %s: %w", key, err)
 	}
@@ -67,7 +76,7 @@ func (c *Client) Get(ctx context.Context, key Key) (*Record, error) {
 // belongs to the transaction, so that the transaction never waits for a
 // second pooled connection.
 func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error) {
-	rec, _, err := c.get(ctx, tx, key.String())
+	rec, _, err := c.get(ctx, tx, key)
 	if err != nil {
 		return nil, fmt.Errorf("get effect %s: %w", key, err)
 	}
@@ -82,11 +91,17 @@ func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, key Key) (*Record, error)
 // plans and locks only their leaves, not every leaf of every class. A
 // succeeded record stays succeeded until it is retired.
 func SucceededSQL(n int, kind string) string {
+	return fmt.Sprintf("EXISTS (SELECT FROM keyed_effects WHERE key = $%d AND class IN (%s) AND state = 'succeeded')", n, kindClasses(kind))
+}
+
+// kindClasses lists, as SQL literals, the classes a record of kind can be
+// in: its own, default and legacy.
+func kindClasses(kind string) string {
 	classes := "'default', 'legacy'"
 	if c, err := (Lifetime{Kind: kind}).class(); err == nil {
 		classes = "'" + c + "', " + classes
 	}
-	return fmt.Sprintf("EXISTS (SELECT FROM keyed_effects WHERE key = $%d AND class IN (%s) AND state = 'succeeded')", n, classes)
+	return classes
 }
 
 // List returns, in key order, every record of prefix's tenant whose key

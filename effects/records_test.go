@@ -56,3 +56,44 @@ func TestSucceededSQL(t *testing.T) {
 	require.Contains(t, plan, "keyed_effects_charge_")
 	require.NotContains(t, plan, "keyed_effects_api_request_", "the guard of a charge plans no other class's leaf")
 }
+
+// Get finds a record wherever it is: its key's kind's class, default, a
+// class of a kind named apart from its key, or an unpartitioned table. A
+// record found in its key's kind's classes locks no other class's leaf.
+func TestGet(t *testing.T) {
+	t.Parallel()
+	day := 24 * time.Hour
+	partitioned := setup(t)
+	require.NoError(t, partitioned.client.SetLifetimes(partitioned.ctx,
+		[]effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api-request", Keep: day}}, nil))
+
+	for name, b := range map[string]*bundle{"partitioned": partitioned, "unpartitioned": legacySetup(t)} {
+		for _, c := range []struct{ key, kind string }{
+			{"acme:order:1:charge", "charge"},      // its own class
+			{"acme:order:1:receipt", "receipt"},    // no lifetime: default
+			{"acme:order:1:label", "api-request"},  // a kind apart from its key
+			{"acme:order:2:charge", "api-request"}, // apart, and the key names another class
+		} {
+			key, err := effects.ParseKey(c.key)
+			require.NoError(t, err)
+			_, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Kind: c.kind, Owner: "o"})
+			require.NoError(t, err)
+			rec, err := b.client.Get(b.ctx, key)
+			require.NoError(t, err, "%s: %s", name, c.key)
+			require.Equal(t, c.kind, rec.Kind, "%s: %s", name, c.key)
+		}
+		_, err := b.client.Get(b.ctx, effects.MustKey("acme", "order", "3", "charge"))
+		require.ErrorIs(t, err, effects.ErrNotFound, name)
+	}
+
+	b := partitioned
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(b.ctx)) }()
+	_, err = b.client.GetTx(b.ctx, tx, effects.MustKey("acme", "order", "1", "charge"))
+	require.NoError(t, err)
+	var other int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		WHERE l.pid = pg_backend_pid() AND c.relname LIKE 'keyed\_effects\_api\_request%'`).Scan(&other))
+	require.Zero(t, other, "a charge found in its classes locks no api_request leaf")
+}
