@@ -135,7 +135,7 @@ func (r *run) largestLeaf(ctx context.Context, subject string, ls []effects.Leaf
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // leafLocks warns when a read of every leaf (List, Get: an order's effects,
-// a record looked up by key) takes more relation locks than
+// a key looked up that has no record) takes more relation locks than
 // max_locks_per_transaction: a leaf and its two indexes, each class
 // partition and keyed_effects. Postgres's lock table holds that many per
 // connection, so as many such reads at once as it allows connections
@@ -150,7 +150,7 @@ func (r *run) leafLocks(ctx context.Context, leaves []effects.Leaf) (*Check, err
 		return nil, nil
 	}
 	return &Check{Name: CheckPartitions, Subject: "keyed_effects", Status: StatusWarn,
-		Evidence: fmt.Sprintf("a read of every leaf (an order's effects, a record looked up by key) takes %d locks, over max_locks_per_transaction %d: "+
+		Evidence: fmt.Sprintf("a read of every leaf (an order's effects, a key looked up that has no record) takes %d locks, over max_locks_per_transaction %d: "+
 			"enough such reads at once exhaust Postgres's lock table, failing every client with \"out of shared memory\"", need, most),
 		Fix: fmt.Sprintf("set max_locks_per_transaction to at least %d (it needs a restart), or lower EFFECTS_LEAVES_PER_LIFETIME (docs/operating.md, \"Sizing leaves\")",
 			(need+15)/16*16)}, nil
