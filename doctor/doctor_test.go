@@ -437,7 +437,7 @@ func TestPartitionsWarnsOfALeafTooLargeToDrop(t *testing.T) {
 	require.Len(t, warned, 1, "%+v", rep.Checks)
 	require.Equal(t, "keyed_effects_default", warned[0].Subject)
 	require.Contains(t, warned[0].Evidence, "leaf "+leaf+" holds ")
-	require.Contains(t, warned[0].Fix, "EFFECTS_LEAVES_PER_LIFETIME")
+	require.Contains(t, warned[0].Fix, "EFFECTS_LEAVES_PER_LIFETIME to ")
 
 	rep = d.run(t, nil, doctor.CheckPartitions)
 	for _, ch := range rep.Checks {

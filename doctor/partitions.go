@@ -117,22 +117,45 @@ func (r *run) largestLeaf(ctx context.Context, subject string, ls []effects.Leaf
 	for i, l := range ls {
 		names[i] = pgx.Identifier{l.Name}.Sanitize()
 	}
-	var name string
+	var i int
 	var size int64
-	if err := r.deps.Pool.QueryRow(ctx, `SELECT l, pg_total_relation_size(l::regclass) FROM unnest($1::text[]) l
-		ORDER BY 2 DESC LIMIT 1`, names).Scan(&name, &size); err != nil {
+	if err := r.deps.Pool.QueryRow(ctx, `SELECT i, pg_total_relation_size(l::regclass) FROM unnest($1::text[]) WITH ORDINALITY AS u(l, i)
+		ORDER BY 2 DESC LIMIT 1`, names).Scan(&i, &size); err != nil {
 		return nil, fmt.Errorf("size effect leaves: %w", err)
 	}
 	if size <= r.o.LeafLimit {
 		return nil, nil
 	}
+	big := ls[i-1]
 	return &Check{Name: CheckPartitions, Subject: subject, Status: StatusWarn,
-		Evidence: fmt.Sprintf("leaf %s holds %.1f GiB, over %.1f GiB: retiring it frees that at once, and writes wait while the file system unlinks it",
-			strings.Trim(name, `"`), gib(size), gib(r.o.LeafLimit)),
-		Fix: "raise EFFECTS_LEAVES_PER_LIFETIME on the workers so that the leaves made from then on are narrower (docs/operating.md, \"Sizing leaves\")"}, nil
+		Evidence: fmt.Sprintf("leaf %s holds %s, over %s: retiring it frees that at once, and writes wait while the file system unlinks it",
+			big.Name, bytesText(size), bytesText(r.o.LeafLimit)),
+		Fix: leavesFix(big, size, r.o.LeafLimit)}, nil
 }
 
-func gib(n int64) float64 { return float64(n) / (1 << 30) }
+// leavesFix says how many leaves a lifetime would keep leaves of big's
+// class under limit at big's rate of records.
+func leavesFix(big effects.Leaf, size, limit int64) string {
+	now := max(int64(big.Keep/big.To.Sub(big.From)), 1)
+	want := (now*size + limit - 1) / limit
+	if want > effects.MaxLeavesPerLifetime {
+		return fmt.Sprintf("even %d leaves a lifetime (EFFECTS_LEAVES_PER_LIFETIME) leave them over the limit at this rate: shorten the kind's lifetime, "+
+			"and mount Postgres's data without online discard (docs/operating.md, \"Sizing leaves\")", effects.MaxLeavesPerLifetime)
+	}
+	return fmt.Sprintf("set EFFECTS_LEAVES_PER_LIFETIME to %d or more on the workers (these leaves are about %d a lifetime); the leaves made from then on are narrower (docs/operating.md, \"Sizing leaves\")",
+		want, now)
+}
+
+// bytesText writes n in GiB, MiB or KiB, whichever it reaches.
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+}
 
 // leafLocks warns when a read of every leaf (List, Get: an order's effects,
 // a key looked up that has no record) takes more relation locks than
