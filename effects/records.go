@@ -52,6 +52,9 @@ func scanRecord(row pgx.Row) (*Record, bool, error) {
 // another kind, in every leaf.
 func (c *Client) get(ctx context.Context, db DB, key Key) (*Record, bool, error) {
 	parts := key.Parts()
+	if len(parts) == 0 {
+		return nil, false, fmt.Errorf("%w: key is empty", ErrInvalidKey)
+	}
 	rec, live, err := scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects
 		WHERE key = $1 AND class IN (`+kindClasses(parts[len(parts)-1])+`)`, key.String()))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -63,7 +66,8 @@ func (c *Client) get(ctx context.Context, db DB, key Key) (*Record, bool, error)
 	return rec, live, err
 }
 
-// Get returns the record for key. It returns ErrNotFound if there is none.
+// Get returns the record for key. It returns ErrNotFound if there is none,
+// and an error wrapping ErrInvalidKey for the zero Key.
 func (c *Client) Get(ctx context.Context, key Key) (*Record, error) {
 	rec, _, err := c.get(ctx, c.db, key)
 	if err != nil {

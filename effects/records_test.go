@@ -84,6 +84,8 @@ func TestGet(t *testing.T) {
 		}
 		_, err := b.client.Get(b.ctx, effects.MustKey("acme", "order", "3", "charge"))
 		require.ErrorIs(t, err, effects.ErrNotFound, name)
+		_, err = b.client.Get(b.ctx, effects.Key{})
+		require.ErrorIs(t, err, effects.ErrInvalidKey, name)
 	}
 
 	b := partitioned
