@@ -17,10 +17,7 @@ import (
 // on the partitioned table it names no other class's leaf.
 func TestSucceededSQL(t *testing.T) {
 	t.Parallel()
-	day := 24 * time.Hour
-	partitioned := setup(t)
-	require.NoError(t, partitioned.client.SetLifetimes(partitioned.ctx,
-		[]effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api-request", Keep: day}}, nil))
+	partitioned := classesSetup(t)
 
 	for name, b := range map[string]*bundle{"partitioned": partitioned, "unpartitioned": legacySetup(t)} {
 		for _, c := range []struct {
@@ -62,10 +59,7 @@ func TestSucceededSQL(t *testing.T) {
 // record found in its key's kind's classes locks no other class's leaf.
 func TestGet(t *testing.T) {
 	t.Parallel()
-	day := 24 * time.Hour
-	partitioned := setup(t)
-	require.NoError(t, partitioned.client.SetLifetimes(partitioned.ctx,
-		[]effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api-request", Keep: day}}, nil))
+	partitioned := classesSetup(t)
 
 	for name, b := range map[string]*bundle{"partitioned": partitioned, "unpartitioned": legacySetup(t)} {
 		for _, c := range []struct{ key, kind string }{
@@ -98,4 +92,15 @@ func TestGet(t *testing.T) {
 	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
 		WHERE l.pid = pg_backend_pid() AND c.relname LIKE 'keyed\_effects\_api\_request%'`).Scan(&other))
 	require.Zero(t, other, "a charge found in its classes locks no api_request leaf")
+}
+
+// classesSetup is setup with the charge and api-request kinds in classes of
+// their own and every other kind in default.
+func classesSetup(t *testing.T) *bundle {
+	t.Helper()
+	b := setup(t)
+	day := 24 * time.Hour
+	require.NoError(t, b.client.SetLifetimes(b.ctx,
+		[]effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api-request", Keep: day}}, nil))
+	return b
 }
