@@ -37,14 +37,15 @@ func (r *run) partitions(ctx context.Context) []Check {
 			Fix:      "run `starter migrate --partition` (online; see docs/operating.md)"}}
 	}
 	var out []Check
-	locks, err := r.leafLocks(ctx, leaves)
+	classes := byClass(leaves)
+	locks, err := r.leafLocks(ctx, len(leaves), len(classes))
 	if err != nil {
 		return []Check{errorCheck(CheckPartitions, "keyed_effects", err, "")}
 	}
 	if locks != nil {
 		out = append(out, *locks)
 	}
-	for class, ls := range byClass(leaves) {
+	for class, ls := range classes {
 		out = append(out, r.classLeaves(ctx, class, ls)...)
 	}
 	left, err := c.DetachedLeaves(ctx)
@@ -163,8 +164,8 @@ func bytesText(n int64) string {
 // partition and keyed_effects. Postgres's lock table holds that many per
 // connection, so as many such reads at once as it allows connections
 // could exhaust it, failing every client with "out of shared memory".
-func (r *run) leafLocks(ctx context.Context, leaves []effects.Leaf) (*Check, error) {
-	need := 3*len(leaves) + len(byClass(leaves)) + 1
+func (r *run) leafLocks(ctx context.Context, leaves, classes int) (*Check, error) {
+	need := 3*leaves + classes + 1
 	var most int
 	if err := r.deps.Pool.QueryRow(ctx, `SELECT current_setting('max_locks_per_transaction')::int`).Scan(&most); err != nil {
 		return nil, fmt.Errorf("read max_locks_per_transaction: %w", err)
