@@ -177,8 +177,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	stop()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
-		_ = s.srv.Close()
-		err = fmt.Errorf("shut down api server: %w", err)
+		err = errors.Join(fmt.Errorf("shut down api server: %w", err), s.srv.Close())
 	}
 	<-serving
 	<-pruned
