@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -53,6 +54,57 @@ func BenchmarkClaimComplete(b *testing.B) {
 			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
 		})
 	}
+}
+
+// BenchmarkList prices List's statement against the starts_with condition
+// it used before, on one connection, alternating in chunks of 250, on the
+// leaves a deployment has at 2 (the default) and 16 leaves per lifetime
+// with 200 000 charges in them: an order's three records, read back. A starts_with with a parameter is
+// planned anew on every call (only a constant prefix becomes an index
+// range), and planning a statement over every leaf is most of its cost.
+// It reports µs per List of each and their ratio.
+func BenchmarkList(b *testing.B) {
+	const startsWith = `SELECT key, state, created_at FROM keyed_effects
+		WHERE tenant_id = $1 AND starts_with(key, $2) ORDER BY created_at, key`
+	for _, n := range []int{effects.LeavesPerLifetime, effects.MaxLeavesPerLifetime} {
+		b.Run(fmt.Sprintf("leaves_per_lifetime=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: 1})
+			c := benchClient(b, pool)
+			benchLeaves(b, pool, c, &effects.SetLifetimesOpts{LeavesPerLifetime: n})
+			prefix := effects.MustKey("acme", "order", "1")
+			for _, k := range []string{"charge", "receipt", "refund_stripe"} {
+				cl, err := c.Claim(ctx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "1", k), Owner: "o"})
+				require.NoError(b, err)
+				require.NoError(b, c.Complete(ctx, cl, "ok"))
+			}
+			ops := []func() error{
+				func() error { return readThree(c.List(ctx, prefix)) },
+				func() error {
+					rows, err := pool.Query(ctx, startsWith, prefix.Tenant(), prefix.String()+effects.Separator)
+					if err != nil {
+						return err
+					}
+					n, err := pgx.CollectRows(rows, func(pgx.CollectableRow) (int, error) { return 1, nil })
+					return readThree(make([]*effects.Record, len(n)), err)
+				},
+			}
+			warmUp(b, 1, ops, pool)
+			took := alternate(b, 1, ops)
+			us := func(i int) float64 { return float64(took[i].Microseconds()) / float64(b.N) }
+			b.ReportMetric(us(0), "list_us")
+			b.ReportMetric(us(1), "starts_with_us")
+			b.ReportMetric(us(1)/us(0), "starts_with/list")
+		})
+	}
+}
+
+// readThree returns err, or an error unless recs holds three records.
+func readThree(recs []*effects.Record, err error) error {
+	if err == nil && len(recs) != 3 {
+		err = fmt.Errorf("%d records, want 3", len(recs))
+	}
+	return err
 }
 
 // claimComplete claims and completes a fresh charge key through c.

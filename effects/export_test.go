@@ -25,3 +25,6 @@ func MetricsCollectorForTest(m *Metrics, name string) prometheus.Collector {
 	}
 	panic("unknown metric " + name)
 }
+
+// ListSQL is List's statement, for the tests of its plan.
+const ListSQL = listSQL

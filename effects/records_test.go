@@ -1,6 +1,7 @@
 package effects_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,56 @@ func TestGet(t *testing.T) {
 	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
 		WHERE l.pid = pg_backend_pid() AND c.relname LIKE 'keyed\_effects\_api\_request%'`).Scan(&other))
 	require.Zero(t, other, "a charge found in its classes locks no api_request leaf")
+}
+
+// List takes exactly the keys that extend its prefix, on both layouts:
+// not the prefix itself, nor keys whose next byte sorts just below or
+// above the separator. A session keeps a generic plan of its statement
+// instead of planning it on every call.
+func TestListTakesTheKeysUnderItsPrefix(t *testing.T) {
+	t.Parallel()
+	partitioned := classesSetup(t)
+	want := []string{"acme:order:1:charge", "acme:order:1:refund:r1:refund_stripe", "acme:order:1:receipt"}
+	others := []string{"acme:order:1", "acme:order:10:charge", "acme:order:1-2:charge", "acme:order:1;2:charge", "acme:order:1a:charge", "globex:order:1:charge"}
+	for name, b := range map[string]*bundle{"partitioned": partitioned, "unpartitioned": legacySetup(t)} {
+		for _, k := range append(slices.Clone(want), others...) {
+			key, err := effects.ParseKey(k)
+			require.NoError(t, err)
+			_, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+			require.NoError(t, err)
+		}
+		recs, err := b.client.List(b.ctx, effects.MustKey("acme", "order", "1"))
+		require.NoError(t, err)
+		var got []string
+		for _, r := range recs {
+			got = append(got, r.Key)
+		}
+		require.ElementsMatch(t, want, got, name)
+	}
+
+	// A session plans the statement five times, then keeps a generic plan,
+	// also where the statistics know the tenant (as a table with other
+	// tenants' records has them), which a plan made for the tenant uses.
+	b := partitioned
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, result, finished_at)
+SELECT 'initech:order:' || i || ':charge', 'initech', 'charge', 'charge', 'succeeded', 'o', '{}', now()
+FROM generate_series(1, 20000) i;
+ANALYZE keyed_effects`)
+	require.NoError(t, err)
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for range 20 {
+			if _, err := b.client.ListTx(b.ctx, tx, effects.MustKey("acme", "order", "1")); err != nil {
+				return err
+			}
+		}
+		var generic, custom int
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+			effects.ListSQL).Scan(&generic, &custom))
+		require.GreaterOrEqual(t, generic, 15, "List's generic plans of 20")
+		require.Equal(t, 5, custom, "List's custom plans of 20")
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 // classesSetup is setup with the charge and api-request kinds in classes of
