@@ -108,8 +108,8 @@ func kindClasses(kind string) string {
 	return classes
 }
 
-// List returns, in key order, every record of prefix's tenant whose key
-// extends prefix (for acme:order:9f3a: its charge, mark_paid, receipt). It
+// List returns, oldest first (then by key), every record of prefix's
+// tenant whose key extends prefix (for acme:order:9f3a: its charge, mark_paid, receipt). It
 // never returns another tenant's records.
 func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
 	return list(ctx, c.db, prefix)
