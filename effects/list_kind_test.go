@@ -55,3 +55,26 @@ func TestListKindReturnsOneKindInTheWindowAcrossTenants(t *testing.T) {
 	_, err = b.client.ListKind(b.ctx, "charge", from, from)
 	require.ErrorContains(t, err, "is not after its start")
 }
+
+// ListKind finds a kind's records in each class they may be in: its own,
+// and default, where they were claimed before the kind had a lifetime.
+func TestListKindReadsEveryClassOfTheKind(t *testing.T) {
+	t.Parallel()
+	b := classesSetup(t)
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, result, finished_at)
+VALUES ('acme:order:old:charge', 'acme', 'charge', 'default', 'succeeded', 'o', '{}', now())`)
+	require.NoError(t, err)
+	for _, c := range []struct{ key, kind string }{{"acme:order:new:charge", "charge"}, {"acme:order:new:label", "charge"}, {"acme:order:new:receipt", "receipt"}} {
+		key, err := effects.ParseKey(c.key)
+		require.NoError(t, err)
+		_, err = b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Kind: c.kind, Owner: "o"})
+		require.NoError(t, err)
+	}
+	recs, err := b.client.ListKind(b.ctx, "charge", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	var keys []string
+	for _, r := range recs {
+		keys = append(keys, r.Key)
+	}
+	require.ElementsMatch(t, []string{"acme:order:old:charge", "acme:order:new:charge", "acme:order:new:label"}, keys)
+}
