@@ -10,10 +10,17 @@
 // Files are named NNNN_description.sql and run in order of NNNN. Each file
 // runs in its own transaction together with the row that records it in
 // keyed_schema_migrations, so a failed file leaves no trace and is retried on
-// the next start. Apply holds a Postgres advisory lock for the whole run, so
-// two workers starting together cannot both migrate; the second waits and
-// then finds nothing to do. The lock is scoped to the current schema, so
-// tests that give each case its own schema do not queue behind each other.
+// the next start. A file whose first line is NoTransaction runs outside a
+// transaction, one statement at a time (statements end with a semicolon at
+// the end of a line), and is recorded after its last statement: it is for
+// CREATE INDEX CONCURRENTLY, which does not block writes, and must be safe to
+// run again from the start (DROP INDEX CONCURRENTLY IF EXISTS first, since a
+// failed concurrent build leaves an invalid index behind). Apply holds a
+// Postgres advisory lock for the whole run, so two workers starting together
+// cannot both migrate; the second polls for the lock, holding no snapshot a
+// concurrent index build would wait for, and then finds nothing to do. The
+// lock is scoped to the current schema, so tests that give each case its own
+// schema do not queue behind each other.
 package migrations
 
 import (
@@ -25,8 +32,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keyedhq/keyed/effects"
@@ -40,7 +49,16 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// NoTransaction is set for a file whose first line is NoTransaction.
+	NoTransaction bool
 }
+
+// NoTransaction, as a file's first line, runs it outside a transaction.
+const NoTransaction = "-- keyed:no-transaction"
+
+// lockPoll is how often Apply tries for the migration lock while another
+// process holds it.
+const lockPoll = 100 * time.Millisecond
 
 // ErrBadMigration is returned by All when an embedded file name does not
 // follow the NNNN_description.sql pattern or two files share a version.
@@ -70,7 +88,8 @@ func All() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", name, err)
 		}
-		out = append(out, Migration{Version: v, Name: name, SQL: string(body)})
+		first, _, _ := strings.Cut(string(body), "\n")
+		out = append(out, Migration{Version: v, Name: name, SQL: string(body), NoTransaction: strings.TrimSpace(first) == NoTransaction})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
@@ -92,8 +111,8 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
 	defer conn.Release()
 
 	const lockKey = `hashtextextended('keyed.migrations:' || current_schema(), 0)`
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+lockKey+`)`); err != nil {
-		return nil, fmt.Errorf("take migration lock: %w", err)
+	if err := lock(ctx, conn.Conn(), lockKey); err != nil {
+		return nil, err
 	}
 	defer func() {
 		// A fresh context: the caller's may be cancelled, and the lock must
@@ -139,17 +158,82 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
 		if done[m.Version] {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO keyed_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
-			return err
-		})
-		if err != nil {
+		if err := apply(ctx, conn.Conn(), m); err != nil {
 			return applied, fmt.Errorf("apply migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// lock takes the session advisory lock key on conn, trying every lockPoll
+// until ctx ends. A blocking pg_advisory_lock would wait inside a statement
+// whose snapshot a concurrent index build of the holder waits for: a
+// deadlock.
+func lock(ctx context.Context, conn *pgx.Conn, key string) error {
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`).Scan(&ok); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("take migration lock: %w", ctx.Err())
+		case <-time.After(lockPoll):
+		}
+	}
+}
+
+// apply runs m and records it: in one transaction, or, for a NoTransaction
+// file, statement by statement and then the record.
+func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
+	record := func(db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		_, err := db.Exec(ctx, `INSERT INTO keyed_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		return err
+	}
+	if !m.NoTransaction {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			return record(tx)
+		})
+	}
+	for _, stmt := range statements(m.SQL) {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return record(conn)
+}
+
+// statements splits a NoTransaction file into its statements: each ends
+// with a semicolon at the end of a line that is not a comment.
+// Comment-only pieces are dropped.
+func statements(sql string) []string {
+	var out []string
+	var cur strings.Builder
+	flush := func() {
+		stmt := strings.TrimSpace(cur.String())
+		cur.Reset()
+		for _, line := range strings.Split(stmt, "\n") {
+			if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "--") {
+				out = append(out, stmt)
+				return
+			}
+		}
+	}
+	for _, line := range strings.SplitAfter(sql, "\n") {
+		cur.WriteString(line)
+		if l := strings.TrimSpace(line); strings.HasSuffix(l, ";") && !strings.HasPrefix(l, "--") {
+			flush()
+		}
+	}
+	flush()
+	return out
 }

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -61,4 +62,53 @@ func TestConcurrentApplyRunsEachFileOnce(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_schema_migrations`).Scan(&n))
 	require.Equal(t, len(all), n)
+}
+
+// A NoTransaction file splits at semicolons that end a line outside a
+// comment, and only such files are flagged.
+func TestNoTransactionFilesSplitIntoStatements(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{
+		"-- keyed:no-transaction\n-- a comment;\nDROP INDEX CONCURRENTLY IF EXISTS x;",
+		"CREATE INDEX CONCURRENTLY x ON t (a)\n    WHERE b = 'c;d';",
+		"-- trailing\nSELECT 1\n-- the end;",
+	}, migrations.StatementsForTest("-- keyed:no-transaction\n-- a comment;\nDROP INDEX CONCURRENTLY IF EXISTS x;\nCREATE INDEX CONCURRENTLY x ON t (a)\n    WHERE b = 'c;d';\n\n-- trailing\nSELECT 1\n-- the end;\n"))
+	all, err := migrations.All()
+	require.NoError(t, err)
+	for _, m := range all {
+		require.Equal(t, strings.HasPrefix(m.SQL, migrations.NoTransaction+"\n"), m.NoTransaction, m.Name)
+		if m.NoTransaction {
+			require.NotContains(t, m.SQL, "BEGIN", "%s runs outside a transaction", m.Name)
+		}
+	}
+}
+
+// A concurrent index build that failed leaves an invalid index and no
+// record; the next Apply builds it again.
+func TestApplyRebuildsAnIndexWhoseConcurrentBuildFailed(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = migrations.Apply(ctx, pool)
+	require.NoError(t, err)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	for _, m := range all {
+		if !m.NoTransaction {
+			continue
+		}
+		_, err = pool.Exec(ctx, `DELETE FROM keyed_schema_migrations WHERE version = $1`, m.Version)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'keyed_outbox_refunds_idx'::regclass`)
+	require.NoError(t, err)
+	again, err := migrations.Apply(ctx, pool)
+	require.NoError(t, err)
+	require.Contains(t, again, 17)
+	var valid bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'keyed_outbox_refunds_idx'::regclass`).Scan(&valid))
+	require.True(t, valid)
 }

@@ -279,11 +279,16 @@ WHERE workflow_id = $1 AND workflow_type = $2`, workflowID, WorkflowName))
 	return r, nil
 }
 
+// queuedRefundsSQL reads an order's refund rows in the outbox through
+// keyed_outbox_refunds_idx (app migration 17), whose condition names the
+// workflow type as this literal does.
+const queuedRefundsSQL = `SELECT ` + outboxColumns + ` FROM keyed_outbox
+WHERE workflow_type = '` + WorkflowName + `' AND tenant_id = $1 AND payload->>'order_id' = $2 ORDER BY id`
+
 // queuedRefunds reads the order's refund requests in the outbox, oldest
 // first.
 func queuedRefunds(ctx context.Context, db effects.DB, tenantID, orderID string) ([]Refund, error) {
-	rows, err := db.Query(ctx, `SELECT `+outboxColumns+` FROM keyed_outbox
-WHERE workflow_type = $1 AND tenant_id = $2 AND payload->>'order_id' = $3 ORDER BY id`, WorkflowName, tenantID, orderID)
+	rows, err := db.Query(ctx, queuedRefundsSQL, tenantID, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("list refund requests of order %s/%s: %w", tenantID, orderID, err)
 	}

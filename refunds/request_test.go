@@ -3,6 +3,7 @@ package refunds_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -145,4 +146,45 @@ func TestConcurrentRequestsOfOneRefundQueueOneStart(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM keyed_outbox`).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// An order's queued refunds are read through the outbox's refund index, not
+// a scan of every outbox row (sent rows stay for days), also as the
+// generic plan a session keeps.
+func TestQueuedRefundsReadTheRefundIndex(t *testing.T) {
+	t.Parallel()
+	pool, store := requestSetup(t, map[string]orders.Status{"o1": orders.StatusPaid})
+	ctx := context.Background()
+	_, err := request(t, pool, store, refunds.NewInput(tenant, "o1", "r1", 100, ""))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO keyed_outbox (workflow_type, workflow_id, payload, tenant_id, sent_at)
+SELECT 'OrderWorkflow', 'order:x:' || i || ':fulfil', jsonb_build_object('tenant_id', 'x', 'order_id', i::text), 'x', now()
+FROM generate_series(1, 20000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE keyed_outbox`)
+	require.NoError(t, err)
+
+	ledger, err := refunds.NewLedger(pool)
+	require.NoError(t, err)
+	refs, err := ledger.Refunds(ctx, tenant, "o1")
+	require.NoError(t, err)
+	require.Len(t, refs, 1)
+	require.Equal(t, "r1", refs[0].RefundID)
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `PREPARE queued (text, text) AS `+refunds.QueuedRefundsSQL)
+	require.NoError(t, err)
+	rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) EXECUTE queued ('acme', 'o1')`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `DEALLOCATE queued; RESET plan_cache_mode`)
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.Contains(t, plan, "keyed_outbox_refunds_idx", plan)
+	require.NotContains(t, plan, "Seq Scan", plan)
 }

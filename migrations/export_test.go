@@ -1,0 +1,4 @@
+package migrations
+
+// StatementsForTest exposes statements to the external tests.
+var StatementsForTest = statements
