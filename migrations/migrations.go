@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keyedhq/keyed/effects"
@@ -190,9 +189,7 @@ func lock(ctx context.Context, conn *pgx.Conn, key string) error {
 // apply runs m and records it: in one transaction, or, for a NoTransaction
 // file, statement by statement and then the record.
 func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
-	record := func(db interface {
-		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	}) error {
+	record := func(db effects.DB) error {
 		_, err := db.Exec(ctx, `INSERT INTO keyed_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
 		return err
 	}
