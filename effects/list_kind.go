@@ -10,8 +10,8 @@ import (
 // ListKind returns every record of kind created in [from, to), ordered by
 // creation time and key, across tenants (for operator jobs such as
 // reconciliation). On the partitioned table it reads only the leaves of
-// the classes a record of kind may be in. It returns an error for an empty kind, an empty window or
-// a failed query.
+// the classes a record of kind may be in. It returns an error for an empty
+// kind, an empty window or a failed query.
 func (c *Client) ListKind(ctx context.Context, kind string, from, to time.Time) ([]*Record, error) {
 	if kind == "" {
 		return nil, errors.New("list effects by kind: kind is empty")

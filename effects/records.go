@@ -109,8 +109,8 @@ func kindClasses(kind string) string {
 }
 
 // List returns, oldest first (then by key), every record of prefix's
-// tenant whose key extends prefix (for acme:order:9f3a: its charge, mark_paid, receipt). It
-// never returns another tenant's records.
+// tenant whose key extends prefix (for acme:order:9f3a: its charge,
+// mark_paid, receipt). It never returns another tenant's records.
 func (c *Client) List(ctx context.Context, prefix Key) ([]*Record, error) {
 	return list(ctx, c.db, prefix)
 }
@@ -127,7 +127,7 @@ func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, prefix Key) ([]*Record, 
 // use the index. Each value is read through a subquery so that a plan made
 // for the values estimates no better than the generic plan: a session then
 // keeps the generic plan after five calls instead of planning every call,
-// which over every leaf costs five times the execution. (A starts_with
+// which over every leaf costs about four times the execution. (A starts_with
 // condition is an index range only for a constant prefix.)
 const listSQL = `SELECT ` + recordColumns + ` FROM keyed_effects
 		WHERE tenant_id = (SELECT $1::text) AND key >= (SELECT $2::text) AND key < (SELECT $3::text) ORDER BY created_at, key`
