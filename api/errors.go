@@ -26,6 +26,7 @@ const (
 	CodeRefundConflict        = "refund_conflict"                 // 409: the refund ID was requested with another amount or reason
 	CodeOrderNotRefundable    = "order_not_refundable"            // 409: the order is not paid, or is refunded in full
 	CodeRefundExceedsCharge   = "refund_exceeds_charge"           // 422: the refund is more than what is left of the charge
+	CodeTooManyRefunds        = "too_many_refunds"                // 422: the order has refunds.MaxPerOrder refunds already
 	CodeRateLimited           = "rate_limited"                    // 429: the tenant is over its rate limit (HandlerOpts.RateLimit); with Retry-After
 	CodeNotFound              = "not_found"                       // 404
 	CodeMethodNotAllowed      = "method_not_allowed"              // 405

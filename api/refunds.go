@@ -214,6 +214,9 @@ func refundRefusal(err error, in refunds.RefundInput) *Error {
 	case errors.Is(err, refunds.ErrNotRefundable):
 		return newError(http.StatusConflict, CodeOrderNotRefundable, "id",
 			"order %q is not refundable: only a paid order that is not refunded in full is", in.OrderID)
+	case errors.Is(err, refunds.ErrTooManyRefunds):
+		return newError(http.StatusUnprocessableEntity, CodeTooManyRefunds, "refund_id",
+			"order %q has %d refunds, the most one order may have", in.OrderID, refunds.MaxPerOrder)
 	case errors.As(err, &exceeds):
 		return newError(http.StatusUnprocessableEntity, CodeRefundExceedsCharge, "amount_minor",
 			"a refund of %d exceeds what is left of the charge: %d charged, %d refunded or in flight, %d left (minor units)",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // statusRow is one (status, code) pair of the error table in api/README.md.
@@ -142,6 +143,13 @@ func TestEveryStatusInTheREADME(t *testing.T) {
 		"422 refund_exceeds_charge": func() response {
 			b.paidOrder(t, "ord_rx", 100)
 			return do("POST", "/v1/orders/ord_rx/refunds", b.keyA, "k-rx", refundBody("r1", 101, ""))
+		},
+		"422 too_many_refunds": func() response {
+			b.paidOrder(t, "ord_tm", 10_000)
+			for i := range refunds.MaxPerOrder {
+				b.reserve(t, "ord_tm", fmt.Sprintf("r%d", i), 1, "")
+			}
+			return do("POST", "/v1/orders/ord_tm/refunds", b.keyA, "k-tm", refundBody("one-more", 1, ""))
 		},
 		"413 body_too_large": func() response { return post("k-big", `{"order_id":"`+strings.Repeat("x", 64<<10)+`"}`) },
 		"422 idempotency_key_reused": func() response {

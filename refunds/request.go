@@ -20,6 +20,15 @@ import (
 // refunded in full already: there is nothing to refund.
 var ErrNotRefundable = errors.New("order is not refundable")
 
+// MaxPerOrder is how many refunds one order may have: requested, in
+// flight, done or refused, each counted once. It bounds what an order's
+// view lists (GET /v1/orders/{id} shows every refund) and so what one read
+// of it costs.
+const MaxPerOrder = 100
+
+// ErrTooManyRefunds means the order has MaxPerOrder refunds already.
+var ErrTooManyRefunds = fmt.Errorf("order has %d refunds, the most one order may have", MaxPerOrder)
+
 // Keys of the outbox.Request.Meta that StartRequest writes: the refund's
 // currency and amount, which starters put in the run's summary without
 // loading the order.
@@ -68,8 +77,9 @@ func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
 // them and is the authority. It returns errors wrapping ErrInvalidInput (or
 // the key's), orders.ErrNotFound, ErrConflict (same ID, other amount or
 // reason), ErrNotRefundable (not paid, or refunded in full), an *ExceedsError
-// (over the amount minus ReservedTx), and database errors. On an error roll tx
-// back.
+// (over the amount minus ReservedTx), ErrTooManyRefunds (the order has
+// MaxPerOrder refunds; concurrent requests may pass it by their number),
+// and database errors. On an error roll tx back.
 func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInput) (order *orders.Order, created bool, err error) {
 	if err := in.Validate(); err != nil {
 		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
@@ -83,6 +93,13 @@ func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInp
 	}
 	if !order.Status.Refundable() {
 		return nil, false, fmt.Errorf("request refund %s: order is %s: %w", in.WorkflowID(), order.Status, ErrNotRefundable)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, countSQL, in.TenantID, in.OrderID).Scan(&n); err != nil {
+		return nil, false, fmt.Errorf("count refunds of order %s/%s: %w", in.TenantID, in.OrderID, err)
+	}
+	if n >= MaxPerOrder {
+		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), ErrTooManyRefunds)
 	}
 	var l Ledger
 	refunded, err := l.ReservedTx(ctx, tx, in.TenantID, in.OrderID)
@@ -284,6 +301,14 @@ WHERE workflow_id = $1 AND workflow_type = $2`, workflowID, WorkflowName))
 // workflow type as this literal does.
 const queuedRefundsSQL = `SELECT ` + outboxColumns + ` FROM keyed_outbox
 WHERE workflow_type = '` + WorkflowName + `' AND tenant_id = $1 AND payload->>'order_id' = $2 ORDER BY id`
+
+// countSQL counts an order's refunds: in the ledger, or only requested so
+// far (their outbox row, through keyed_outbox_refunds_idx).
+const countSQL = `SELECT count(*) FROM (
+    SELECT refund_id FROM refund_ledger WHERE tenant_id = $1 AND order_id = $2
+    UNION
+    SELECT payload->>'refund_id' FROM keyed_outbox
+    WHERE workflow_type = '` + WorkflowName + `' AND tenant_id = $1 AND payload->>'order_id' = $2) r`
 
 // queuedRefunds reads the order's refund requests in the outbox, oldest
 // first.

@@ -3,6 +3,7 @@ package refunds_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -187,4 +188,35 @@ FROM generate_series(1, 20000) i`)
 	plan := strings.Join(lines, "\n")
 	require.Contains(t, plan, "keyed_outbox_refunds_idx", plan)
 	require.NotContains(t, plan, "Seq Scan", plan)
+}
+
+// An order takes at most MaxPerOrder refunds, counted once each whether
+// only requested or in the ledger; the same refund asked again still
+// answers as before.
+func TestRequestTxRefusesARefundPastTheMostAnOrderMayHave(t *testing.T) {
+	t.Parallel()
+	pool, store := requestSetup(t, map[string]orders.Status{"o1": orders.StatusPaid})
+	ctx := context.Background()
+	half := refunds.MaxPerOrder / 2
+	for i := range half {
+		created, err := request(t, pool, store, refunds.NewInput(tenant, "o1", fmt.Sprintf("q%d", i), 1, ""))
+		require.NoError(t, err)
+		require.True(t, created)
+	}
+	// The first half reserved, as Reserve writes them: each counts once.
+	_, err := pool.Exec(ctx, `INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, effect_key)
+SELECT $1, 'o1', 'q' || i, 1, $1 || ':order:o1:refund:q' || i || ':refund_reserve' FROM generate_series(0, $2 - 1) i`, tenant, half/2)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, effect_key)
+SELECT $1, 'o1', 'l' || i, 1, $1 || ':order:o1:refund:l' || i || ':refund_reserve' FROM generate_series(1, $2) i`, tenant, refunds.MaxPerOrder-half)
+	require.NoError(t, err)
+
+	_, err = request(t, pool, store, refunds.NewInput(tenant, "o1", "one-more", 1, ""))
+	require.ErrorIs(t, err, refunds.ErrTooManyRefunds)
+	created, err := request(t, pool, store, refunds.NewInput(tenant, "o1", "q0", 1, ""))
+	require.NoError(t, err, "the same refund asked again")
+	require.False(t, created)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE payload->>'refund_id' = 'one-more'`).Scan(&n))
+	require.Zero(t, n, "a refused request queues nothing")
 }
