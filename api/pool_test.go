@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
-	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // probe is one request of a route and the status it must get.
