@@ -678,7 +678,7 @@ func (h *Handler) orderDetail(ctx context.Context, tx pgx.Tx, tenant, id string,
 				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
 		}
 	}
-	if err := h.orderRefunds(ctx, tx, order, detail); err != nil {
+	if err := h.orderRefunds(ctx, tx, order, recs, detail); err != nil {
 		return nil, fmt.Errorf("list order refunds: %w", err)
 	}
 	return detail, nil

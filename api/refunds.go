@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -279,17 +280,15 @@ func (h *Handler) refundView(ctx context.Context, tx pgx.Tx, order *orders.Order
 // viewOf completes ref's view with its start and its effect records, read
 // through tx.
 func (h *Handler) viewOf(ctx context.Context, tx pgx.Tx, order *orders.Order, ref refunds.Refund) (*RefundView, error) {
-	in := refunds.NewInput(order.TenantID, order.ID, ref.RefundID, ref.AmountMinor, ref.Reason)
-	v := &RefundView{RefundID: ref.RefundID, OrderID: order.ID, AmountMinor: ref.AmountMinor, Currency: order.Currency,
-		Reason: ref.Reason, State: RefundRequested, WorkflowID: in.WorkflowID(), Effects: []EffectView{}}
+	v := newRefundView(order, ref)
 	start, err := h.startOf(ctx, tx, v.WorkflowID)
 	if err != nil {
 		return nil, err
 	}
 	v.Start = start
-	prefix, err := effects.NewKey(order.TenantID, "order", order.ID, "refund", ref.RefundID)
+	prefix, err := refundPrefix(order, ref)
 	if err != nil {
-		return nil, fmt.Errorf("refund %s: %w", v.WorkflowID, err)
+		return nil, err
 	}
 	recs, err := h.effects.ListTx(ctx, tx, prefix)
 	if err != nil {
@@ -300,6 +299,22 @@ func (h *Handler) viewOf(ctx context.Context, tx pgx.Tx, order *orders.Order, re
 	}
 	setRefundState(v, ref)
 	return v, nil
+}
+
+// newRefundView is ref's view before its start, effects and state.
+func newRefundView(order *orders.Order, ref refunds.Refund) *RefundView {
+	in := refunds.NewInput(order.TenantID, order.ID, ref.RefundID, ref.AmountMinor, ref.Reason)
+	return &RefundView{RefundID: ref.RefundID, OrderID: order.ID, AmountMinor: ref.AmountMinor, Currency: order.Currency,
+		Reason: ref.Reason, State: RefundRequested, WorkflowID: in.WorkflowID(), Effects: []EffectView{}}
+}
+
+// refundPrefix is the key every effect of ref's run extends.
+func refundPrefix(order *orders.Order, ref refunds.Refund) (effects.Key, error) {
+	prefix, err := effects.NewKey(order.TenantID, "order", order.ID, "refund", ref.RefundID)
+	if err != nil {
+		return effects.Key{}, fmt.Errorf("refund %s of order %s: %w", ref.RefundID, order.ID, err)
+	}
+	return prefix, nil
 }
 
 // setRefundState sets v's State from how far ref got and its effects: a
@@ -353,17 +368,24 @@ func (h *Handler) startOf(ctx context.Context, db effects.DB, workflowID string)
 	if err != nil {
 		return nil, err
 	}
+	return h.tenantStartView(ctx, entry), nil
+}
+
+// tenantStartView is entry's view for the tenant; the start's error, which
+// the tenant does not see, goes to the debug log.
+func (h *Handler) tenantStartView(ctx context.Context, entry *outbox.Entry) *StartView {
 	if entry.LastError != "" {
 		h.logger.DebugContext(ctx, "start error withheld from the tenant", "workflow_id", entry.WorkflowID, "last_error", entry.LastError)
 	}
-	return startView(entry), nil
+	return startView(entry)
 }
 
 // orderRefunds sets detail's view of each of the order's refunds, read
-// through tx, oldest first, what the order has refunded (confirmed by Stripe) and what its
-// refunds hold of the charge (in the ledger and not released). It returns
-// database errors.
-func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Order, detail *OrderDetail) error {
+// through tx, oldest first, what the order has refunded (confirmed by
+// Stripe) and what its refunds hold of the charge (in the ledger and not
+// released). recs are the order's effect records, which hold its refunds'.
+// Its statements do not grow with the refunds. It returns database errors.
+func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Order, recs []*effects.Record, detail *OrderDetail) error {
 	ledger, err := refunds.NewLedger(tx)
 	if err != nil {
 		return err
@@ -372,12 +394,32 @@ func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Ord
 	if err != nil {
 		return err
 	}
+	views := make([]*RefundView, len(refs))
+	ids := make([]string, len(refs))
+	for i, ref := range refs {
+		views[i] = newRefundView(order, ref)
+		ids[i] = views[i].WorkflowID
+	}
+	starts, err := outbox.GetMany(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
 	detail.Refunds = make([]RefundView, 0, len(refs))
-	for _, ref := range refs {
-		v, err := h.viewOf(ctx, tx, order, ref)
+	for i, ref := range refs {
+		v := views[i]
+		if entry := starts[v.WorkflowID]; entry != nil {
+			v.Start = h.tenantStartView(ctx, entry)
+		}
+		prefix, err := refundPrefix(order, ref)
 		if err != nil {
 			return err
 		}
+		for _, rec := range recs {
+			if strings.HasPrefix(rec.Key, prefix.String()+effects.Separator) {
+				v.Effects = append(v.Effects, effectView(rec))
+			}
+		}
+		setRefundState(v, ref)
 		detail.RefundedMinor += ref.Refunded()
 		detail.ReservedMinor += ref.Reserved()
 		detail.Refunds = append(detail.Refunds, *v)

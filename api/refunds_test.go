@@ -1,14 +1,19 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
@@ -359,4 +364,59 @@ func TestRefundWaitingForADecisionNeedsAttention(t *testing.T) {
 		require.Equal(t, c.code, v.ErrorCode)
 		require.False(t, v.Released)
 	}
+}
+
+// statementCount is a pgx.QueryTracer that counts the statements sent.
+type statementCount struct{ n atomic.Int64 }
+
+func (c *statementCount) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCount) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// An order's view reads its refunds in a fixed number of statements,
+// whatever their number: a refund more costs no round trip.
+func TestOrderViewStatementsDoNotGrowWithRefunds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg, err := pgxpool.ParseConfig(b.url)
+	require.NoError(t, err)
+	counter := &statementCount{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	keys, err := api.ParseKeys(b.keyList)
+	require.NoError(t, err)
+	h, err := api.NewHandler(pool, keys, &api.HandlerOpts{Logger: b.logger})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	get := func(order string) int64 {
+		before := counter.n.Load()
+		r := doAt(t, srv.Client(), srv.URL, "GET", "/v1/orders/"+order, b.keyA, "", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		return counter.n.Load() - before
+	}
+	counts := map[int]int64{}
+	for _, n := range []int{1, 30} {
+		order := fmt.Sprintf("ord_n%d", n)
+		b.paidOrder(t, order, 10_000)
+		for i := range n {
+			r := b.do(t, "POST", "/v1/orders/"+order+"/refunds", b.keyA, fmt.Sprintf("k-%s-%d", order, i), refundBody(fmt.Sprintf("r%d", i), 1, ""))
+			require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+			if i%2 == 0 {
+				b.reserve(t, order, fmt.Sprintf("r%d", i), 1, "")
+			}
+		}
+		counts[n] = get(order)
+		var view api.OrderDetail
+		r := doAt(t, srv.Client(), srv.URL, "GET", "/v1/orders/"+order, b.keyA, "", "")
+		require.NoError(t, json.Unmarshal(r.body, &view))
+		require.Len(t, view.Refunds, n)
+		require.EqualValues(t, (n+1)/2, view.ReservedMinor)
+	}
+	require.Equal(t, counts[1], counts[30], "statements for an order with 1 refund and with 30")
 }

@@ -211,18 +211,42 @@ type Entry struct {
 // Get returns the outbox row for workflowID. It returns an error wrapping
 // ErrNotFound when there is none, and the database error otherwise.
 func Get(ctx context.Context, db effects.DB, workflowID string) (*Entry, error) {
-	var e Entry
-	err := db.QueryRow(ctx, `
-SELECT workflow_id, workflow_type, coalesce(tenant_id, ''), created_at, attempts, coalesce(last_error, ''), sent_at, coalesce(run_id, '')
-FROM keyed_outbox WHERE workflow_id = $1`, workflowID).
-		Scan(&e.WorkflowID, &e.WorkflowType, &e.TenantID, &e.CreatedAt, &e.Attempts, &e.LastError, &e.SentAt, &e.RunID)
+	e, err := scanEntry(db.QueryRow(ctx, `SELECT `+entryColumns+` FROM keyed_outbox WHERE workflow_id = $1`, workflowID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("outbox %s: %w", workflowID, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get outbox %s: %w", workflowID, err)
 	}
-	return &e, nil
+	return e, nil
+}
+
+// entryColumns are what scanEntry reads of a row.
+const entryColumns = `workflow_id, workflow_type, coalesce(tenant_id, ''), created_at, attempts, coalesce(last_error, ''), sent_at, coalesce(run_id, '')`
+
+func scanEntry(row pgx.Row) (*Entry, error) {
+	var e Entry
+	err := row.Scan(&e.WorkflowID, &e.WorkflowType, &e.TenantID, &e.CreatedAt, &e.Attempts, &e.LastError, &e.SentAt, &e.RunID)
+	return &e, err
+}
+
+// GetMany returns the outbox rows of workflowIDs that exist, by workflow
+// ID, in one statement. It returns the database error.
+func GetMany(ctx context.Context, db effects.DB, workflowIDs []string) (map[string]*Entry, error) {
+	rows, err := db.Query(ctx, `SELECT `+entryColumns+` FROM keyed_outbox WHERE workflow_id = ANY($1)`, workflowIDs)
+	if err != nil {
+		return nil, fmt.Errorf("get %d outbox rows: %w", len(workflowIDs), err)
+	}
+	out := make(map[string]*Entry, len(workflowIDs))
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+		e, err := scanEntry(row)
+		out[e.WorkflowID] = e
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get %d outbox rows: %w", len(workflowIDs), err)
+	}
+	return out, nil
 }
 
 // MarkStarted marks workflowID's row sent as run runID, for a caller that

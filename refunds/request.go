@@ -219,10 +219,8 @@ func (l *Ledger) Refunds(ctx context.Context, tenantID, orderID string) ([]Refun
 		extra = append(extra, Refund{RefundID: e.RefundID, AmountMinor: e.AmountMinor, Reason: e.Reason, RequestedAt: e.CreatedAt, Entry: e})
 	}
 	out := append(queued, extra...)
-	for i := range out {
-		if err := l.addStripe(ctx, &out[i], tenantID, orderID); err != nil {
-			return nil, err
-		}
+	if err := l.addStripeAll(ctx, out, tenantID, orderID); err != nil {
+		return nil, err
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
 	return out, nil
@@ -242,6 +240,53 @@ func (l *Ledger) addStripe(ctx context.Context, r *Refund, tenantID, orderID str
 	}
 	r.Release, err = l.Released(ctx, tenantID, orderID, r.RefundID)
 	return err
+}
+
+// addStripeAll is addStripe for every refund of one order, in two
+// statements whatever their number.
+func (l *Ledger) addStripeAll(ctx context.Context, refs []Refund, tenantID, orderID string) error {
+	outcomes, err := l.db.Query(ctx, `SELECT refund_id, stripe_refund_id, payment_intent_id, status, amount_minor, currency
+FROM refund_stripe_outcomes WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID)
+	if err != nil {
+		return fmt.Errorf("read Stripe refunds of order %s/%s: %w", tenantID, orderID, err)
+	}
+	stripe := map[string]StripeResult{}
+	_, err = pgx.CollectRows(outcomes, func(row pgx.CollectableRow) (struct{}, error) {
+		var id string
+		var r StripeResult
+		err := row.Scan(&id, &r.RefundID, &r.PaymentIntentID, &r.Status, &r.AmountMinor, &r.Currency)
+		stripe[id] = r
+		return struct{}{}, err
+	})
+	if err != nil {
+		return fmt.Errorf("read Stripe refunds of order %s/%s: %w", tenantID, orderID, err)
+	}
+	releases, err := l.db.Query(ctx, `SELECT refund_id, amount_minor, code, effect_key, created_at
+FROM refund_releases WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID)
+	if err != nil {
+		return fmt.Errorf("read releases of order %s/%s: %w", tenantID, orderID, err)
+	}
+	released := map[string]*Release{}
+	_, err = pgx.CollectRows(releases, func(row pgx.CollectableRow) (struct{}, error) {
+		r := Release{TenantID: tenantID, OrderID: orderID}
+		err := row.Scan(&r.RefundID, &r.AmountMinor, &r.Code, &r.EffectKey, &r.CreatedAt)
+		released[r.RefundID] = &r
+		return struct{}{}, err
+	})
+	if err != nil {
+		return fmt.Errorf("read releases of order %s/%s: %w", tenantID, orderID, err)
+	}
+	for i := range refs {
+		r := &refs[i]
+		if r.Entry == nil {
+			continue
+		}
+		if s, ok := stripe[r.RefundID]; ok {
+			r.Stripe = &s
+		}
+		r.Release = released[r.RefundID]
+	}
+	return nil
 }
 
 // requested returns the refund from its ledger row, else from its outbox
