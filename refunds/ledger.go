@@ -225,10 +225,8 @@ func (l *Ledger) StripeOutcomeTx(ctx context.Context, tx pgx.Tx, tenantID, order
 }
 
 func (l *Ledger) stripeOutcome(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (r StripeResult, found bool, err error) {
-	err = db.QueryRow(ctx, `
-SELECT stripe_refund_id, payment_intent_id, status, amount_minor, currency FROM refund_stripe_outcomes
-WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID).
-		Scan(&r.RefundID, &r.PaymentIntentID, &r.Status, &r.AmountMinor, &r.Currency)
+	_, r, err = scanStripe(db.QueryRow(ctx, `SELECT `+stripeColumns+` FROM refund_stripe_outcomes
+WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StripeResult{}, false, nil
 	}
@@ -236,6 +234,15 @@ WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, r
 		return StripeResult{}, false, fmt.Errorf("read Stripe refund of %s of order %s/%s: %w", refundID, tenantID, orderID, err)
 	}
 	return r, true, nil
+}
+
+// stripeColumns are what scanStripe reads of a refund_stripe_outcomes row.
+const stripeColumns = `refund_id, stripe_refund_id, payment_intent_id, status, amount_minor, currency`
+
+// scanStripe reads stripeColumns: the refund's ID and Stripe's answer.
+func scanStripe(row pgx.Row) (refundID string, r StripeResult, err error) {
+	err = row.Scan(&refundID, &r.RefundID, &r.PaymentIntentID, &r.Status, &r.AmountMinor, &r.Currency)
+	return refundID, r, err
 }
 
 // ErrRefunded means Stripe's refund of the refund is recorded: its
@@ -295,14 +302,23 @@ func (l *Ledger) Released(ctx context.Context, tenantID, orderID, refundID strin
 }
 
 func released(ctx context.Context, db effects.DB, tenantID, orderID, refundID string) (*Release, error) {
-	r := Release{TenantID: tenantID, OrderID: orderID, RefundID: refundID}
-	err := db.QueryRow(ctx, `SELECT amount_minor, code, effect_key, created_at FROM refund_releases
-WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID).Scan(&r.AmountMinor, &r.Code, &r.EffectKey, &r.CreatedAt)
+	r, err := scanRelease(db.QueryRow(ctx, `SELECT `+releaseColumns+` FROM refund_releases
+WHERE tenant_id = $1 AND order_id = $2 AND refund_id = $3`, tenantID, orderID, refundID), tenantID, orderID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read release of refund %s of order %s/%s: %w", refundID, tenantID, orderID, err)
 	}
-	return &r, nil
+	return r, nil
+}
+
+// releaseColumns are what scanRelease reads of a refund_releases row.
+const releaseColumns = `refund_id, amount_minor, code, effect_key, created_at`
+
+// scanRelease reads releaseColumns of a release of tenantID's order orderID.
+func scanRelease(row pgx.Row, tenantID, orderID string) (*Release, error) {
+	r := Release{TenantID: tenantID, OrderID: orderID}
+	err := row.Scan(&r.RefundID, &r.AmountMinor, &r.Code, &r.EffectKey, &r.CreatedAt)
+	return &r, err
 }

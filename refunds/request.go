@@ -245,32 +245,29 @@ func (l *Ledger) addStripe(ctx context.Context, r *Refund, tenantID, orderID str
 // addStripeAll is addStripe for every refund of one order, in two
 // statements whatever their number.
 func (l *Ledger) addStripeAll(ctx context.Context, refs []Refund, tenantID, orderID string) error {
-	outcomes, err := l.db.Query(ctx, `SELECT refund_id, stripe_refund_id, payment_intent_id, status, amount_minor, currency
-FROM refund_stripe_outcomes WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID)
+	outcomes, err := l.db.Query(ctx, `SELECT `+stripeColumns+` FROM refund_stripe_outcomes
+WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID)
 	if err != nil {
 		return fmt.Errorf("read Stripe refunds of order %s/%s: %w", tenantID, orderID, err)
 	}
 	stripe := map[string]StripeResult{}
 	_, err = pgx.CollectRows(outcomes, func(row pgx.CollectableRow) (struct{}, error) {
-		var id string
-		var r StripeResult
-		err := row.Scan(&id, &r.RefundID, &r.PaymentIntentID, &r.Status, &r.AmountMinor, &r.Currency)
+		id, r, err := scanStripe(row)
 		stripe[id] = r
 		return struct{}{}, err
 	})
 	if err != nil {
 		return fmt.Errorf("read Stripe refunds of order %s/%s: %w", tenantID, orderID, err)
 	}
-	releases, err := l.db.Query(ctx, `SELECT refund_id, amount_minor, code, effect_key, created_at
-FROM refund_releases WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID)
+	releases, err := l.db.Query(ctx, `SELECT `+releaseColumns+` FROM refund_releases
+WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID)
 	if err != nil {
 		return fmt.Errorf("read releases of order %s/%s: %w", tenantID, orderID, err)
 	}
 	released := map[string]*Release{}
 	_, err = pgx.CollectRows(releases, func(row pgx.CollectableRow) (struct{}, error) {
-		r := Release{TenantID: tenantID, OrderID: orderID}
-		err := row.Scan(&r.RefundID, &r.AmountMinor, &r.Code, &r.EffectKey, &r.CreatedAt)
-		released[r.RefundID] = &r
+		r, err := scanRelease(row, tenantID, orderID)
+		released[r.RefundID] = r
 		return struct{}{}, err
 	})
 	if err != nil {
