@@ -138,6 +138,8 @@ type Handler struct {
 	routes  []route
 	limiter *limiter
 	mux     *http.ServeMux
+	// refundTurns queues an order's refund requests in this process.
+	refundTurns gates
 }
 
 // NewHandler returns a Handler over db, authenticating with keys. db must

@@ -168,13 +168,26 @@ func (h *Handler) createRefund(w http.ResponseWriter, r *http.Request, _ string)
 	}
 }
 
+// refundTurnTx runs fn in a transaction, in the turn of in's order among
+// this process's refund requests: RequestTx's lock would run them one at a
+// time anyway, and those waiting here hold no pooled connection. It returns
+// ctx's error if the turn does not come before ctx ends, else fn's.
+func (h *Handler) refundTurnTx(ctx context.Context, in refunds.RefundInput, fn func(pgx.Tx) error) error {
+	done, err := h.refundTurns.enter(ctx, in.TenantID+"\x00"+in.OrderID)
+	if err != nil {
+		return fmt.Errorf("wait for the order's other refund requests: %w", err)
+	}
+	defer done()
+	return pgx.BeginFunc(ctx, h.db, fn)
+}
+
 // refundTx checks the refund against its order and records its start and
 // the stored response (its outcome, which the route's replay turns into the
 // body) in one transaction: all of them or none. Every read goes through the
 // transaction. A refusal comes back as an *Error, and writes nothing.
 func (h *Handler) refundTx(ctx context.Context, q *idempotency.Request, in refunds.RefundInput) (idempotency.Response, *Error, error) {
 	var resp idempotency.Response
-	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+	err := h.refundTurnTx(ctx, in, func(tx pgx.Tx) error {
 		order, created, err := refunds.RequestTx(ctx, tx, h.store, in)
 		if err != nil {
 			return err

@@ -207,7 +207,7 @@ func (h *Handler) createRefundWaiting(w http.ResponseWriter, r *http.Request, q 
 	ctx := r.Context()
 	var currency string
 	var created bool
-	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+	err := h.refundTurnTx(ctx, in, func(tx pgx.Tx) error {
 		order, c, err := refunds.RequestTx(ctx, tx, h.store, in)
 		if err == nil {
 			currency, created = order.Currency, c

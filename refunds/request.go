@@ -73,16 +73,20 @@ func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
 
 // RequestTx checks in against its order and the ledger and enqueues its refund
 // run's start in tx; created=false when the same refund was requested already
-// (nothing written). The checks run without the order's lock; Reserve repeats
-// them and is the authority. It returns errors wrapping ErrInvalidInput (or
-// the key's), orders.ErrNotFound, ErrConflict (same ID, other amount or
-// reason), ErrNotRefundable (not paid, or refunded in full), an *ExceedsError
-// (over the amount minus ReservedTx), ErrTooManyRefunds (the order has
-// MaxPerOrder refunds; concurrent requests may pass it by their number),
-// and database errors. On an error roll tx back.
+// (nothing written). It first takes the order's request lock, held until tx
+// ends, so that requests of one order count each other's refunds; Reserve
+// repeats the amount checks and is their authority. It returns errors
+// wrapping ErrInvalidInput (or the key's), orders.ErrNotFound, ErrConflict
+// (same ID, other amount or reason), ErrNotRefundable (not paid, or refunded
+// in full), an *ExceedsError (over the amount minus ReservedTx),
+// ErrTooManyRefunds (the order has MaxPerOrder refunds), and database
+// errors. On an error roll tx back.
 func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInput) (order *orders.Order, created bool, err error) {
 	if err := in.Validate(); err != nil {
 		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
+	}
+	if _, err := tx.Exec(ctx, lockSQL, in.TenantID, in.OrderID); err != nil {
+		return nil, false, fmt.Errorf("lock refund requests of order %s/%s: %w", in.TenantID, in.OrderID, err)
 	}
 	order, err = store.GetTx(ctx, tx, in.TenantID, in.OrderID)
 	if err != nil {
@@ -343,6 +347,11 @@ WHERE workflow_id = $1 AND workflow_type = $2`, workflowID, WorkflowName))
 // workflow type as this literal does.
 const queuedRefundsSQL = `SELECT ` + outboxColumns + ` FROM keyed_outbox
 WHERE workflow_type = '` + WorkflowName + `' AND tenant_id = $1 AND payload->>'order_id' = $2 ORDER BY id`
+
+// lockSQL takes the refund-request lock of order $2 of tenant $1 in this
+// schema until the transaction ends. It is an advisory lock: it writes
+// nothing and leaves the order's row to the pipeline.
+const lockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('keyed.refunds:' || current_schema() || ':' || $1 || ':' || $2, 0))`
 
 // countSQL counts an order's refunds: in the ledger, or only requested so
 // far (their outbox row, through keyed_outbox_refunds_idx).

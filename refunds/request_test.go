@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -219,4 +220,35 @@ SELECT $1, 'o1', 'l' || i, 1, $1 || ':order:o1:refund:l' || i || ':refund_reserv
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE payload->>'refund_id' = 'one-more'`).Scan(&n))
 	require.Zero(t, n, "a refused request queues nothing")
+}
+
+// Requests racing for an order's last places get MaxPerOrder between them:
+// the count is taken under the order's lock.
+func TestConcurrentRequestsNeverPassTheMostAnOrderMayHave(t *testing.T) {
+	t.Parallel()
+	pool, store := requestSetup(t, map[string]orders.Status{"o1": orders.StatusPaid})
+	extra := 20
+	var (
+		created, refused atomic.Int64
+		wg               sync.WaitGroup
+	)
+	for i := range refunds.MaxPerOrder + extra {
+		wg.Go(func() {
+			c, err := request(t, pool, store, refunds.NewInput(tenant, "o1", fmt.Sprintf("r%d", i), 1, ""))
+			switch {
+			case errors.Is(err, refunds.ErrTooManyRefunds):
+				refused.Add(1)
+			case err != nil:
+				t.Error(err)
+			case c:
+				created.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, refunds.MaxPerOrder, created.Load())
+	require.EqualValues(t, extra, refused.Load())
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM keyed_outbox`).Scan(&n))
+	require.Equal(t, refunds.MaxPerOrder, n)
 }
