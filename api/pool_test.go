@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
@@ -18,6 +20,7 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
 )
 
@@ -173,6 +176,56 @@ func TestFiftyParallelRefundsOnTheDefaultPool(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, r.status, "refund %d: %s", i, r.body)
 	}
 	require.Equal(t, http.StatusOK, other.status, "the other tenant's read: %s", other.body)
+	require.Equal(t, n, b.refundRows(t))
+}
+
+// TestRefundsWaitingForTheirOrderHoldNoConnection holds an order's
+// refund-request lock from outside while ten refunds of it arrive on a pool
+// of two connections: one of them waits on the lock, the rest wait in the
+// process, another tenant's read is answered meanwhile, and once the lock
+// goes all ten are accepted.
+func TestRefundsWaitingForTheirOrderHoldNoConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{maxConns: 2})
+	b.paidOrder(t, "ord_1", 100000)
+	r := b.do(t, "POST", "/v1/orders", b.keyB, "b-create", orderBody("ord_b", 500))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	order, err := orders.OrderKey(b.tenantA, "ord_1")
+	require.NoError(t, err)
+	lock, err := order.With("refund_requests")
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() {
+		if err := tx.Rollback(b.ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+			t.Error(err)
+		}
+	}()
+	require.NoError(t, effects.LockEntityTx(b.ctx, tx, lock))
+
+	const n = 10
+	var wg sync.WaitGroup
+	got := make([]response, n)
+	for i := range n {
+		wg.Go(func() {
+			got[i] = b.send(t, probe{"POST", "/v1/orders/ord_1/refunds", b.keyA, fmt.Sprintf("held-%d", i),
+				refundBody(fmt.Sprintf("r%d", i), 100, ""), http.StatusAccepted})
+		})
+	}
+	waiting := func() int {
+		return b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0)`, lock.String())
+	}
+	require.Eventually(t, func() bool { return waiting() > 0 }, 5*time.Second, 10*time.Millisecond)
+	other := b.send(t, probe{"GET", "/v1/orders/ord_b", b.keyB, "", "", http.StatusOK})
+	require.Equal(t, http.StatusOK, other.status, "the other tenant's read: %s", other.body)
+	require.Equal(t, 1, waiting(), "one request of the order waits on its lock; the others hold no connection")
+
+	require.NoError(t, tx.Rollback(b.ctx))
+	wg.Wait()
+	for i, r := range got {
+		require.Equal(t, http.StatusAccepted, r.status, "refund %d: %s", i, r.body)
+	}
 	require.Equal(t, n, b.refundRows(t))
 }
 

@@ -85,8 +85,8 @@ func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInp
 	if err := in.Validate(); err != nil {
 		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
 	}
-	if _, err := tx.Exec(ctx, lockSQL, in.TenantID, in.OrderID); err != nil {
-		return nil, false, fmt.Errorf("lock refund requests of order %s/%s: %w", in.TenantID, in.OrderID, err)
+	if err := lockRequestsTx(ctx, tx, in); err != nil {
+		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
 	}
 	order, err = store.GetTx(ctx, tx, in.TenantID, in.OrderID)
 	if err != nil {
@@ -348,10 +348,21 @@ WHERE workflow_id = $1 AND workflow_type = $2`, workflowID, WorkflowName))
 const queuedRefundsSQL = `SELECT ` + outboxColumns + ` FROM keyed_outbox
 WHERE workflow_type = '` + WorkflowName + `' AND tenant_id = $1 AND payload->>'order_id' = $2 ORDER BY id`
 
-// lockSQL takes the refund-request lock of order $2 of tenant $1 in this
-// schema until the transaction ends. It is an advisory lock: it writes
-// nothing and leaves the order's row to the pipeline.
-const lockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('keyed.refunds:' || current_schema() || ':' || $1 || ':' || $2, 0))`
+// lockRequestsTx takes the refund-request lock of in's order until tx ends
+// (effects.LockEntityTx on "<tenant>:order:<order>:refund_requests"; not
+// the order's own lock, which Reserve takes, so that requests never wait for
+// the pipeline). It returns the key's or the database's error.
+func lockRequestsTx(ctx context.Context, tx pgx.Tx, in RefundInput) error {
+	order, err := orders.OrderKey(in.TenantID, in.OrderID)
+	if err != nil {
+		return err
+	}
+	key, err := order.With("refund_requests")
+	if err != nil {
+		return err
+	}
+	return effects.LockEntityTx(ctx, tx, key)
+}
 
 // countSQL counts an order's refunds: in the ledger, or only requested so
 // far (their outbox row, through keyed_outbox_refunds_idx).
