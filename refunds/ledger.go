@@ -81,8 +81,10 @@ func NewLedger(db effects.DB) (*Ledger, error) {
 // (effects.LockEntityTx), unless the order's refunds (ReservedTx, in flight
 // included) would exceed chargedMinor, and returns what they hold with e. A
 // repeat with the same amount and reason adds nothing. It returns an
-// *ExceedsError (ErrExceedsCharge) when e does not fit, ErrConflict when
-// e.RefundID has another amount or reason, orders.ErrNotFound for a missing
+// *ExceedsError (ErrExceedsCharge) when e does not fit, ErrTooManyRefunds
+// when the ledger holds MaxPerOrder refunds of the order already (a run
+// started without RequestTx), ErrConflict when e.RefundID has another
+// amount or reason, orders.ErrNotFound for a missing
 // order, and database errors, wrapped.
 func (l *Ledger) ReserveTx(ctx context.Context, tx pgx.Tx, e Entry, chargedMinor int64) (refundedMinor int64, err error) {
 	orderKey, err := orders.OrderKey(e.TenantID, e.OrderID)
@@ -92,15 +94,17 @@ func (l *Ledger) ReserveTx(ctx context.Context, tx pgx.Tx, e Entry, chargedMinor
 	if err := effects.LockEntityTx(ctx, tx, orderKey); err != nil {
 		return 0, err
 	}
-	// One round trip: the order's sum, and this refund's row if it is there.
+	// One round trip: the order's sum and count, and this refund's row if
+	// it is there.
 	var sum int64
+	var n int
 	var ownAmount *int64
 	var ownReason *string
 	err = tx.QueryRow(ctx, `
-SELECT coalesce(sum(amount_minor), 0)::bigint - `+releasedSum+`,
+SELECT coalesce(sum(amount_minor), 0)::bigint - `+releasedSum+`, count(*),
        max(amount_minor) FILTER (WHERE refund_id = $3),
        max(reason) FILTER (WHERE refund_id = $3)
-FROM refund_ledger WHERE tenant_id = $1 AND order_id = $2`, e.TenantID, e.OrderID, e.RefundID).Scan(&sum, &ownAmount, &ownReason)
+FROM refund_ledger WHERE tenant_id = $1 AND order_id = $2`, e.TenantID, e.OrderID, e.RefundID).Scan(&sum, &n, &ownAmount, &ownReason)
 	if err != nil {
 		return 0, fmt.Errorf("sum refunds of order %s/%s: %w", e.TenantID, e.OrderID, err)
 	}
@@ -109,6 +113,9 @@ FROM refund_ledger WHERE tenant_id = $1 AND order_id = $2`, e.TenantID, e.OrderI
 			return 0, fmt.Errorf("reserve refund %s of order %s/%s: %w", e.RefundID, e.TenantID, e.OrderID, ErrConflict)
 		}
 		return sum, nil
+	}
+	if n >= MaxPerOrder {
+		return 0, fmt.Errorf("reserve refund %s of order %s/%s: %w", e.RefundID, e.TenantID, e.OrderID, ErrTooManyRefunds)
 	}
 	if sum+e.AmountMinor > chargedMinor {
 		return 0, &ExceedsError{AmountMinor: e.AmountMinor, ChargedMinor: chargedMinor, RefundedMinor: sum}

@@ -212,6 +212,24 @@ func TestReserveRefusesWhatExceedsTheCharge(t *testing.T) {
 	require.Zero(t, b.ledgerRows(t, "o1"))
 }
 
+// A run started without RequestTx (its cap) meets the cap at Reserve: an
+// order whose ledger holds MaxPerOrder refunds takes no new one, and a
+// repeat of one of them still gets its reservation back.
+func TestReserveRefusesARefundPastTheMostAnOrderMayHave(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.order(t, "o1", "pm_card_visa")
+	_, err := b.pool.Exec(context.Background(), `INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, effect_key)
+SELECT $1, 'o1', 'l' || i, 1, $1 || ':order:o1:refund:l' || i || ':refund_reserve' FROM generate_series(1, $2) i`, tenant, refunds.MaxPerOrder)
+	require.NoError(t, err)
+	_, err = exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "one-more", 1, ""))
+	requireTerminal(t, err, step.ErrTypeInvalidState)
+	require.Contains(t, err.Error(), "the most one order may have")
+	require.Equal(t, refunds.MaxPerOrder, b.ledgerRows(t, "o1"))
+	_, err = exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, refunds.NewInput(tenant, "o1", "l1", 1, ""))
+	require.NoError(t, err, "a refund in the ledger reserves again")
+}
+
 func TestReserveRefusesUnpaidAndDeclinedOrders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

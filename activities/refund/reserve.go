@@ -15,8 +15,9 @@ import (
 // the charge covers it.
 // Effect class: absolute write (a ledger append under the order's lock, in
 // one transaction with the claim); fingerprint: amount and reason.
-// Errors: InvalidInput, OrderNotFound, InvalidState (not paid, or more than is
-// left: nothing written) and KeyReused are terminal; Transient and InProgress
+// Errors: InvalidInput, OrderNotFound, InvalidState (not paid, more than is
+// left, or refunds.MaxPerOrder refunds already: nothing written) and
+// KeyReused are terminal; Transient and InProgress
 // retry.
 func (a *Activities) Reserve(ctx context.Context, in refunds.RefundInput) (refunds.ReserveResult, error) {
 	return DeclReserve.Run(ctx, a.run, in, effect[refunds.ReserveResult]{
@@ -49,6 +50,8 @@ func (a *Activities) reserveTx(ctx context.Context, c *call) (refunds.ReserveRes
 			orders.FormatAmount(exceeds.AmountMinor, o.Currency), orders.FormatAmount(exceeds.ChargedMinor, o.Currency),
 			orders.FormatAmount(exceeds.RefundedMinor, o.Currency),
 			orders.FormatAmount(exceeds.ChargedMinor-exceeds.RefundedMinor, o.Currency))
+	case errors.Is(err, refunds.ErrTooManyRefunds):
+		return refunds.ReserveResult{}, c.Fail(step.ErrTypeInvalidState, "order has %d refunds, the most one order may have", refunds.MaxPerOrder)
 	case errors.Is(err, refunds.ErrConflict):
 		return refunds.ReserveResult{}, c.Fail(step.ErrTypeKeyReused, "refund %s is in the ledger with another amount or reason", c.In.RefundID)
 	case err != nil:
