@@ -83,9 +83,9 @@ func NewLedger(db effects.DB) (*Ledger, error) {
 // repeat with the same amount and reason adds nothing. It returns an
 // *ExceedsError (ErrExceedsCharge) when e does not fit, ErrTooManyRefunds
 // when the ledger holds MaxPerOrder refunds of the order already (a run
-// started without RequestTx), ErrConflict when e.RefundID has another
-// amount or reason, orders.ErrNotFound for a missing
-// order, and database errors, wrapped.
+// started without RequestTx), ErrConflict when e.RefundID has another amount
+// or reason, orders.ErrNotFound for a missing order, and database errors,
+// wrapped.
 func (l *Ledger) ReserveTx(ctx context.Context, tx pgx.Tx, e Entry, chargedMinor int64) (refundedMinor int64, err error) {
 	orderKey, err := orders.OrderKey(e.TenantID, e.OrderID)
 	if err != nil {

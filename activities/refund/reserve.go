@@ -17,8 +17,7 @@ import (
 // one transaction with the claim); fingerprint: amount and reason.
 // Errors: InvalidInput, OrderNotFound, InvalidState (not paid, more than is
 // left, or refunds.MaxPerOrder refunds already: nothing written) and
-// KeyReused are terminal; Transient and InProgress
-// retry.
+// KeyReused are terminal; Transient and InProgress retry.
 func (a *Activities) Reserve(ctx context.Context, in refunds.RefundInput) (refunds.ReserveResult, error) {
 	return DeclReserve.Run(ctx, a.run, in, effect[refunds.ReserveResult]{
 		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(in.AmountMinor, 10), in.Reason} },
