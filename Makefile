@@ -84,6 +84,10 @@ bench-storm: postgres tools ## Storm of 1000 concurrent starts over 10 orders th
 bench-enqueue: postgres ## Commit orders with their outbox rows from 8 and 32 concurrent transactions, every enqueue notifying beside one per NotifyWindow: orders/s and p99.
 	go test -run '^$$' -bench Enqueue -benchtime 4000x -count 3 ./outbox
 
+.PHONY: bench-prune
+bench-prune: postgres ## Prune 500 000 sent outbox rows past the retention (PRUNE_ROWS=... to change), the locking DELETE Prune sent before beside the shipped one, alternating: rows/s and WAL.
+	go test -run '^$$' -bench 'Prune$$' -benchtime 3x -timeout 20m ./outbox
+
 .PHONY: bench-relay
 bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
 	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox
