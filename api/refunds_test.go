@@ -420,3 +420,35 @@ func TestOrderViewStatementsDoNotGrowWithRefunds(t *testing.T) {
 	}
 	require.Equal(t, counts[1], counts[30], "statements for an order with 1 refund and with 30")
 }
+
+// An order's last places, raced for over HTTP through two API processes
+// (this one and a child, as two replicas): refunds.MaxPerOrder requests are
+// accepted and every other one gets 422 too_many_refunds. Each process
+// queues an order's requests in turn; across them the database lock counts.
+func TestRacingRefundsNeverPassTheCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.paidOrder(t, "ord_1", 100000)
+	replica := "http://" + b.startChild(t).addr
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	const extra = 30
+	var wg sync.WaitGroup
+	got := make([]response, refunds.MaxPerOrder+extra)
+	for i := range got {
+		wg.Go(func() {
+			url := []string{b.srv.URL, replica}[i%2]
+			got[i] = doAt(t, client, url, "POST", "/v1/orders/ord_1/refunds", b.keyA, fmt.Sprintf("race-%d", i),
+				refundBody(fmt.Sprintf("r%d", i), 1, ""))
+		})
+	}
+	wg.Wait()
+	statuses := map[int]int{}
+	for _, r := range got {
+		statuses[r.status]++
+		if r.status == http.StatusUnprocessableEntity {
+			require.Contains(t, string(r.body), api.CodeTooManyRefunds)
+		}
+	}
+	require.Equal(t, map[int]int{http.StatusAccepted: refunds.MaxPerOrder, http.StatusUnprocessableEntity: extra}, statuses)
+	require.Equal(t, refunds.MaxPerOrder, b.refundRows(t))
+}
