@@ -54,6 +54,24 @@ func manuals(t *testing.T) []string {
 	return append([]string{"../README.md", "../api/README.md", "../deploy/README.md"}, pages...)
 }
 
+// TestEveryDocsPageIsLinkedFromTheREADME checks that no page under docs/
+// is an orphan: the README's "Where to read next" table is how a reader
+// finds them.
+func TestEveryDocsPageIsLinkedFromTheREADME(t *testing.T) {
+	t.Parallel()
+	linked := map[string]bool{}
+	for _, m := range mdLink.FindAllStringSubmatch(prose(readPage(t, "../README.md")), -1) {
+		file, _, _ := strings.Cut(m[1], "#")
+		linked[filepath.Clean(file)] = true
+	}
+	pages, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	for _, page := range pages {
+		rel := filepath.Join("docs", filepath.Base(page))
+		require.True(t, linked[rel], "README.md does not link %s; add it to \"Where to read next\"", rel)
+	}
+}
+
 // TestManualLinksResolve checks every relative link in the manuals: its
 // file exists, and its #anchor names a heading of the markdown it points at.
 func TestManualLinksResolve(t *testing.T) {
