@@ -109,6 +109,8 @@ func refundRefusal(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 			exceeds.ChargedMinor-exceeds.RefundedMinor)
 	case errors.Is(err, refunds.ErrNotRefundable):
 		return usagef("%v: only a paid order that is not refunded in full can be refunded", err)
+	case errors.Is(err, refunds.ErrTooManyRefunds):
+		return usagef("order %s/%s has %d refunds, the most one order may have", in.TenantID, in.OrderID, refunds.MaxPerOrder)
 	case errors.Is(err, refunds.ErrConflict):
 		return usagef("refund %s of order %s/%s was requested with another amount or reason; choose another --refund",
 			in.RefundID, in.TenantID, in.OrderID)

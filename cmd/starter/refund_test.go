@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -132,6 +133,33 @@ func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE workflow_id = 'refund:acme:o1:r1'`).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// A refund of an order that has refunds.MaxPerOrder already is the
+// operator's input refused: exit 2, a plain reason, nothing queued.
+func TestRefundPastTheCapExitsTwo(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := dbtest.Connect(t, url)
+	ctx := context.Background()
+	store, err := orders.NewStore(pool)
+	require.NoError(t, err)
+	_, _, err = store.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "o1", AmountMinor: 900, Currency: "usd",
+		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE orders SET status = 'paid' WHERE tenant_id = 'acme' AND id = 'o1'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, effect_key)
+SELECT 'acme', 'o1', 'l' || i, 1, 'acme:order:o1:refund:l' || i || ':refund_reserve' FROM generate_series(1, $1) i`, refunds.MaxPerOrder)
+	require.NoError(t, err)
+	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	code, out, errOut := starter(t, env, "refund", "--tenant", "acme", "--order", "o1", "--refund", "r1", "--amount", "1")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, fmt.Sprintf("order acme/o1 has %d refunds, the most one order may have", refunds.MaxPerOrder))
+	require.Empty(t, out)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox`).Scan(&n))
+	require.Zero(t, n)
 }
 
 // show's refunded total counts only refunds Stripe confirmed, and names
