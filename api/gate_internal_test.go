@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// One request of a key at a time, others keys alongside; a waiter whose
+// One request of a key at a time, other keys alongside; a waiter whose
 // context ends leaves with its error; no gate outlives its users.
 func TestGatesGiveOneTurnAKeyAtATime(t *testing.T) {
 	t.Parallel()
