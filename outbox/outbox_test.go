@@ -244,3 +244,41 @@ func TestRowCarriesTheAmountToTheRunSummary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE meta IS NULL`))
 }
+
+// A row that stops being prunable while Prune waits for it (here it is
+// unsent again, by a transaction that held it when Prune read the row
+// addresses) is kept: the DELETE checks its condition again on the row as
+// it is when it gets it.
+func TestPruneKeepsARowChangedWhileItWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createOrders(t, 2)
+	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_outbox SET sent_at = now() - interval '8 days', run_id = 'r'`)
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() {
+		if err := tx.Rollback(b.ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+			t.Error(err)
+		}
+	}()
+	_, err = tx.Exec(b.ctx, `UPDATE keyed_outbox SET sent_at = NULL WHERE workflow_id LIKE '%ord_0000%'`)
+	require.NoError(t, err)
+	var holder int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+
+	pruned := make(chan int64, 1)
+	go func() {
+		n, err := outbox.Prune(b.ctx, b.pool, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		pruned <- n
+	}()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, holder) > 0
+	}, 5*time.Second, 10*time.Millisecond, "Prune waits for the held row")
+	require.NoError(t, tx.Commit(b.ctx))
+	require.EqualValues(t, 1, <-pruned, "only the row still sent")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL`))
+}
