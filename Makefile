@@ -85,8 +85,9 @@ bench-enqueue: postgres ## Commit orders with their outbox rows from 8 and 32 co
 	go test -run '^$$' -bench Enqueue -benchtime 4000x -count 3 ./outbox
 
 .PHONY: bench-prune
-bench-prune: postgres ## Prune 500 000 sent outbox rows past the retention (PRUNE_ROWS=... to change), the locking DELETE Prune sent before beside the shipped one, alternating: rows/s and WAL.
+bench-prune: postgres ## Prune 500 000 sent outbox rows (PRUNE_ROWS=... to change) and 300 000 expired unpartitioned effect records, the locking DELETEs Prune sent before beside the shipped ones, alternating: rows/s and WAL.
 	go test -run '^$$' -bench 'Prune$$' -benchtime 3x -timeout 20m ./outbox
+	go test -run '^$$' -bench PruneLegacy -benchtime 3x -timeout 20m ./effects
 
 .PHONY: bench-relay
 bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.

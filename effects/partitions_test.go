@@ -620,3 +620,48 @@ func claimIndexes(t *testing.T, b *bundle, conn *pgxpool.Conn, key effects.Key) 
 	require.NoError(t, err)
 	return indexes
 }
+
+// On a converted table Prune and PruneKind delete expired legacy records
+// only. The leaves' records here are as old and as finished, and sit at the
+// same row addresses in their leaf as the legacy ones in theirs: they stay.
+func TestPruneOnAConvertedTableDeletesOnlyLegacyRecords(t *testing.T) {
+	t.Parallel()
+	prunes := map[string]func(context.Context, *effects.Client) (int64, error){
+		"Prune": func(ctx context.Context, c *effects.Client) (int64, error) {
+			return c.Prune(ctx, &effects.PruneOpts{Retention: time.Hour, BatchSize: 7})
+		},
+		"PruneKind": func(ctx context.Context, c *effects.Client) (int64, error) {
+			return c.PruneKind(ctx, "charge", &effects.PruneKindOpts{Retention: time.Hour, BatchSize: 7})
+		},
+	}
+	for name, prune := range prunes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const old = 50
+			pool := oldInstall(t, old)
+			b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+			converted, err := effects.Partition(b.ctx, pool)
+			require.NoError(t, err)
+			require.True(t, converted)
+			_, err = b.client.EnsureLeaves(b.ctx, 3*24*time.Hour, 0)
+			require.NoError(t, err)
+			_, err = pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, result, created_at, finished_at)
+				SELECT 'acme:order:leaf' || g || ':charge', 'acme', 'charge', 'default', 'succeeded', 'o', '{}',
+					now() - interval '2 days', now() - interval '2 days' FROM generate_series(1, $1) g`, old)
+			require.NoError(t, err)
+			var shared int
+			require.NoError(t, pool.QueryRow(b.ctx, `SELECT count(*) FROM keyed_effects l JOIN keyed_effects d
+				ON l.ctid = d.ctid AND l.class = 'legacy' AND d.class = 'default'`).Scan(&shared))
+			require.Equal(t, old, shared, "each leaf record shares its row address with a legacy one")
+
+			n, err := prune(b.ctx, b.client)
+			require.NoError(t, err)
+			require.EqualValues(t, old, n)
+			var legacy, leaves int
+			require.NoError(t, pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE class = 'legacy'), count(*) FILTER (WHERE class = 'default')
+				FROM keyed_effects`).Scan(&legacy, &leaves))
+			require.Zero(t, legacy)
+			require.Equal(t, old, leaves)
+		})
+	}
+}

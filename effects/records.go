@@ -152,6 +152,22 @@ func list(ctx context.Context, db DB, prefix Key) ([]*Record, error) {
 	return out, nil
 }
 
+// pruneSQL deletes up to $2 finished legacy records older than $1
+// microseconds, oldest first, by their row addresses: no lock is taken
+// before the DELETE, and no key is looked up again. The condition is
+// repeated outside, so that a record changed meanwhile (taken over by a
+// claim) is deleted only if it still qualifies; its class = 'legacy' also
+// limits the DELETE to the legacy partition of a converted table, whose
+// row addresses are its own.
+const pruneSQL = `
+DELETE FROM keyed_effects WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM keyed_effects
+	WHERE class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
+	  AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
+	ORDER BY created_at LIMIT $2))
+AND class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
+AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'`
+
 // PruneOpts configures Prune. A nil *PruneOpts means all defaults.
 type PruneOpts struct {
 	// Retention is how long finished records are kept. Zero means
@@ -181,14 +197,7 @@ func (c *Client) Prune(ctx context.Context, opts *PruneOpts) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	total, err := DeleteInBatches(ctx, c.db, batch, `
-DELETE FROM keyed_effects WHERE key IN (
-	SELECT key FROM keyed_effects
-	WHERE class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
-	  AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
-	ORDER BY created_at LIMIT $2
-	FOR UPDATE SKIP LOCKED)
-AND state <> 'claimed'`, retention.Microseconds())
+	total, err := DeleteInBatches(ctx, c.db, batch, pruneSQL, retention.Microseconds())
 	if err != nil {
 		return total, fmt.Errorf("prune effects: %w", err)
 	}
