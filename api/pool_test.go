@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
@@ -194,13 +193,7 @@ func TestRefundsWaitingForTheirOrderHoldNoConnection(t *testing.T) {
 	require.NoError(t, err)
 	lock, err := order.With("refund_requests")
 	require.NoError(t, err)
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() {
-		if err := tx.Rollback(b.ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-			t.Error(err)
-		}
-	}()
+	tx := dbtest.Begin(t, b.pool)
 	require.NoError(t, effects.LockEntityTx(b.ctx, tx, lock))
 
 	const n = 10

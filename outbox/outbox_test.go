@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
@@ -255,13 +256,7 @@ func TestPruneKeepsARowChangedWhileItWaits(t *testing.T) {
 	b.createOrders(t, 2)
 	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_outbox SET sent_at = now() - interval '8 days', run_id = 'r'`)
 	require.NoError(t, err)
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() {
-		if err := tx.Rollback(b.ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-			t.Error(err)
-		}
-	}()
+	tx := dbtest.Begin(t, b.pool)
 	_, err = tx.Exec(b.ctx, `UPDATE keyed_outbox SET sent_at = NULL WHERE workflow_id LIKE '%ord_0000%'`)
 	require.NoError(t, err)
 	var holder int

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/effects/effectstest"
@@ -106,10 +107,11 @@ func TestRefundThenShowAgainstAWorker(t *testing.T) {
 	}
 }
 
-// With Temporal unreachable the refund is still queued, in the outbox, for
-// the worker's relay: refund says so and succeeds.
-func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
-	t.Parallel()
+// paidOrderSchema gives a test a schema of its own with keyed's
+// migrations and a paid 9.00 USD order acme/o1, and returns a pool on it
+// and its URL for the starter.
+func paidOrderSchema(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
 	_, url := effectstest.NewSchema(t)
 	pool := dbtest.Connect(t, url)
 	ctx := context.Background()
@@ -120,6 +122,15 @@ func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE orders SET status = 'paid' WHERE tenant_id = 'acme' AND id = 'o1'`)
 	require.NoError(t, err)
+	return pool, url
+}
+
+// With Temporal unreachable the refund is still queued, in the outbox, for
+// the worker's relay: refund says so and succeeds.
+func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
+	t.Parallel()
+	pool, url := paidOrderSchema(t)
+	ctx := context.Background()
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	began := time.Now()
 	code, out, errOut := starter(t, env, "refund", "--tenant", "acme", "--order", "o1", "--refund", "r1", "--amount", "900", "--json")
@@ -139,17 +150,9 @@ func TestRefundIsQueuedWhenTemporalIsDown(t *testing.T) {
 // operator's input refused: exit 2, a plain reason, nothing queued.
 func TestRefundPastTheCapExitsTwo(t *testing.T) {
 	t.Parallel()
-	_, url := effectstest.NewSchema(t)
-	pool := dbtest.Connect(t, url)
+	pool, url := paidOrderSchema(t)
 	ctx := context.Background()
-	store, err := orders.NewStore(pool)
-	require.NoError(t, err)
-	_, _, err = store.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "o1", AmountMinor: 900, Currency: "usd",
-		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `UPDATE orders SET status = 'paid' WHERE tenant_id = 'acme' AND id = 'o1'`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, effect_key)
+	_, err := pool.Exec(ctx, `INSERT INTO refund_ledger (tenant_id, order_id, refund_id, amount_minor, effect_key)
 SELECT 'acme', 'o1', 'l' || i, 1, 'acme:order:o1:refund:l' || i || ':refund_reserve' FROM generate_series(1, $1) i`, refunds.MaxPerOrder)
 	require.NoError(t, err)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}

@@ -7,9 +7,11 @@ package dbtest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -38,4 +40,19 @@ func Connect(t testing.TB, url string, opts ...*effectstest.PoolOpts) *pgxpool.P
 	_, err := migrations.Apply(ctx, pool)
 	require.NoError(t, err, "apply migrations")
 	return pool
+}
+
+// Begin starts a transaction on pool, for a test that holds rows or locks
+// while something else runs. It is rolled back when the test ends unless
+// the test committed or rolled it back before.
+func Begin(t testing.TB, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := tx.Rollback(context.Background()); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+			t.Error(err)
+		}
+	})
+	return tx
 }
