@@ -589,3 +589,52 @@ func p99(samples []sample) time.Duration {
 	slices.Sort(d)
 	return d[len(d)*99/100]
 }
+
+// BenchmarkGetMiss prices Get's look-up of a key with no record (an
+// answer that shows a step not claimed yet) on the leaves a worker makes,
+// one connection: the classes of the key's kind, then the other classes,
+// as Get does now, beside the classes of the key's kind, then every leaf,
+// as it did before. Both read Get's columns, alternating per key. It
+// reports µs per look-up of each and their ratio.
+func BenchmarkGetMiss(b *testing.B) {
+	ctx := context.Background()
+	pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: 1})
+	benchLeaves(b, pool, benchClient(b, pool), nil)
+	const classes = `'charge', 'default', 'legacy'`
+	lookUp := func(key string, conds ...string) error {
+		for _, cond := range conds {
+			rows, err := pool.Query(ctx, `SELECT `+effects.RecordColumns+` FROM keyed_effects WHERE key = $1`+cond, key)
+			if err != nil {
+				return err
+			}
+			found := rows.Next()
+			rows.Close()
+			if err := rows.Err(); err != nil || found {
+				return fmt.Errorf("look-up of %s: found %v, %v", key, found, err)
+			}
+		}
+		return nil
+	}
+	sides := [][]string{
+		{" AND class IN (" + classes + ")", " AND class NOT IN (" + classes + ")"},
+		{" AND class IN (" + classes + ")", ""},
+	}
+	var took [2]time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		key := effects.MustKey("acme", "order", fmt.Sprint("none", i), "charge").String()
+		for k := range sides {
+			j := (i + k) % 2
+			start := time.Now()
+			if err := lookUp(key, sides[j]...); err != nil {
+				b.Fatal(err)
+			}
+			took[j] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	us := func(j int) float64 { return float64(took[j].Microseconds()) / float64(b.N) }
+	b.ReportMetric(us(0), "get_µs")
+	b.ReportMetric(us(1), "before_µs")
+	b.ReportMetric(us(0)/us(1), "ratio")
+}

@@ -28,3 +28,6 @@ func MetricsCollectorForTest(m *Metrics, name string) prometheus.Collector {
 
 // ListSQL is List's statement, for the tests of its plan.
 const ListSQL = listSQL
+
+// RecordColumns is the column list Get reads, for benchmarks of its statements.
+const RecordColumns = recordColumns

@@ -665,3 +665,31 @@ func TestPruneOnAConvertedTableDeletesOnlyLegacyRecords(t *testing.T) {
 		})
 	}
 }
+
+// Get finds a record in the classes of its key's last part, and a record
+// claimed under another kind (here "charge" for a key ending in "payment")
+// in the other classes; a key with no record is not found.
+func TestGetFindsARecordClaimedUnderAnotherKind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	day := 24 * time.Hour
+	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}}, nil))
+	own := effects.MustKey("acme", "order", "1", "charge")
+	other := effects.MustKey("acme", "order", "1", "payment")
+	for key, kind := range map[effects.Key]string{own: "", other: "charge"} {
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Kind: kind, Owner: "o"})
+		require.NoError(t, err)
+		require.NoError(t, b.client.Complete(b.ctx, cl, outcome{}))
+	}
+	for _, key := range []effects.Key{own, other} {
+		rec, err := b.client.Get(b.ctx, key)
+		require.NoError(t, err, key.String())
+		require.Equal(t, "charge", rec.Kind)
+		require.Equal(t, effects.StateSucceeded, rec.State)
+	}
+	var class string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT class FROM keyed_effects WHERE key = $1`, other.String()).Scan(&class))
+	require.Equal(t, "charge", class, "the record is where its kind put it, not in the classes of payment")
+	_, err := b.client.Get(b.ctx, effects.MustKey("acme", "order", "2", "charge"))
+	require.ErrorIs(t, err, effects.ErrNotFound)
+}

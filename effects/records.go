@@ -49,16 +49,18 @@ func scanRecord(row pgx.Row) (*Record, bool, error) {
 // get reads key's record. It looks first in the classes a record of the
 // key's last part, the kind a claim gives it by default, may be in, which
 // plans and locks only their leaves; then, for a record claimed under
-// another kind, in every leaf.
+// another kind, in every other class.
 func (c *Client) get(ctx context.Context, db DB, key Key) (*Record, bool, error) {
 	parts := key.Parts()
 	if len(parts) == 0 {
 		return nil, false, fmt.Errorf("%w: key is empty", ErrInvalidKey)
 	}
+	classes := kindClasses(parts[len(parts)-1])
 	rec, live, err := scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects
-		WHERE key = $1 AND class IN (`+kindClasses(parts[len(parts)-1])+`)`, key.String()))
+		WHERE key = $1 AND class IN (`+classes+`)`, key.String()))
 	if errors.Is(err, pgx.ErrNoRows) {
-		rec, live, err = scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects WHERE key = $1`, key.String()))
+		rec, live, err = scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM keyed_effects
+		WHERE key = $1 AND class NOT IN (`+classes+`)`, key.String()))
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, ErrNotFound
