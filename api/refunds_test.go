@@ -437,8 +437,8 @@ func TestRacingRefundsNeverPassTheCap(t *testing.T) {
 	for i := range got {
 		wg.Go(func() {
 			url := []string{b.srv.URL, replica}[i%2]
-			got[i] = doAt(t, client, url, "POST", "/v1/orders/ord_1/refunds", b.keyA, fmt.Sprintf("race-%d", i),
-				refundBody(fmt.Sprintf("r%d", i), 1, ""))
+			got[i] = sendUntilServed(t, client, url, probe{"POST", "/v1/orders/ord_1/refunds", b.keyA, fmt.Sprintf("race-%d", i),
+				refundBody(fmt.Sprintf("r%d", i), 1, ""), 0})
 		})
 	}
 	wg.Wait()
