@@ -1,6 +1,9 @@
 package effects
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // DeleteInBatches runs sql, a DELETE of at most batch rows, with args
 // followed by batch as its last parameter, until a run deletes fewer than
@@ -20,4 +23,16 @@ func DeleteInBatches(ctx context.Context, db DB, batch int, sql string, args ...
 			return total, nil
 		}
 	}
+}
+
+// OldestFirstSQL returns, for DeleteInBatches, a DELETE of at most $limit
+// rows of table that meet cond, the oldest by orderBy first, by their row
+// addresses: nothing is locked before the DELETE and no row is looked up
+// again by key. cond is checked again on each row the DELETE reaches, so a
+// row changed meanwhile goes only if it still meets it. On a partitioned
+// table cond must name the partitions (row addresses are per partition).
+func OldestFirstSQL(table, cond, orderBy string, limit int) string {
+	return fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM %[1]s WHERE %[2]s ORDER BY %[3]s LIMIT $%[4]d))
+AND %[2]s`, table, cond, orderBy, limit)
 }

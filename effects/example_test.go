@@ -252,3 +252,30 @@ func exampleClient(ctx context.Context) (*pgxpool.Pool, *effects.Client, func())
 	}
 	return pool, client, drop
 }
+
+// ExampleOldestFirstSQL prunes a table of the application's own: rows
+// sent more than a day ago go, oldest first, two a statement here (1000 is
+// usual), and unsent rows stay.
+func ExampleOldestFirstSQL() {
+	ctx := context.Background()
+	pool, drop := examplePool(ctx)
+	defer drop()
+
+	_, err := pool.Exec(ctx, `CREATE TABLE notices (id int, sent_at timestamptz);
+INSERT INTO notices SELECT i, CASE WHEN i <= 5 THEN now() - interval '2 days' END FROM generate_series(1, 8) i`)
+	if err != nil {
+		panic(err)
+	}
+	sql := effects.OldestFirstSQL("notices", `sent_at < now() - $1 * interval '1 microsecond'`, "sent_at", 2)
+	n, err := effects.DeleteInBatches(ctx, pool, 2, sql, (24 * time.Hour).Microseconds())
+	if err != nil {
+		panic(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM notices`).Scan(&left); err != nil {
+		panic(err)
+	}
+	fmt.Println("deleted:", n, "left:", left)
+	// Output:
+	// deleted: 5 left: 3
+}

@@ -26,14 +26,9 @@ type PruneKindOpts struct {
 
 // pruneKindSQL deletes up to $4 legacy records of kind $1 finished (or,
 // when $3, claimed with a lease that ended) more than $2 microseconds ago,
-// by their row addresses, as pruneSQL does: the predicate is checked again
-// outside, on the record as the DELETE finds it.
-const pruneKindSQL = `
-DELETE FROM keyed_effects WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM keyed_effects
-	WHERE class = 'legacy' AND created_at < now() - $2 * interval '1 microsecond' AND kind = $1 AND ` + pruneKindWhere + `
-	ORDER BY created_at LIMIT $4))
-AND class = 'legacy' AND kind = $1 AND ` + pruneKindWhere
+// oldest first (OldestFirstSQL).
+var pruneKindSQL = OldestFirstSQL("keyed_effects",
+	`class = 'legacy' AND created_at < now() - $2 * interval '1 microsecond' AND kind = $1 AND `+pruneKindWhere, "created_at", 4)
 
 const pruneKindWhere = `(
 	(state <> 'claimed' AND finished_at < now() - $2 * interval '1 microsecond')

@@ -155,20 +155,11 @@ func list(ctx context.Context, db DB, prefix Key) ([]*Record, error) {
 }
 
 // pruneSQL deletes up to $2 finished legacy records older than $1
-// microseconds, oldest first, by their row addresses: no lock is taken
-// before the DELETE, and no key is looked up again. The condition is
-// repeated outside, so that a record changed meanwhile (taken over by a
-// claim) is deleted only if it still qualifies; its class = 'legacy' also
-// limits the DELETE to the legacy partition of a converted table, whose
-// row addresses are its own.
-const pruneSQL = `
-DELETE FROM keyed_effects WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM keyed_effects
-	WHERE class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
-	  AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'
-	ORDER BY created_at LIMIT $2))
-AND class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
-AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'`
+// microseconds, oldest first (OldestFirstSQL). class = 'legacy' keeps a
+// converted table's DELETE to the legacy partition, and a record a claim
+// took over meanwhile stays.
+var pruneSQL = OldestFirstSQL("keyed_effects", `class = 'legacy' AND created_at < now() - $1 * interval '1 microsecond'
+	AND state <> 'claimed' AND finished_at < now() - $1 * interval '1 microsecond'`, "created_at", 2)
 
 // PruneOpts configures Prune. A nil *PruneOpts means all defaults.
 type PruneOpts struct {

@@ -287,17 +287,12 @@ FROM keyed_outbox WHERE sent_at IS NULL`).Scan(&s.Depth, &ageMicros)
 	return s, nil
 }
 
-// pruneSQL deletes up to $2 rows sent more than $1 microseconds ago, oldest
-// first, by their row addresses. A sent row is never written again, so it
-// needs no lock before its DELETE, and the addresses spare a probe of the
-// primary key per row. The outer condition is checked again on a row that
-// changed meanwhile; a row another prune deleted first is passed over.
-const pruneSQL = `
-DELETE FROM keyed_outbox WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM keyed_outbox
-	WHERE sent_at IS NOT NULL AND sent_at < now() - $1 * interval '1 microsecond'
-	ORDER BY sent_at LIMIT $2))
-AND sent_at IS NOT NULL AND sent_at < now() - $1 * interval '1 microsecond'`
+// pruneSQL deletes up to $2 rows sent more than $1 microseconds ago,
+// oldest first (effects.OldestFirstSQL). A sent row is never written again,
+// so it needs no lock before its DELETE; a row another prune deleted first
+// is passed over.
+var pruneSQL = effects.OldestFirstSQL("keyed_outbox",
+	`sent_at IS NOT NULL AND sent_at < now() - $1 * interval '1 microsecond'`, "sent_at", 2)
 
 // PruneOpts configures Prune. A nil *PruneOpts means all defaults.
 type PruneOpts struct {
