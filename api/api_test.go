@@ -76,46 +76,9 @@ func TestRetriedPostCreatesOneOrderAndReplaysTheFirstResponse(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	body := orderBody("ord_retry", 4200)
-	var mu sync.Mutex
-	var oks []response
-	var conflicts int
-	send := func() {
-		// A well-behaved client: retry 409 after Retry-After (shortened
-		// here), keep the key and the body.
-		for {
-			resp := b.do(t, "POST", "/v1/orders", b.keyA, "retry-key", body)
-			if resp.status == http.StatusConflict {
-				require.Equal(t, strconv.Itoa(api.RetryAfterSeconds), resp.header.Get("Retry-After"))
-				mu.Lock()
-				conflicts++
-				mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			mu.Lock()
-			oks = append(oks, resp)
-			mu.Unlock()
-			return
-		}
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() { defer wg.Done(); send() }()
-	}
-	wg.Wait()
-	for range 12 {
-		send()
-	}
-	require.Len(t, oks, 20)
-	replays := 0
-	for _, r := range oks {
-		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-		require.Equal(t, string(oks[0].body), string(r.body), "every 2xx is byte-identical")
-		if r.header.Get(api.HeaderReplayed) == "true" {
-			replays++
-		}
-	}
+	first, replays, conflicts := retryStorm(t, http.StatusCreated, func() response {
+		return b.do(t, "POST", "/v1/orders", b.keyA, "retry-key", body)
+	})
 	require.Equal(t, 19, replays, "all but the first are replays")
 	t.Logf("%d in-progress conflicts along the way", conflicts)
 	require.Equal(t, map[string]int{"orders": 1, "keyed_outbox": 1, "api_requests": 1, "effects": 0}, b.rows(t))
@@ -126,7 +89,7 @@ func TestRetriedPostCreatesOneOrderAndReplaysTheFirstResponse(t *testing.T) {
 	r := b.do(t, "POST", "/v1/orders", b.keyA, "retry-key", reordered)
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Equal(t, "true", r.header.Get(api.HeaderReplayed))
-	require.Equal(t, string(oks[0].body), string(r.body))
+	require.Equal(t, string(first), string(r.body))
 
 	_, err := b.relay(t, nil).Poll(b.ctx)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -363,3 +364,51 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
+
+// retryStorm sends one request 20 times as a well-behaved client retrying
+// it would, the first eight at once: a 409 request_in_progress is resent,
+// after a pause shorter than its Retry-After, under the same key and body.
+// It requires the 20 answers to have status want and byte-identical bodies,
+// and returns that body, how many answers were replays and how many 409s
+// came along the way.
+func retryStorm(t *testing.T, want int, send func() response) (body []byte, replays, conflicts int) {
+	t.Helper()
+	var mu sync.Mutex
+	var oks []response
+	one := func() {
+		for {
+			r := send()
+			if r.status == http.StatusConflict {
+				require.Equal(t, api.CodeRequestInProgress, decodeError(t, r).Code)
+				require.Equal(t, strconv.Itoa(api.RetryAfterSeconds), r.header.Get("Retry-After"))
+				mu.Lock()
+				conflicts++
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			mu.Lock()
+			oks = append(oks, r)
+			mu.Unlock()
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); one() }()
+	}
+	wg.Wait()
+	for range 12 {
+		one()
+	}
+	require.Len(t, oks, 20)
+	for _, r := range oks {
+		require.Equal(t, want, r.status, "%s", r.body)
+		require.Equal(t, string(oks[0].body), string(r.body), "every answer is byte-identical")
+		if r.header.Get(api.HeaderReplayed) == "true" {
+			replays++
+		}
+	}
+	return oks[0].body, replays, conflicts
+}

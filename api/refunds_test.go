@@ -130,39 +130,9 @@ func TestRetriedRefundPostQueuesOneStart(t *testing.T) {
 	b := setup(t)
 	b.paidOrder(t, "ord_r", 4200)
 	body := refundBody("r1", 1200, "late delivery")
-	var mu sync.Mutex
-	var oks []response
-	send := func() {
-		for {
-			r := b.do(t, "POST", "/v1/orders/ord_r/refunds", b.keyA, "refund-retry", body)
-			if r.status == http.StatusConflict && decodeError(t, r).Code == api.CodeRequestInProgress {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			mu.Lock()
-			oks = append(oks, r)
-			mu.Unlock()
-			return
-		}
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() { defer wg.Done(); send() }()
-	}
-	wg.Wait()
-	for range 12 {
-		send()
-	}
-	require.Len(t, oks, 20)
-	replays := 0
-	for _, r := range oks {
-		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
-		require.Equal(t, string(oks[0].body), string(r.body), "every 2xx is byte-identical")
-		if r.header.Get(api.HeaderReplayed) == "true" {
-			replays++
-		}
-	}
+	_, replays, _ := retryStorm(t, http.StatusAccepted, func() response {
+		return b.do(t, "POST", "/v1/orders/ord_r/refunds", b.keyA, "refund-retry", body)
+	})
 	require.Equal(t, 19, replays)
 	require.Equal(t, 1, b.refundRows(t), "one refund start")
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM keyed_effects WHERE kind = $1`, api.KindAPIRequest), "the order's key and the refund's")
