@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -17,16 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
-
-	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/effects/effectstest"
-	"github.com/keyedhq/keyed/internal/dbtest"
-	"github.com/keyedhq/keyed/internal/fakesendgrid"
-	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/pgcluster"
-	"github.com/keyedhq/keyed/orders"
 )
 
 // The application names of the fault test's connections: the workers' are
@@ -108,28 +98,8 @@ func newFaultWorld(t *testing.T, ctx context.Context, bin, policy string) *fault
 // applied) and the Temporal frontend addr, with the given worker slots.
 func newFaultWorldOn(t testing.TB, ctx context.Context, bin, policy string, cluster *pgcluster.Cluster, addr string, slots int) *faultWorld {
 	t.Helper()
-	pool := dbtest.Connect(t, cluster.URL()+"&application_name="+faultTestApp)
-	b := &bundle{
-		ctx:       ctx,
-		dbURL:     cluster.URL() + "&application_name=" + faultWorkerApp,
-		pool:      pool,
-		effects:   effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()}),
-		stripe:    fakestripe.New(nil),
-		mail:      fakesendgrid.New(nil),
-		taskQueue: "e2e-faults-" + randomID(),
-		tenant:    "t" + randomID(),
-	}
-	var err error
-	b.orders, err = orders.NewStore(pool)
-	require.NoError(t, err)
-	stripeSrv := httptest.NewServer(b.stripe)
-	t.Cleanup(stripeSrv.Close)
-	mailSrv := httptest.NewServer(b.mail)
-	t.Cleanup(mailSrv.Close)
-	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
-	b.temporal, err = client.Dial(client.Options{HostPort: addr, Logger: quietSDK()})
-	require.NoError(t, err, "dial Temporal at %s", addr)
-	t.Cleanup(b.temporal.Close)
+	b := newBundle(t, ctx, cluster.URL()+"&application_name="+faultTestApp,
+		cluster.URL()+"&application_name="+faultWorkerApp, "e2e-faults-", addr)
 	w := &faultWorld{bundle: b, cluster: cluster, addr: addr, bin: bin, policy: policy, workers: make([]*faultWorker, slots)}
 	t.Cleanup(func() {
 		w.mu.Lock()

@@ -67,15 +67,26 @@ func setup(t testing.TB) *bundle {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	_, url := effectstest.NewSchema(t)
-	pool := dbtest.Connect(t, url)
+	b := newBundle(t, ctx, url, url, "e2e-", temporalAddr)
+	b.deps = b.newDeps(t)
+	return b
+}
+
+// newBundle connects a bundle to the database (poolURL for the test's own
+// pool, dbURL for the workers it spawns) and to Temporal at addr, starts
+// the fakes, and gives it a tenant and a task queue named queue and a
+// random suffix.
+func newBundle(t testing.TB, ctx context.Context, poolURL, dbURL, queue, addr string) *bundle {
+	t.Helper()
+	pool := dbtest.Connect(t, poolURL)
 	b := &bundle{
 		ctx:       ctx,
-		dbURL:     url,
+		dbURL:     dbURL,
 		pool:      pool,
 		effects:   effectstest.NewClient(t, pool, &effects.ClientOpts{Logger: quiet()}),
 		stripe:    fakestripe.New(nil),
 		mail:      fakesendgrid.New(nil),
-		taskQueue: "e2e-" + randomID(),
+		taskQueue: queue + randomID(),
 		tenant:    "t" + randomID(),
 	}
 	var err error
@@ -86,11 +97,9 @@ func setup(t testing.TB) *bundle {
 	mailSrv := httptest.NewServer(b.mail)
 	t.Cleanup(mailSrv.Close)
 	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
-
-	b.temporal, err = client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK()})
-	require.NoError(t, err, "dial the Temporal dev server")
+	b.temporal, err = client.Dial(client.Options{HostPort: addr, Logger: quietSDK()})
+	require.NoError(t, err, "dial Temporal at %s", addr)
 	t.Cleanup(b.temporal.Close)
-	b.deps = b.newDeps(t)
 	return b
 }
 
