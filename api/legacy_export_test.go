@@ -108,7 +108,7 @@ func (h *Handler) LegacyCreateOrderForTest() error {
 			}{status, out})
 		})
 		if err != nil {
-			_, _ = claims.Release(ctx, ikey, owner)
+			_, _ = claims.Release(ctx, ikey, owner, &effects.ReleaseOpts{Kind: idempotency.Kind})
 			h.dbFailure(w, r, "create order", err)
 			return
 		}

@@ -7,20 +7,43 @@ import (
 	"log/slog"
 )
 
+// ReleaseOpts configures Release. A nil *ReleaseOpts means all defaults.
+type ReleaseOpts struct {
+	// Kind is the kind the key was claimed under (ClaimParams.Kind): Release
+	// then looks only in the leaves a record of that kind can be in. Empty
+	// means the key's last part, the kind a claim gives it by default, and
+	// a key not found there is looked for in every other leaf.
+	Kind string
+}
+
 // Release deletes owner's claim on key, so the next claim is new at once.
 // Call it only when the effect did not and will not happen (a rolled-back
 // database effect); anything that may have reached a provider must Fail. It
 // matches the owner, not a generation. It reports whether it deleted a claim,
 // and returns an error for a zero key, an empty owner or a failed statement.
-// It looks for the key in every leaf; ReleaseClaim looks in one.
-func (c *Client) Release(ctx context.Context, key Key, owner string) (bool, error) {
+// ReleaseClaim, given the claim, looks in one leaf.
+func (c *Client) Release(ctx context.Context, key Key, owner string, opts *ReleaseOpts) (bool, error) {
 	if key.IsZero() {
 		return false, fmt.Errorf("release: %w: key is empty", ErrInvalidKey)
 	}
 	if owner == "" {
 		return false, errors.New("release " + key.String() + ": owner is empty")
 	}
-	return c.release(ctx, key, owner, `DELETE FROM keyed_effects WHERE key = $1 AND owner = $2 AND state = 'claimed'`)
+	const sql = `DELETE FROM keyed_effects WHERE key = $1 AND owner = $2 AND state = 'claimed' AND class `
+	kind := ""
+	if opts != nil {
+		kind = opts.Kind
+	}
+	if kind != "" {
+		return c.release(ctx, key, owner, sql+`IN (`+kindClasses(kind)+`)`)
+	}
+	parts := key.Parts()
+	classes := kindClasses(parts[len(parts)-1])
+	released, err := c.release(ctx, key, owner, sql+`IN (`+classes+`)`)
+	if released || err != nil {
+		return released, err
+	}
+	return c.release(ctx, key, owner, sql+`NOT IN (`+classes+`)`)
 }
 
 // ReleaseClaim is Release of a claim this client acquired, by its owner,

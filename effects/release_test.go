@@ -20,7 +20,7 @@ func TestReleaseFreesTheKeyAndStaleHandlesStayOut(t *testing.T) {
 	key := effects.MustKey("acme", "idempotency", "k1")
 	stale, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "req-a", Fingerprint: "x"})
 	require.NoError(t, err)
-	ok, err := b.client.Release(b.ctx, key, "req-a")
+	ok, err := b.client.Release(b.ctx, key, "req-a", nil)
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = b.client.Get(b.ctx, key)
@@ -33,19 +33,19 @@ func TestReleaseFreesTheKeyAndStaleHandlesStayOut(t *testing.T) {
 	require.ErrorIs(t, b.client.Complete(b.ctx, stale, outcome{ID: "stale"}), effects.ErrLeaseLost)
 	require.ErrorIs(t, b.client.Fail(b.ctx, stale, errors.New("stale")), effects.ErrLeaseLost)
 	require.ErrorIs(t, b.client.Extend(b.ctx, stale, time.Minute), effects.ErrLeaseLost)
-	ok, err = b.client.Release(b.ctx, key, "req-a")
+	ok, err = b.client.Release(b.ctx, key, "req-a", nil)
 	require.NoError(t, err)
 	require.False(t, ok, "another owner's claim")
 
 	require.NoError(t, b.client.Complete(b.ctx, fresh, outcome{ID: "fresh"}))
-	ok, err = b.client.Release(b.ctx, key, "req-b")
+	ok, err = b.client.Release(b.ctx, key, "req-b", nil)
 	require.NoError(t, err)
 	require.False(t, ok, "a finished record is never released")
 	require.Equal(t, effects.StateSucceeded, b.record(t, key).State)
 
-	_, err = b.client.Release(b.ctx, effects.Key{}, "o")
+	_, err = b.client.Release(b.ctx, effects.Key{}, "o", nil)
 	require.ErrorIs(t, err, effects.ErrInvalidKey)
-	_, err = b.client.Release(b.ctx, key, "")
+	_, err = b.client.Release(b.ctx, key, "", nil)
 	require.Error(t, err)
 }
 
@@ -175,4 +175,33 @@ func TestPruneKind(t *testing.T) {
 	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"acme:order:1:charge", "acme:order:2:charge", "acme:req:live", "acme:req:young"}, left)
+}
+
+// Release finds a claim where its kind put it: given the kind, only there;
+// without one, in the classes of the key's last part and then in every
+// other. A kind that names other leaves releases nothing.
+func TestReleaseLooksWhereTheKindPutTheRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	day := 24 * time.Hour
+	require.NoError(t, b.client.SetLifetimes(b.ctx, []effects.Lifetime{
+		{Kind: "", Keep: 30 * day}, {Kind: "charge", Keep: 180 * day}, {Kind: "api_request", Keep: day}}, nil))
+	key := effects.MustKey("acme", "idempotency", "k3")
+	claimed := func() {
+		_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Kind: "api_request", Owner: "req-a"})
+		require.NoError(t, err)
+	}
+	for _, opts := range []*effects.ReleaseOpts{{Kind: "api_request"}, nil} {
+		claimed()
+		ok, err := b.client.Release(b.ctx, key, "req-a", opts)
+		require.NoError(t, err)
+		require.True(t, ok, "%+v", opts)
+		_, err = b.client.Get(b.ctx, key)
+		require.ErrorIs(t, err, effects.ErrNotFound)
+	}
+	claimed()
+	ok, err := b.client.Release(b.ctx, key, "req-a", &effects.ReleaseOpts{Kind: "charge"})
+	require.NoError(t, err)
+	require.False(t, ok, "a charge's leaves do not hold it")
+	require.Equal(t, effects.StateClaimed, b.record(t, key).State)
 }

@@ -134,7 +134,7 @@ func (s *store) release(ctx context.Context, key effects.Key, owner string, cl *
 	if cl != nil {
 		_, err = s.claims.ReleaseClaim(ctx, cl)
 	} else {
-		_, err = s.claims.Release(ctx, key, owner)
+		_, err = s.claims.Release(ctx, key, owner, &effects.ReleaseOpts{Kind: Kind})
 	}
 	if err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
