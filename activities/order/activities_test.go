@@ -125,6 +125,18 @@ func (b *bundle) secondRun(t *testing.T, name string, in orders.OrderInput) {
 	})
 }
 
+// paidOrder creates an order, charges it and marks it paid, and returns its
+// checkout input.
+func (b *bundle) paidOrder(t *testing.T, id string) orders.OrderInput {
+	t.Helper()
+	in := b.order(t, id, "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+	return in
+}
+
 // order creates an order and returns its checkout input.
 func (b *bundle) order(t *testing.T, id, paymentMethod string) orders.OrderInput {
 	t.Helper()
@@ -134,44 +146,35 @@ func (b *bundle) order(t *testing.T, id, paymentMethod string) orders.OrderInput
 	return orders.NewOrderInput("acme", id)
 }
 
-func (b *bundle) charge(t *testing.T, in orders.OrderInput) (orders.ChargeResult, error) {
+// execute runs activity name on in and decodes its result.
+func execute[T any](t *testing.T, b *bundle, name string, in orders.OrderInput) (T, error) {
 	t.Helper()
-	var res orders.ChargeResult
-	val, err := b.env.ExecuteActivity(ordersteps.NameCharge, in)
+	var res T
+	val, err := b.env.ExecuteActivity(name, in)
 	if err == nil {
 		require.NoError(t, val.Get(&res))
 	}
 	return res, err
+}
+
+func (b *bundle) charge(t *testing.T, in orders.OrderInput) (orders.ChargeResult, error) {
+	t.Helper()
+	return execute[orders.ChargeResult](t, b, ordersteps.NameCharge, in)
 }
 
 func (b *bundle) markPaid(t *testing.T, in orders.OrderInput) (orders.MarkPaidResult, error) {
 	t.Helper()
-	var res orders.MarkPaidResult
-	val, err := b.env.ExecuteActivity(ordersteps.NameMarkPaid, in)
-	if err == nil {
-		require.NoError(t, val.Get(&res))
-	}
-	return res, err
+	return execute[orders.MarkPaidResult](t, b, ordersteps.NameMarkPaid, in)
 }
 
 func (b *bundle) markFailed(t *testing.T, in orders.OrderInput) (orders.MarkFailedResult, error) {
 	t.Helper()
-	var res orders.MarkFailedResult
-	val, err := b.env.ExecuteActivity(ordersteps.NameMarkFailed, in)
-	if err == nil {
-		require.NoError(t, val.Get(&res))
-	}
-	return res, err
+	return execute[orders.MarkFailedResult](t, b, ordersteps.NameMarkFailed, in)
 }
 
 func (b *bundle) receipt(t *testing.T, in orders.OrderInput) (orders.ReceiptResult, error) {
 	t.Helper()
-	var res orders.ReceiptResult
-	val, err := b.env.ExecuteActivity(ordersteps.NameSendReceipt, in)
-	if err == nil {
-		require.NoError(t, val.Get(&res))
-	}
-	return res, err
+	return execute[orders.ReceiptResult](t, b, ordersteps.NameSendReceipt, in)
 }
 
 func key(t *testing.T, in orders.OrderInput, step string) string {
@@ -376,11 +379,7 @@ func TestMarkFailedRefusesAPaidOrder(t *testing.T) {
 func TestSendReceiptTwiceSendsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	in := b.order(t, "9f3a", "pm_card_visa")
-	_, err := b.charge(t, in)
-	require.NoError(t, err)
-	_, err = b.markPaid(t, in)
-	require.NoError(t, err)
+	in := b.paidOrder(t, "9f3a")
 
 	var results []orders.ReceiptResult
 	effectstest.SecondRun(t, b.pool, tables, func(context.Context) error {
@@ -414,14 +413,10 @@ func TestSendReceiptNeedsAPaidOrder(t *testing.T) {
 func TestSendReceiptTransientThenSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	in := b.order(t, "9f3a", "pm_card_visa")
-	_, err := b.charge(t, in)
-	require.NoError(t, err)
-	_, err = b.markPaid(t, in)
-	require.NoError(t, err)
+	in := b.paidOrder(t, "9f3a")
 
 	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultRateLimit})
-	_, err = b.receipt(t, in)
+	_, err := b.receipt(t, in)
 	requireRetryable(t, err, step.ErrTypeTransient)
 	_, err = b.receipt(t, in)
 	require.NoError(t, err)
@@ -431,16 +426,12 @@ func TestSendReceiptTransientThenSent(t *testing.T) {
 func TestSendReceiptLostResponseIsSettledFromSendGrid(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	in := b.order(t, "9f3a", "pm_card_visa")
-	_, err := b.charge(t, in)
-	require.NoError(t, err)
-	_, err = b.markPaid(t, in)
-	require.NoError(t, err)
+	in := b.paidOrder(t, "9f3a")
 
 	// The first attempt's response was lost after SendGrid accepted it: not
 	// a verdict, so the attempt is retried, and the retry finds the message.
 	b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
-	_, err = b.receipt(t, in)
+	_, err := b.receipt(t, in)
 	requireRetryable(t, err, step.ErrTypeTransient)
 	res, err := b.receipt(t, in)
 	require.NoError(t, err)
@@ -747,12 +738,8 @@ func TestChargeStopsWhenItsClaimIsTakenOver(t *testing.T) {
 func TestPipelineOnOneConnection(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, setupOpts{maxConns: 1})
-	in := b.order(t, "9f3a", "pm_card_visa")
-	_, err := b.charge(t, in)
-	require.NoError(t, err)
-	_, err = b.markPaid(t, in)
-	require.NoError(t, err)
-	_, err = b.receipt(t, in)
+	in := b.paidOrder(t, "9f3a")
+	_, err := b.receipt(t, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.sendgrid.Count())
 
