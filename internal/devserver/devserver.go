@@ -21,6 +21,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/keyedhq/keyed/internal/toolbin"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -49,24 +50,15 @@ func FindBinary() (string, error) {
 		}
 		return p, nil
 	}
-	dir, err := os.Getwd()
+	dir, err := toolbin.Dir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (%v)", ErrNoBinary, err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, "bin", "temporal")
-			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("%w (looked for %s)", ErrNoBinary, p)
-			}
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w (no go.mod above the working directory)", ErrNoBinary)
-		}
-		dir = parent
+	p := filepath.Join(dir, "temporal")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%w (looked for %s)", ErrNoBinary, p)
 	}
+	return p, nil
 }
 
 // Opts configures Start. A nil *Opts means all defaults.

@@ -1,23 +1,16 @@
 package fakestripe
 
 import (
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
-)
 
-// stripeMockVersion is the stripe-mock the Makefile builds into bin/.
-const stripeMockVersion = "v0.203.0"
+	"github.com/keyedhq/keyed/internal/stripemock"
+)
 
 // TestRefundStripeMockContract sends keyed's refund requests to stripe-mock,
 // which checks every request against Stripe's OpenAPI spec and answers 400
@@ -27,7 +20,7 @@ const stripeMockVersion = "v0.203.0"
 // the reflected parameters are compared.
 func TestRefundStripeMockContract(t *testing.T) {
 	t.Parallel()
-	mock := stripeMockAPI(t, startStripeMock(t))
+	mock := stripeMockAPI(t, stripemock.Start(t))
 
 	req := keyedRefundRequest("pi_contract", 700, "t1:refund:o1:r1:refund_stripe")
 	re, err := mock.Refunds.New(req)
@@ -96,79 +89,4 @@ func stripeMockAPI(t *testing.T, base string) *stripeclient.API {
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
 	return stripeclient.New("sk_test_123", &stripe.Backends{API: b, Connect: b, Uploads: b})
-}
-
-// startStripeMock runs stripe-mock on free loopback ports until the test
-// ends and returns its HTTP base URL. It fails the test, saying how to build
-// the binary, when there is none. It is a copy of the activities tests'
-// helper, which is not exported.
-func startStripeMock(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	bin := os.Getenv("KEYED_STRIPE_MOCK_BIN")
-	if bin == "" {
-		bin = filepath.Join(root, "bin", "stripe-mock")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("stripe-mock not found at %s (%v).\nBuild it with `make tools`, or `GOBIN=%s go install github.com/stripe/stripe-mock@%s`, "+
-			"or point KEYED_STRIPE_MOCK_BIN at a stripe-mock binary.", bin, err, filepath.Join(root, "bin"), stripeMockVersion)
-	}
-	addrs := freeAddrs(t, 2)
-	httpAddr, httpsAddr := addrs[0], addrs[1]
-	cmd := exec.Command(bin, "-http-addr", httpAddr, "-https-addr", httpsAddr)
-	out := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		if err := cmd.Process.Kill(); err != nil {
-			t.Logf("kill stripe-mock: %v", err)
-		}
-		_ = cmd.Wait() // Killed: its error only says so.
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", httpAddr, 200*time.Millisecond)
-		if err == nil {
-			require.NoError(t, conn.Close())
-			return "http://" + httpAddr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stripe-mock did not listen on %s within 20s; output:\n%s", httpAddr, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// freeAddrs returns n distinct free loopback addresses, holding every
-// listener until all are picked so that none is handed out twice.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer ln.Close()
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
-	}
-	return addrs
-}
-
-// syncWriter collects a child process's output for a failure message.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	return len(p), nil
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.buf)
 }

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/toolbin"
 )
 
 // The binaries `make tools` builds into bin/.
@@ -113,18 +114,9 @@ type node struct {
 func FindBinDir() (string, error) {
 	dir := os.Getenv("KEYED_TEMPORAL_TOOLS")
 	if dir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return "", err
-		}
-		for dir = wd; ; dir = filepath.Dir(dir) {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				dir = filepath.Join(dir, "bin")
-				break
-			}
-			if filepath.Dir(dir) == dir {
-				return "", fmt.Errorf("%w (no go.mod above %s)", ErrNoBinary, wd)
-			}
+		var err error
+		if dir, err = toolbin.Dir(); err != nil {
+			return "", fmt.Errorf("%w (%v)", ErrNoBinary, err)
 		}
 	}
 	for _, b := range []string{ServerBinary, SQLToolBinary, UIBinary} {
