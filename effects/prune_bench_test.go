@@ -32,31 +32,17 @@ AND state <> 'claimed'`
 func BenchmarkPruneLegacy(b *testing.B) {
 	const rows = 300_000
 	retention := 30 * 24 * time.Hour
-	sides := []func(context.Context, *effects.Client, effects.DB) (int64, error){
-		func(ctx context.Context, _ *effects.Client, db effects.DB) (int64, error) {
+	locking := func() (time.Duration, int64) {
+		return prunePass(b, rows, func(ctx context.Context, _ *effects.Client, db effects.DB) (int64, error) {
 			return effects.DeleteInBatches(ctx, db, 1000, lockingPruneSQL, retention.Microseconds())
-		},
-		func(ctx context.Context, c *effects.Client, _ effects.DB) (int64, error) {
+		})
+	}
+	shipped := func() (time.Duration, int64) {
+		return prunePass(b, rows, func(ctx context.Context, c *effects.Client, _ effects.DB) (int64, error) {
 			return c.Prune(ctx, &effects.PruneOpts{Retention: retention})
-		},
+		})
 	}
-	var took [2]time.Duration
-	var wal [2]int64
-	b.StopTimer()
-	for i := range b.N {
-		for k := range sides {
-			j := (i + k) % 2
-			d, w := prunePass(b, rows, sides[j])
-			took[j] += d
-			wal[j] += w
-		}
-	}
-	rate := func(j int) float64 { return float64(rows*b.N) / took[j].Seconds() }
-	b.ReportMetric(rate(0), "locking_records/s")
-	b.ReportMetric(rate(1), "records/s")
-	b.ReportMetric(float64(wal[0])/float64(b.N)/(1<<20), "locking_wal_MiB")
-	b.ReportMetric(float64(wal[1])/float64(b.N)/(1<<20), "wal_MiB")
-	b.ReportMetric(rate(1)/rate(0), "speed-up")
+	effectstest.ComparePasses(b, rows, "records", "locking", locking, shipped)
 }
 
 // prunePass fills a fresh unpartitioned table with rows charges finished
@@ -71,22 +57,8 @@ SELECT 'acme:order:' || lpad(i::text, 32, '0') || ':charge', 'acme', 'charge', '
     'succeeded', 'bench', '{"amount":500,"id":"pi_123"}', now() - interval '40 days', now() - interval '40 days'
 FROM generate_series(1, $1::int) i`, rows)
 	require.NoError(b, err)
-	for _, sql := range []string{`VACUUM ANALYZE keyed_effects`, `CHECKPOINT`} {
-		_, err = pool.Exec(ctx, sql)
-		require.NoError(b, err)
-	}
-	lsn := func() (s string) {
-		require.NoError(b, pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s))
-		return s
-	}
 	client := effectstest.NewClient(b, pool, nil)
-	before := lsn()
-	start := time.Now()
-	n, err := prune(ctx, client, pool)
-	d := time.Since(start)
-	require.NoError(b, err)
-	require.EqualValues(b, rows, n)
-	var wal int64
-	require.NoError(b, pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, lsn(), before).Scan(&wal))
-	return d, wal
+	return effectstest.TimePass(b, pool, "keyed_effects", int64(rows), func(ctx context.Context) (int64, error) {
+		return prune(ctx, client, pool)
+	})
 }

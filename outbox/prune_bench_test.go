@@ -40,29 +40,15 @@ func BenchmarkPrune(b *testing.B) {
 		rows = n
 	}
 	retention := (7 * 24 * time.Hour).Microseconds()
-	sides := []func(context.Context, *pgxpool.Pool) (int64, error){
-		func(ctx context.Context, db *pgxpool.Pool) (int64, error) {
+	locking := func() (time.Duration, int64) {
+		return prunePass(b, rows, func(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 			return effects.DeleteInBatches(ctx, db, 1000, lockingPruneSQL, retention)
-		},
-		func(ctx context.Context, db *pgxpool.Pool) (int64, error) { return outbox.Prune(ctx, db, nil) },
+		})
 	}
-	var took [2]time.Duration
-	var wal [2]int64
-	b.StopTimer()
-	for i := range b.N {
-		for k := range sides {
-			j := (i + k) % 2
-			d, w := prunePass(b, rows, sides[j])
-			took[j] += d
-			wal[j] += w
-		}
+	shipped := func() (time.Duration, int64) {
+		return prunePass(b, rows, func(ctx context.Context, db *pgxpool.Pool) (int64, error) { return outbox.Prune(ctx, db, nil) })
 	}
-	rate := func(j int) float64 { return float64(rows*b.N) / took[j].Seconds() }
-	b.ReportMetric(rate(0), "locking_rows/s")
-	b.ReportMetric(rate(1), "rows/s")
-	b.ReportMetric(float64(wal[0])/float64(b.N)/(1<<20), "locking_wal_MiB")
-	b.ReportMetric(float64(wal[1])/float64(b.N)/(1<<20), "wal_MiB")
-	b.ReportMetric(rate(1)/rate(0), "speed-up")
+	effectstest.ComparePasses(b, rows, "rows", "locking", locking, shipped)
 }
 
 // prunePass fills a fresh schema's outbox with rows sent eight days ago,
@@ -81,21 +67,7 @@ SELECT 'acme', 'OrderWorkflow', 'order:acme:ord_' || i || ':fulfil',
     '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}'::jsonb
 FROM generate_series(1, $1::int) i`, rows)
 	require.NoError(b, err)
-	for _, sql := range []string{`VACUUM ANALYZE keyed_outbox`, `CHECKPOINT`} {
-		_, err = pool.Exec(ctx, sql)
-		require.NoError(b, err)
-	}
-	lsn := func() (s string) {
-		require.NoError(b, pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s))
-		return s
-	}
-	before := lsn()
-	start := time.Now()
-	n, err := prune(ctx, pool)
-	d := time.Since(start)
-	require.NoError(b, err)
-	require.EqualValues(b, rows, n)
-	var wal int64
-	require.NoError(b, pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, lsn(), before).Scan(&wal))
-	return d, wal
+	return effectstest.TimePass(b, pool, "keyed_outbox", int64(rows), func(ctx context.Context) (int64, error) {
+		return prune(ctx, pool)
+	})
 }
