@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // DefaultLease is how long a claim is held without an Extend before another
@@ -124,6 +125,17 @@ type ClaimParams struct {
 	// bounded document, such as a stored HTTP response. Zero means
 	// MaxResultBytes.
 	MaxResultBytes int
+	// NotBefore, if set, is a time before which no claim of Key can have
+	// begun: the creation time, as the database stored it, of the business
+	// record the key derives from, such as an order's created_at. The
+	// claim then looks for the key only in the leaves holding records
+	// created from an hour before it on, instead of in every leaf of the
+	// kind's class, which keeps a fresh key's claim as cheap with many
+	// leaves as with few. Never pass a time taken when the claim is made
+	// (time.Now, a workflow's start): a key claimed before it would be
+	// claimed again. A NotBefore later than the claim fails with
+	// ErrLateNotBefore. Zero means unknown: the claim looks in every leaf.
+	NotBefore time.Time
 	// AsyncCommit lets Claim commit a new claim without waiting for the
 	// WAL flush (synchronous_commit off for that one statement), which
 	// saves an fsync per new key. Set it only when the effect itself is a
@@ -184,12 +196,21 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 	return c.claim(ctx, tx, p)
 }
 
-// claimSQL claims through keyed_effects_claim (effects' migration 2): it
-// inserts the claim or, when the key has a record, reads it, in one round
-// trip; the first column says which. A racer's record committed while the
-// insert waited reads as no row, and the caller tries again. $7 turns
-// synchronous_commit off for the statement's transaction (AsyncCommit).
-const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7)`
+// claimSQL claims through keyed_effects_claim (effects' migrations 2 and
+// 5): it inserts the claim or, when the key has a record, reads it, in one
+// round trip; the first column says which. A racer's record committed while
+// the insert waited reads as no row, and the caller tries again. $7 turns
+// synchronous_commit off for the statement's transaction (AsyncCommit); $8
+// is NotBefore, -infinity when unknown.
+const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7, $8)`
+
+// notBefore is p.NotBefore as claimSQL takes it.
+func notBefore(p ClaimParams) pgtype.Timestamptz {
+	if p.NotBefore.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: p.NotBefore, Valid: true}
+}
 
 // queryClaim runs claimSQL and returns the record it read (for a new
 // claim, only Generation, Attempts, LeaseUntil and CreatedAt), whether the
@@ -197,7 +218,7 @@ const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7)`
 func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, leaf string, inserted, live bool, err error) {
 	rec = &Record{}
 	err = db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
-		lease.Microseconds(), p.AsyncCommit).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
+		lease.Microseconds(), p.AsyncCommit, notBefore(p)).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
 		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live, &leaf)
 	return rec, leaf, inserted, live, err
 }
@@ -261,6 +282,9 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 			}
 			continue
 		}
+		if lateNotBefore(err) {
+			return nil, fmt.Errorf("claim %s: %w: %s", p.Key, ErrLateNotBefore, p.NotBefore.UTC().Format(time.RFC3339Nano))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("claim %s: %w", p.Key, err)
 		}
@@ -320,6 +344,12 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 func layoutChanged(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P10"
+}
+
+// lateNotBefore reports a claim refused for a NotBefore later than itself.
+func lateNotBefore(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.HasPrefix(pgErr.Message, "keyed effect claim: not_before")
 }
 
 // noLeaf reports a claim that found no leaf for now: maintenance is behind.

@@ -38,6 +38,11 @@ var (
 	// ErrResultTooLarge means the outcome passed to Complete is larger than
 	// MaxResultBytes. Effect records keep outcomes, not payloads.
 	ErrResultTooLarge = errors.New("effect result too large")
+
+	// ErrLateNotBefore means a claim's NotBefore is later than the claim
+	// itself: it is not when a record the key derives from was created.
+	// Nothing is claimed; it is never retryable.
+	ErrLateNotBefore = errors.New("effect claim's NotBefore is later than the claim")
 )
 
 // CodeAmbiguous is the code a record stores when an at-most-once effect

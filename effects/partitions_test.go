@@ -23,6 +23,12 @@ import (
 // returns how many acquired it, failing on any error but InProgress.
 func race(t *testing.T, b *bundle, key effects.Key, n int) int {
 	t.Helper()
+	return raceWith(t, b, effects.ClaimParams{Key: key}, n)
+}
+
+// raceWith is race with p's Key and its other params but Owner.
+func raceWith(t *testing.T, b *bundle, p effects.ClaimParams, n int) int {
+	t.Helper()
 	var wg sync.WaitGroup
 	wins := make(chan struct{}, n)
 	errs := make(chan error, n)
@@ -30,7 +36,9 @@ func race(t *testing.T, b *bundle, key effects.Key, n int) int {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: fmt.Sprintf("racer-%d", i)})
+			p := p
+			p.Owner = fmt.Sprintf("racer-%d", i)
+			cl, err := b.client.Claim(b.ctx, p)
 			switch {
 			case errors.Is(err, effects.ErrInProgress):
 			case err != nil:
@@ -75,37 +83,43 @@ func TestPartitionedClaimSixtyFourRacersOneWinner(t *testing.T) {
 }
 
 // A claim still in flight in yesterday's leaf (begun just before midnight
-// UTC, not yet committed) and 64 racers today: they wait on its key, then
-// find its record; no second record is written in today's leaf.
+// UTC, not yet committed) and 64 racers today, told or not told when the
+// key was born: they wait on its key, then find its record; no second
+// record is written in today's leaf.
 func TestPartitionedClaimAcrossALeafBoundary(t *testing.T) {
 	t.Parallel()
 	b := raceSetup(t)
 	_, err := b.client.EnsureLeaves(b.ctx, 48*time.Hour, 0)
 	require.NoError(t, err)
-	key := effects.MustKey("acme", "order", "midnight", "charge")
 	midnight := time.Now().UTC().Truncate(24 * time.Hour)
-
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(b.ctx) }()
-	// What keyed_effects_claim does, with created_at a millisecond before midnight.
-	_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(1801, hashtext($1))`, key.String())
-	require.NoError(t, err)
-	_, err = tx.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, lease_until, created_at)
+	born := midnight.Add(-time.Millisecond)
+	for _, told := range []bool{false, true} {
+		key := effects.MustKey("acme", "order", fmt.Sprint("midnight-", told), "charge")
+		p := effects.ClaimParams{Key: key}
+		if told {
+			p.NotBefore = born
+		}
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		// What keyed_effects_claim does, with created_at a millisecond before midnight.
+		_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(1801, hashtext($1))`, key.String())
+		require.NoError(t, err)
+		_, err = tx.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, class, state, owner, lease_until, created_at)
 		VALUES ($1, 'acme', 'charge', 'default', 'claimed', 'before-midnight', now() + interval '1 hour', $2)`,
-		key.String(), midnight.Add(-time.Millisecond))
-	require.NoError(t, err)
+			key.String(), born)
+		require.NoError(t, err)
 
-	wins := make(chan int, 1)
-	go func() { wins <- race(t, b, key, 64) }()
-	time.Sleep(200 * time.Millisecond) // let the racers queue on the key
-	require.NoError(t, tx.Commit(b.ctx))
-	require.Equal(t, 0, <-wins, "the claim from before midnight holds the key")
-	require.Equal(t, 1, countKey(t, b, key))
-	rec, err := b.client.Get(b.ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, "before-midnight", rec.Owner)
-	require.True(t, rec.CreatedAt.Before(midnight))
+		wins := make(chan int, 1)
+		go func() { wins <- raceWith(t, b, p, 64) }()
+		time.Sleep(200 * time.Millisecond) // let the racers queue on the key
+		require.NoError(t, tx.Commit(b.ctx))
+		require.Equal(t, 0, <-wins, "the claim from before midnight holds the key (NotBefore told: %t)", told)
+		require.Equal(t, 1, countKey(t, b, key))
+		rec, err := b.client.Get(b.ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, "before-midnight", rec.Owner)
+		require.True(t, rec.CreatedAt.Before(midnight))
+	}
 }
 
 // A key finished ten days ago, in a leaf still retained, is a duplicate:
@@ -692,4 +706,99 @@ func TestGetFindsARecordClaimedUnderAnotherKind(t *testing.T) {
 	require.Equal(t, "charge", class, "the record is where its kind put it, not in the classes of payment")
 	_, err := b.client.Get(b.ctx, effects.MustKey("acme", "order", "2", "charge"))
 	require.ErrorIs(t, err, effects.ErrNotFound)
+}
+
+// A claim told when its key was born (NotBefore) finds the key's record in
+// a retained old leaf as long as the record is no older than an hour
+// before that time, and 64 racers told so still give one winner.
+func TestClaimWithNotBeforeFindsItsKey(t *testing.T) {
+	t.Parallel()
+	b := raceSetup(t)
+	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "order", "born", "charge")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_born", Amount: 700}))
+	backdate(t, b, key, 10*24*time.Hour)
+	born := time.Now().Add(-10*24*time.Hour + 30*time.Minute) // the record is half an hour older
+
+	again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "other", NotBefore: born})
+	require.NoError(t, err)
+	require.True(t, again.Done)
+	require.JSONEq(t, `{"id":"pi_born","amount":700}`, string(again.Result))
+
+	fresh := effects.MustKey("acme", "order", "born-fresh", "charge")
+	wins := raceWith(t, b, effects.ClaimParams{Key: fresh, NotBefore: time.Now().Add(-time.Minute)}, 64)
+	require.Equal(t, 1, wins)
+	require.Equal(t, 1, countKey(t, b, fresh))
+}
+
+// NotBefore is trusted: a record older than an hour before it is not
+// looked for. This is why NotBefore must be when a record the key derives
+// from was created, never a time taken at the claim.
+func TestClaimWithNotBeforeSkipsOlderLeaves(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "order", "misdated", "charge")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_old", Amount: 700}))
+	backdate(t, b, key, 10*24*time.Hour)
+
+	late, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(-24 * time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, late.Mode, "the ten-day-old record is in a leaf the bound rules out")
+	require.Equal(t, 2, countKey(t, b, key))
+}
+
+// A NotBefore later than the claim is refused before anything is written.
+func TestClaimRefusesALateNotBefore(t *testing.T) {
+	t.Parallel()
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprint("unpartitioned=", plain), func(t *testing.T) {
+			t.Parallel()
+			pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: plain})
+			b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+			key := effects.MustKey("acme", "order", "future", "charge")
+			_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(time.Minute)})
+			require.ErrorIs(t, err, effects.ErrLateNotBefore)
+			require.Equal(t, 0, countKey(t, b, key))
+
+			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(-time.Minute)})
+			require.NoError(t, err)
+			require.Equal(t, effects.ModeNew, cl.Mode)
+		})
+	}
+}
+
+// Code from before effects migration 5 calls the seven-argument claim: on
+// either layout it still claims, and finds a key anywhere.
+func TestSevenArgumentClaimStillWorks(t *testing.T) {
+	t.Parallel()
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprint("unpartitioned=", plain), func(t *testing.T) {
+			t.Parallel()
+			pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: plain})
+			b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
+			key := effects.MustKey("acme", "order", "old-code", "charge")
+			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+			require.NoError(t, err)
+			require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_1", Amount: 1}))
+			if !plain {
+				_, err = b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
+				require.NoError(t, err)
+				backdate(t, b, key, 10*24*time.Hour)
+			}
+			var inserted bool
+			var state string
+			err = pool.QueryRow(b.ctx, `SELECT inserted, state FROM keyed_effects_claim($1, 'acme', 'charge', 'x', '', 1000000, false)`,
+				key.String()).Scan(&inserted, &state)
+			require.NoError(t, err)
+			require.False(t, inserted)
+			require.Equal(t, string(effects.StateSucceeded), state)
+		})
+	}
 }
