@@ -236,6 +236,10 @@ type Message struct {
 	// ago than the effect retention's floor: a new claim then does not prove
 	// that nothing was sent.
 	LookUpFirst bool
+	// NotBefore, if set, is when the entity the key derives from was
+	// created, as the database stored it: the claim looks for the key in
+	// fewer leaves (effects.ClaimParams.NotBefore). Zero means unknown.
+	NotBefore time.Time
 }
 
 func (m Message) validate() error {
@@ -290,7 +294,8 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	policy := s.Policy(m.Template)
 	tracing.SetEffectKey(ctx, m.Key.String())
 	rcpt := recipientDigest(m.Key.Tenant(), m.To)
-	p := effects.ClaimParams{Key: m.Key, Kind: m.Template, Owner: m.Owner, Fingerprint: fingerprint(m.Template, rcpt, m.Entity)}
+	p := effects.ClaimParams{Key: m.Key, Kind: m.Template, Owner: m.Owner, Fingerprint: fingerprint(m.Template, rcpt, m.Entity),
+		NotBefore: m.NotBefore}
 	opts := &effects.DoOpts{Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
 	res, err := effects.Do(ctx, s.claims, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
 		log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))

@@ -99,8 +99,9 @@ type Call[In Input] struct {
 	// Log names the effect key, the step and In's LogAttrs.
 	Log *slog.Logger
 
-	step  string
-	every time.Duration // how often to renew the lease and heartbeat
+	step      string
+	every     time.Duration // how often to renew the lease and heartbeat
+	notBefore time.Time     // Effect.NotBefore's answer, or zero
 }
 
 // String names the run in error messages: the step with spaces for
@@ -119,7 +120,7 @@ func (c *Call[In]) Fail(typ, format string, args ...any) error {
 // with its effect key, claim owner and heartbeat, for notify.Sender.Send.
 func (c *Call[In]) Message(template, to, subject, text, entity string) notify.Message {
 	return notify.Message{Template: template, To: to, Subject: subject, Text: text, Key: c.Key, Entity: entity,
-		Owner: c.Owner, Heartbeat: heartbeat, HeartbeatEvery: c.every}
+		Owner: c.Owner, Heartbeat: heartbeat, HeartbeatEvery: c.every, NotBefore: c.notBefore}
 }
 
 // Effect is what differs between keyed steps of input In.
@@ -131,6 +132,12 @@ type Effect[In Input, T any] struct {
 	// Fingerprint, if set, lists the step's deterministic inputs: the same
 	// key with other inputs fails with KeyReused.
 	Fingerprint func(c *Call[In]) []string
+	// NotBefore, if set, runs after Check and returns when the business
+	// record the key derives from was created, as the database stored it
+	// (an order's created_at): the claim, Message's included, then looks
+	// for the key in fewer leaves (effects.ClaimParams.NotBefore). Never
+	// a time taken now: a key claimed before it would be claimed again.
+	NotBefore func(c *Call[In]) time.Time
 	// Do makes the effect once. Mark failures worth retrying with
 	// effects.Transient; everything else is terminal.
 	Do func(ctx context.Context, c *Call[In]) (T, error)
@@ -188,7 +195,10 @@ func (k Keyed[In, T]) run(ctx context.Context, r Runner, in In, e Effect[In, T])
 			return zero, err
 		}
 	}
-	p := effects.ClaimParams{Key: c.Key, Kind: k.Step, Owner: c.Owner}
+	if e.NotBefore != nil {
+		c.notBefore = e.NotBefore(c)
+	}
+	p := effects.ClaimParams{Key: c.Key, Kind: k.Step, Owner: c.Owner, NotBefore: c.notBefore}
 	if e.Fingerprint != nil {
 		p.Fingerprint = Fingerprint(e.Fingerprint(c)...)
 	}

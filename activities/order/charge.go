@@ -39,6 +39,8 @@ func (a *Activities) Charge(ctx context.Context, in orders.OrderInput) (orders.C
 			}
 			return nil
 		},
+		// No claim of the charge's key precedes its order.
+		NotBefore: func(*call) time.Time { return o.CreatedAt },
 		Fingerprint: func(*call) []string {
 			return []string{strconv.FormatInt(o.AmountMinor, 10), o.Currency, o.PaymentMethod}
 		},

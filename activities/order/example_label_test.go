@@ -9,6 +9,7 @@ package order
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/carrier"
@@ -52,11 +53,14 @@ func LabelDefinition(a *Activities, c *carrier.Client) step.Definition {
 // Errors: OrderNotFound and a carrier refusal (ProviderRejected) are
 // terminal; timeouts, 429s and 5xx retry.
 func (a *labelSteps) BuyLabel(ctx context.Context, in orders.OrderInput) (LabelResult, error) {
+	var o *orders.Order
 	return DeclBuyLabel.Run(ctx, a.run, in, step.Effect[orders.OrderInput, LabelResult]{
-		Check: func(ctx context.Context, c *call) error {
-			_, err := a.loadOrder(ctx, c)
+		Check: func(ctx context.Context, c *call) (err error) {
+			o, err = a.loadOrder(ctx, c)
 			return err
 		},
+		// The key derives from the order: no claim of it precedes the order.
+		NotBefore: func(*call) time.Time { return o.CreatedAt },
 		Do: func(ctx context.Context, c *call) (LabelResult, error) {
 			if a.labels == nil {
 				return LabelResult{}, c.Fail(step.ErrTypeTerminal, "the worker has no carrier client")

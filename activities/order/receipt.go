@@ -34,7 +34,8 @@ func (a *Activities) SendReceipt(ctx context.Context, in orders.OrderInput) (ord
 			}
 			return nil
 		},
-		Do: func(ctx context.Context, c *call) (orders.ReceiptResult, error) { return a.sendReceipt(ctx, c, o) },
+		NotBefore: func(*call) time.Time { return o.CreatedAt },
+		Do:        func(ctx context.Context, c *call) (orders.ReceiptResult, error) { return a.sendReceipt(ctx, c, o) },
 	})
 }
 

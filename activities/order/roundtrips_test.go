@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -17,14 +18,18 @@ import (
 // statementCounter is a pgx.QueryTracer that records every statement sent,
 // BEGIN and COMMIT included: each is one round trip to Postgres.
 type statementCounter struct {
-	mu   sync.Mutex
-	sqls []string
+	mu     sync.Mutex
+	sqls   []string
+	claims [][]any // the arguments of each claim statement
 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sqls = append(c.sqls, strings.Join(strings.Fields(d.SQL), " "))
+	if strings.HasPrefix(d.SQL, "SELECT * FROM keyed_effects_claim(") {
+		c.claims = append(c.claims, d.Args)
+	}
 	return ctx
 }
 
@@ -86,4 +91,32 @@ func TestStatementsPerStep(t *testing.T) {
 		total += len(first)
 	}
 	t.Logf("%d statements per order", total)
+}
+
+// TestClaimsAreToldWhenTheOrderWasCreated: the charge's and the receipt's
+// claims carry the order's created_at as NotBefore, so that each looks for
+// its key only in the leaves from the order's day on.
+func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
+	in := b.order(t, "nb1", "pm_card_visa")
+	o, err := b.store.Get(context.Background(), in.TenantID, in.OrderID)
+	require.NoError(t, err)
+	_, err = b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+	_, err = b.receipt(t, in)
+	require.NoError(t, err)
+
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	require.Len(t, counter.claims, 2, "the charge's and the receipt's claims")
+	for _, args := range counter.claims {
+		require.Len(t, args, 8)
+		nb, ok := args[7].(pgtype.Timestamptz)
+		require.True(t, ok, "NotBefore is a timestamptz: %T", args[7])
+		require.True(t, nb.Time.Equal(o.CreatedAt), "NotBefore %s, order created %s", nb.Time, o.CreatedAt)
+	}
 }

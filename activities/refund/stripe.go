@@ -46,6 +46,8 @@ func (a *Activities) RefundAtStripe(ctx context.Context, in refunds.RefundInput)
 			charge, err = a.charge(ctx, c)
 			return err
 		},
+		// No claim of the refund's key precedes its reservation.
+		NotBefore:   func(*call) time.Time { return e.CreatedAt },
 		Fingerprint: func(*call) []string { return []string{strconv.FormatInt(e.AmountMinor, 10), charge.PaymentIntentID} },
 		Do: func(ctx context.Context, c *call) (refunds.StripeResult, error) {
 			return a.refund(ctx, c, e, charge)
