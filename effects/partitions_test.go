@@ -127,19 +127,28 @@ func TestPartitionedClaimAcrossALeafBoundary(t *testing.T) {
 func TestPartitionedClaimFindsKeyInOldLeaf(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
-	require.NoError(t, err)
-	key := effects.MustKey("acme", "order", "old", "charge")
-	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
-	require.NoError(t, err)
-	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_old", Amount: 700}))
-	backdate(t, b, key, 10*24*time.Hour)
+	key := finishedTenDaysAgo(t, b, "old", "pi_old")
 
 	again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "other"})
 	require.NoError(t, err)
 	require.True(t, again.Done)
 	require.JSONEq(t, `{"id":"pi_old","amount":700}`, string(again.Result))
 	require.Equal(t, 1, countKey(t, b, key))
+}
+
+// finishedTenDaysAgo claims and completes a key named id with outcome
+// {ID: pi, Amount: 700}, and moves its record into a leaf of ten days ago,
+// still retained.
+func finishedTenDaysAgo(t *testing.T, b *bundle, id, pi string) effects.Key {
+	t.Helper()
+	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "order", id, "charge")
+	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: pi, Amount: 700}))
+	backdate(t, b, key, 10*24*time.Hour)
+	return key
 }
 
 // backdate moves key's record into the leaf of ago.
@@ -714,13 +723,7 @@ func TestGetFindsARecordClaimedUnderAnotherKind(t *testing.T) {
 func TestClaimWithNotBeforeFindsItsKey(t *testing.T) {
 	t.Parallel()
 	b := raceSetup(t)
-	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
-	require.NoError(t, err)
-	key := effects.MustKey("acme", "order", "born", "charge")
-	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
-	require.NoError(t, err)
-	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_born", Amount: 700}))
-	backdate(t, b, key, 10*24*time.Hour)
+	key := finishedTenDaysAgo(t, b, "born", "pi_born")
 	born := time.Now().Add(-10*24*time.Hour + 30*time.Minute) // the record is half an hour older
 
 	again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "other", NotBefore: born})
@@ -740,13 +743,7 @@ func TestClaimWithNotBeforeFindsItsKey(t *testing.T) {
 func TestClaimWithNotBeforeSkipsOlderLeaves(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
-	require.NoError(t, err)
-	key := effects.MustKey("acme", "order", "misdated", "charge")
-	cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
-	require.NoError(t, err)
-	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_old", Amount: 700}))
-	backdate(t, b, key, 10*24*time.Hour)
+	key := finishedTenDaysAgo(t, b, "misdated", "pi_old")
 
 	late, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(-24 * time.Hour)})
 	require.NoError(t, err)
