@@ -138,6 +138,43 @@ func ExampleClient_ClaimTx() {
 	// already shipped with label-1
 }
 
+// ExampleClient_Claim_notBefore claims an order's charge told when the
+// order was created, as the database stored it: the claim looks for the
+// key only in the leaves from an hour before then on. A time taken at the
+// call would be refused when it is later than the claim, and could let a
+// key claimed before it be claimed again.
+func ExampleClient_Claim_notBefore() {
+	ctx := context.Background()
+	pool, client, done := exampleClient(ctx)
+	defer done()
+
+	var created time.Time // the order's created_at, read with the order
+	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&created); err != nil {
+		panic(err)
+	}
+	key := effects.MustKey("acme", "order", "9f3a", "charge")
+	for _, owner := range []string{"order-9f3a/charge", "order-9f3a/charge-again"} {
+		claim, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: owner, NotBefore: created})
+		if err != nil {
+			panic(err)
+		}
+		if claim.Done {
+			fmt.Println("already charged:", string(claim.Result))
+			continue
+		}
+		if err := client.Complete(ctx, claim, map[string]string{"payment_intent": "pi_1"}); err != nil {
+			panic(err)
+		}
+		fmt.Println("charged")
+	}
+	_, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: "late", NotBefore: time.Now().Add(time.Hour)})
+	fmt.Println(errors.Is(err, effects.ErrLateNotBefore))
+	// Output:
+	// charged
+	// already charged: {"payment_intent": "pi_1"}
+	// true
+}
+
 // ExampleClient_ReleaseClaim gives a key up at once after the database
 // effect it stood for rolled back, as an HTTP handler does for a request
 // that stored nothing: the retry claims the key anew instead of waiting for

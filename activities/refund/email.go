@@ -54,6 +54,8 @@ func (a *Activities) sendEmail(ctx context.Context, c *call) (refunds.EmailResul
 	// A refund reserved long ago may have lost its record to the prune: ask
 	// SendGrid before sending.
 	msg.LookUpFirst = time.Since(e.CreatedAt) > step.RecordHorizon
+	// No claim of the email's key precedes the refund's reservation.
+	msg.NotBefore = e.CreatedAt
 	res, err := a.sender.Send(ctx, msg)
 	if err != nil {
 		return refunds.EmailResult{}, err
