@@ -204,6 +204,12 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Claim,
 // is NotBefore, -infinity when unknown.
 const claimSQL = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7, $8)`
 
+// claimSQLWithoutBound is claimSQL on a schema before effects migration 5,
+// whose claim function takes no NotBefore: a release whose workers migrate
+// nothing at start (MIGRATE_ON_START=false) keeps claiming until the
+// deployment's migration job has run.
+const claimSQLWithoutBound = `SELECT * FROM keyed_effects_claim($1, $2, $3, $4, $5, $6, $7)`
+
 // notBefore is p.NotBefore as claimSQL takes it.
 func notBefore(p ClaimParams) pgtype.Timestamptz {
 	if p.NotBefore.IsZero() {
@@ -215,10 +221,16 @@ func notBefore(p ClaimParams) pgtype.Timestamptz {
 // queryClaim runs claimSQL and returns the record it read (for a new
 // claim, only Generation, Attempts, LeaseUntil and CreatedAt), whether the
 // claim inserted it, and whether its lease is live.
-func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (rec *Record, leaf string, inserted, live bool, err error) {
+// Without bound, it claims through the seven-argument function of a schema
+// before effects migration 5, which looks in every leaf.
+func queryClaim(ctx context.Context, db DB, p ClaimParams, lease time.Duration, bound bool) (rec *Record, leaf string, inserted, live bool, err error) {
 	rec = &Record{}
-	err = db.QueryRow(ctx, claimSQL, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
-		lease.Microseconds(), p.AsyncCommit, notBefore(p)).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
+	sql, args := claimSQL, []any{p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
+		lease.Microseconds(), p.AsyncCommit, notBefore(p)}
+	if !bound {
+		sql, args = claimSQLWithoutBound, args[:7]
+	}
+	err = db.QueryRow(ctx, sql, args...).Scan(&inserted, &rec.Generation, &rec.Attempts, &rec.LeaseUntil,
 		&rec.State, &rec.Owner, &rec.Fingerprint, &rec.Result, &rec.ErrorCode, &rec.ErrorMessage, &rec.CreatedAt, &live, &leaf)
 	return rec, leaf, inserted, live, err
 }
@@ -269,7 +281,15 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	// the read (a racer's commit or takeover, or a prune of a finished
 	// record).
 	for round := 0; round < 5; round++ {
-		rec, leaf, inserted, live, err := queryClaim(ctx, db, p, lease)
+		rec, leaf, inserted, live, err := queryClaim(ctx, db, p, lease, true)
+		if unmigrated(err) {
+			// Inside a caller's transaction the failed statement has
+			// aborted it: a transient error, until the schema is migrated.
+			if db != c.db {
+				return nil, Transient(fmt.Errorf("claim %s: the effects schema predates effects migration 5; run the migrations: %w", p.Key, err))
+			}
+			rec, leaf, inserted, live, err = queryClaim(ctx, db, p, lease, false)
+		}
 		if errors.Is(err, pgx.ErrNoRows) || layoutChanged(err) {
 			continue
 		}
@@ -344,6 +364,13 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 func layoutChanged(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P10"
+}
+
+// unmigrated reports a claim whose function has no NotBefore argument: a
+// schema before effects migration 5.
+func unmigrated(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, "keyed_effects_claim(")
 }
 
 // lateNotBefore reports a claim refused for a NotBefore later than itself.

@@ -203,3 +203,35 @@ JOIN pg_constraint k ON k.conrelid = b.leaf::regclass AND k.conname = b.leaf || 
 	require.Equal(t, effects.ModeNew, cl.Mode)
 	require.NoError(t, client.Complete(ctx, cl, map[string]string{"id": "pi_1"}))
 }
+
+// A release whose workers migrate nothing at start claims on a schema
+// before migration 5, whose claim takes no NotBefore: Claim falls back to
+// the claim that looks in every leaf, and ClaimTx, whose transaction the
+// failed call aborted, returns a transient error until the schema is
+// migrated.
+func TestClaimOnASchemaBeforeMigration5(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	for _, m := range effects.Migrations()[:4] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	client := effectstest.NewClient(t, pool, nil)
+	key := effects.MustKey("acme", "order", "1", "charge")
+	p := effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(-time.Minute)}
+	cl, err := client.Claim(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, cl.Mode)
+	require.NoError(t, client.Complete(ctx, cl, map[string]string{"id": "pi_1"}))
+	again, err := client.Claim(ctx, p)
+	require.NoError(t, err)
+	require.True(t, again.Done)
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := client.ClaimTx(ctx, tx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "2", "charge"), Owner: "o"})
+		return err
+	})
+	require.Error(t, err)
+	require.True(t, effects.IsTransient(err), "%v", err)
+}
