@@ -58,16 +58,17 @@ const (
 	CheckReconcile        = "reconcile"
 	CheckPartitions       = "partitions"
 	CheckProviderRate     = "provider_rate"
+	CheckMigrations       = "migrations"
 )
 
 // AllChecks lists every check in report order.
-var AllChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes,
+var AllChecks = []string{CheckMigrations, CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes,
 	CheckPool, CheckDeadLetters, CheckSuppression, CheckReconcile, CheckProviderRate, CheckPartitions}
 
 // CheapChecks are the checks a worker runs at start and then hourly: a few
 // small queries and calls (the timeouts' one reads the window's effect
 // records by kind), no scans of history or visibility.
-var CheapChecks = []string{CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile, CheckPartitions}
+var CheapChecks = []string{CheckMigrations, CheckClassified, CheckTimeouts, CheckLease, CheckRetention, CheckSearchAttributes, CheckPool, CheckReconcile, CheckPartitions}
 
 // Check is one verdict about one subject: an activity, a setting, a search
 // attribute, or the deployment.
@@ -285,7 +286,7 @@ func Run(ctx context.Context, deps Deps, opts *Opts) (*Report, error) {
 		CheckClassified: r.classified, CheckTimeouts: r.timeouts, CheckLease: r.lease, CheckRetention: r.retention,
 		CheckSearchAttributes: r.searchAttributes, CheckPool: r.pool, CheckDeadLetters: r.deadLetters,
 		CheckSuppression: r.suppression, CheckReconcile: r.reconcile, CheckProviderRate: r.providerRates,
-		CheckPartitions: r.partitions,
+		CheckPartitions: r.partitions, CheckMigrations: r.schema,
 	}
 	for _, name := range AllChecks {
 		if slices.Contains(r.o.Checks, name) {

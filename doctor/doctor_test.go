@@ -473,3 +473,23 @@ func TestPartitionsWarnsOfLeavesBeyondTheLockTable(t *testing.T) {
 	require.Contains(t, warn.Evidence, fmt.Sprintf("takes %d locks, over max_locks_per_transaction %d", 3*len(leaves)+3, most))
 	require.Contains(t, warn.Fix, "set max_locks_per_transaction to at least")
 }
+
+// A schema behind the build (a release started with MIGRATE_ON_START=false
+// before its migration job) fails the migrations check, naming what is
+// missing and how to apply it.
+func TestMigrationsCheckFailsOnASchemaBehindTheBuild(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, allAttributes)
+	pass := one(t, d.run(t, nil, doctor.CheckMigrations), doctor.CheckMigrations, "schema")
+	require.Equal(t, doctor.StatusPass, pass.Status, pass.Evidence)
+
+	last := len(effects.Migrations())
+	_, err := d.pool.Exec(d.ctx, `DELETE FROM keyed_effects_migrations WHERE version = $1`, last)
+	require.NoError(t, err)
+	rep := d.run(t, nil, doctor.CheckMigrations)
+	fail := one(t, rep, doctor.CheckMigrations, "schema")
+	require.Equal(t, doctor.StatusFail, fail.Status)
+	require.Contains(t, fail.Evidence, fmt.Sprintf("effects [%d]", last))
+	require.Contains(t, fail.Fix, "starter migrate")
+	require.Equal(t, doctor.ExitFailures, rep.ExitCode())
+}

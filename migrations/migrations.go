@@ -139,17 +139,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("create keyed_schema_migrations: %w", err)
 	}
-	done := map[int]bool{}
-	rows, err := conn.Query(ctx, `SELECT version FROM keyed_schema_migrations`)
+	done, err := appliedVersions(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	for _, v := range versions {
-		done[v] = true
+		return nil, err
 	}
 
 	var applied []int
@@ -163,6 +155,58 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// Pending returns the versions of the effects migrations and of the files
+// this build embeds that the pool's current schema has not applied, in
+// order, without changing anything. It returns the database error.
+func Pending(ctx context.Context, pool *pgxpool.Pool) (effectsPending, appPending []int, err error) {
+	all, err := All()
+	if err != nil {
+		return nil, nil, err
+	}
+	migrator, err := effects.NewMigrator(pool, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create effects migrator: %w", err)
+	}
+	if effectsPending, err = migrator.Pending(ctx); err != nil {
+		return nil, nil, fmt.Errorf("read pending effects migrations: %w", err)
+	}
+	done, err := appliedVersions(ctx, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range all {
+		if !done[m.Version] {
+			appPending = append(appPending, m.Version)
+		}
+	}
+	return effectsPending, appPending, nil
+}
+
+// appliedVersions returns the versions keyed_schema_migrations records,
+// none when the table does not exist yet. It returns the database error.
+func appliedVersions(ctx context.Context, db effects.DB) (map[int]bool, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('keyed_schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("look for keyed_schema_migrations: %w", err)
+	}
+	if !exists {
+		return map[int]bool{}, nil
+	}
+	rows, err := db.Query(ctx, `SELECT version FROM keyed_schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	done := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		done[v] = true
+	}
+	return done, nil
 }
 
 // lock takes the session advisory lock key on conn, trying every lockPoll

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/migrations"
 )
@@ -111,4 +112,28 @@ func TestApplyRebuildsAnIndexWhoseConcurrentBuildFailed(t *testing.T) {
 	var valid bool
 	require.NoError(t, pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'keyed_outbox_refunds_idx'::regclass`).Scan(&valid))
 	require.True(t, valid)
+}
+
+// Pending lists what a schema lacks, effects and app files apart, and
+// nothing once Apply has run.
+func TestPendingListsWhatApplyWouldRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, url := effectstest.NewSchema(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	effectsPending, appPending, err := migrations.Pending(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, effectsPending, len(effects.Migrations()))
+	all, err := migrations.All()
+	require.NoError(t, err)
+	require.Len(t, appPending, len(all))
+
+	_, err = migrations.Apply(ctx, pool)
+	require.NoError(t, err)
+	effectsPending, appPending, err = migrations.Pending(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, effectsPending)
+	require.Empty(t, appPending)
 }
