@@ -133,8 +133,10 @@ type ClaimParams struct {
 	// kind's class, which keeps a fresh key's claim as cheap with many
 	// leaves as with few. Never pass a time taken when the claim is made
 	// (time.Now, a workflow's start): a key claimed before it would be
-	// claimed again. A NotBefore later than the claim fails with
-	// ErrLateNotBefore. Zero means unknown: the claim looks in every leaf.
+	// claimed again. A NotBefore more than an hour later than the claim
+	// fails with ErrLateNotBefore; one less than an hour ahead (clocks that
+	// differ) counts as the claim's time. Zero means unknown: the claim
+	// looks in every leaf.
 	NotBefore time.Time
 	// AsyncCommit lets Claim commit a new claim without waiting for the
 	// WAL flush (synchronous_commit off for that one statement), which

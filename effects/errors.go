@@ -39,9 +39,9 @@ var (
 	// MaxResultBytes. Effect records keep outcomes, not payloads.
 	ErrResultTooLarge = errors.New("effect result too large")
 
-	// ErrLateNotBefore means a claim's NotBefore is later than the claim
-	// itself: it is not when a record the key derives from was created.
-	// Nothing is claimed; it is never retryable.
+	// ErrLateNotBefore means a claim's NotBefore is more than an hour
+	// later than the claim itself: it is not when a record the key derives
+	// from was created. Nothing is claimed; it is never retryable.
 	ErrLateNotBefore = errors.New("effect claim's NotBefore is later than the claim")
 )
 

@@ -141,8 +141,8 @@ func ExampleClient_ClaimTx() {
 // ExampleClient_Claim_notBefore claims an order's charge told when the
 // order was created, as the database stored it: the claim looks for the
 // key only in the leaves from an hour before then on. A time taken at the
-// call would be refused when it is later than the claim, and could let a
-// key claimed before it be claimed again.
+// call could let a key claimed before it be claimed again; one hours ahead
+// of the claim is refused.
 func ExampleClient_Claim_notBefore() {
 	ctx := context.Background()
 	pool, client, done := exampleClient(ctx)
@@ -167,7 +167,7 @@ func ExampleClient_Claim_notBefore() {
 		}
 		fmt.Println("charged")
 	}
-	_, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: "late", NotBefore: time.Now().Add(time.Hour)})
+	_, err := client.Claim(ctx, effects.ClaimParams{Key: key, Owner: "late", NotBefore: time.Now().Add(2 * time.Hour)})
 	fmt.Println(errors.Is(err, effects.ErrLateNotBefore))
 	// Output:
 	// charged

@@ -751,7 +751,9 @@ func TestClaimWithNotBeforeSkipsOlderLeaves(t *testing.T) {
 	require.Equal(t, 2, countKey(t, b, key))
 }
 
-// A NotBefore later than the claim is refused before anything is written.
+// A NotBefore more than an hour later than the claim is refused before
+// anything is written; one a few minutes ahead (clocks that differ) is
+// taken as the claim's own time.
 func TestClaimRefusesALateNotBefore(t *testing.T) {
 	t.Parallel()
 	for _, plain := range []bool{false, true} {
@@ -760,13 +762,22 @@ func TestClaimRefusesALateNotBefore(t *testing.T) {
 			pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: plain})
 			b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
 			key := effects.MustKey("acme", "order", "future", "charge")
-			_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(time.Minute)})
+			_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(2 * time.Hour)})
 			require.ErrorIs(t, err, effects.ErrLateNotBefore)
 			require.Equal(t, 0, countKey(t, b, key))
 
-			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(-time.Minute)})
+			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(5 * time.Minute)})
 			require.NoError(t, err)
 			require.Equal(t, effects.ModeNew, cl.Mode)
+			require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_1"}))
+			if !plain {
+				_, err = b.client.EnsureLeaves(b.ctx, 48*time.Hour, 0) // 50 minutes ago may be yesterday
+				require.NoError(t, err)
+				backdate(t, b, key, 50*time.Minute)
+			}
+			again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o2", NotBefore: time.Now().Add(5 * time.Minute)})
+			require.NoError(t, err)
+			require.True(t, again.Done, "a bound ahead of the claim looks from an hour before the claim")
 		})
 	}
 }

@@ -15,9 +15,11 @@
 -- is, may read the key's leaves by their (created_at, kind) index, which
 -- is a scan of the newest leaf per claim.
 --
--- A bound later than the claim's statement began is refused
--- (invalid_parameter_value): it cannot be when a business record the claim
--- read was created.
+-- A bound more than an hour later than the claim's statement began is
+-- refused (invalid_parameter_value): it cannot be when a business record
+-- the claim read was created. A bound up to an hour ahead (a clock that
+-- differs between two database servers after a failover) counts as the
+-- claim's own time.
 
 -- keyed_effects_claim_without_bound makes keyed_effects_claim's seven-
 -- argument form a wrapper of the eight-argument one that looks in every
@@ -49,7 +51,7 @@ RETURNS TABLE (inserted boolean, generation bigint, attempts integer, lease_unti
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_not_before > statement_timestamp() THEN
+    IF p_not_before > statement_timestamp() + interval '1 hour' THEN
         RAISE EXCEPTION 'keyed effect claim: not_before % is later than the claim', p_not_before
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -73,10 +75,10 @@ $$;
 -- keyed_effects_use_partitioned_claim (re)writes keyed_effects_claim for
 -- the partitioned table from keyed_effect_lifetimes, as in migration 4,
 -- with the bound: the look-up in the kind's own class reads only the
--- leaves that hold records created from an hour before p_not_before on
--- (the hour covers a claim inside a transaction begun before the record it
--- names was created, and a clock stepped back); 'default' and 'legacy'
--- are read whole. It then makes the seven-argument form the wrapper.
+-- leaves that hold records created from an hour before p_not_before (or
+-- before the claim, if earlier) on: the hour covers a claim inside a
+-- transaction begun before the record it names was created, and clocks
+-- that differ or step back. 'default' and 'legacy' are read whole. It then makes the seven-argument form the wrapper.
 CREATE OR REPLACE FUNCTION keyed_effects_use_partitioned_claim() RETURNS void
 LANGUAGE plpgsql AS $outer$
 DECLARE
@@ -134,9 +136,9 @@ BEGIN
     v_src := format($src$
 #variable_conflict use_column
 DECLARE
-    v_from timestamptz := p_not_before - interval '1 hour';
+    v_from timestamptz := least(p_not_before, statement_timestamp()) - interval '1 hour';
 BEGIN
-    IF p_not_before > statement_timestamp() THEN
+    IF p_not_before > statement_timestamp() + interval '1 hour' THEN
         RAISE EXCEPTION 'keyed effect claim: not_before %% is later than the claim', p_not_before
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
