@@ -24,9 +24,9 @@ const DefaultLeafWidth = 24 * time.Hour
 const LeavesPerLifetime = 2
 
 // MaxLeavesPerLifetime bounds SetLifetimesOpts.LeavesPerLifetime: a claim
-// locks every leaf of its kind's class and the leaf's indexes, so at 16
-// leaves a claim takes about fifty locks, most in Postgres's shared lock
-// table (a backend has 16 fast-path slots).
+// locks every leaf of its kind's class (an untold one also the leaf's
+// indexes), so at 16 leaves a claim takes 20 to 50 locks, most in
+// Postgres's shared lock table (a backend has 16 fast-path slots).
 const MaxLeavesPerLifetime = 16
 
 // ErrLifetime is wrapped by errors for a lifetime table SetLifetimes refuses.
@@ -78,8 +78,8 @@ type SetLifetimesOpts struct {
 	Width time.Duration
 	// LeavesPerLifetime is how many leaves a kind's lifetime is cut into:
 	// more makes each leaf, and so what one DROP frees, smaller, and costs
-	// every claim of the kind one more leaf to look in per leaf. Zero means
-	// LeavesPerLifetime; at most MaxLeavesPerLifetime.
+	// every claim of the kind not told NotBefore one more leaf to look in
+	// per leaf. Zero means LeavesPerLifetime; at most MaxLeavesPerLifetime.
 	LeavesPerLifetime int
 }
 
