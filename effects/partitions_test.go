@@ -756,28 +756,35 @@ func TestClaimWithNotBeforeSkipsOlderLeaves(t *testing.T) {
 // taken as the claim's own time.
 func TestClaimRefusesALateNotBefore(t *testing.T) {
 	t.Parallel()
+	bothLayouts(t, func(t *testing.T, b *bundle, plain bool) {
+		key := effects.MustKey("acme", "order", "future", "charge")
+		_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(2 * time.Hour)})
+		require.ErrorIs(t, err, effects.ErrLateNotBefore)
+		require.Equal(t, 0, countKey(t, b, key))
+
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(5 * time.Minute)})
+		require.NoError(t, err)
+		require.Equal(t, effects.ModeNew, cl.Mode)
+		require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_1"}))
+		if !plain {
+			_, err = b.client.EnsureLeaves(b.ctx, 48*time.Hour, 0) // 50 minutes ago may be yesterday
+			require.NoError(t, err)
+			backdate(t, b, key, 50*time.Minute)
+		}
+		again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o2", NotBefore: time.Now().Add(5 * time.Minute)})
+		require.NoError(t, err)
+		require.True(t, again.Done, "a bound ahead of the claim looks from an hour before the claim")
+	})
+}
+
+// bothLayouts runs test on the partitioned layout and on an unpartitioned
+// table, each a parallel subtest on a fresh schema.
+func bothLayouts(t *testing.T, test func(t *testing.T, b *bundle, plain bool)) {
 	for _, plain := range []bool{false, true} {
 		t.Run(fmt.Sprint("unpartitioned=", plain), func(t *testing.T) {
 			t.Parallel()
 			pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: plain})
-			b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
-			key := effects.MustKey("acme", "order", "future", "charge")
-			_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(2 * time.Hour)})
-			require.ErrorIs(t, err, effects.ErrLateNotBefore)
-			require.Equal(t, 0, countKey(t, b, key))
-
-			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(5 * time.Minute)})
-			require.NoError(t, err)
-			require.Equal(t, effects.ModeNew, cl.Mode)
-			require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_1"}))
-			if !plain {
-				_, err = b.client.EnsureLeaves(b.ctx, 48*time.Hour, 0) // 50 minutes ago may be yesterday
-				require.NoError(t, err)
-				backdate(t, b, key, 50*time.Minute)
-			}
-			again, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o2", NotBefore: time.Now().Add(5 * time.Minute)})
-			require.NoError(t, err)
-			require.True(t, again.Done, "a bound ahead of the claim looks from an hour before the claim")
+			test(t, &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}, plain)
 		})
 	}
 }
@@ -786,27 +793,22 @@ func TestClaimRefusesALateNotBefore(t *testing.T) {
 // either layout it still claims, and finds a key anywhere.
 func TestSevenArgumentClaimStillWorks(t *testing.T) {
 	t.Parallel()
-	for _, plain := range []bool{false, true} {
-		t.Run(fmt.Sprint("unpartitioned=", plain), func(t *testing.T) {
-			t.Parallel()
-			pool := effectstest.NewPool(t, &effectstest.PoolOpts{Unpartitioned: plain})
-			b := &bundle{ctx: context.Background(), pool: pool, client: effectstest.NewClient(t, pool, nil)}
-			key := effects.MustKey("acme", "order", "old-code", "charge")
-			cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+	bothLayouts(t, func(t *testing.T, b *bundle, plain bool) {
+		key := effects.MustKey("acme", "order", "old-code", "charge")
+		cl, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
+		require.NoError(t, err)
+		require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_1", Amount: 1}))
+		if !plain {
+			_, err = b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
 			require.NoError(t, err)
-			require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "pi_1", Amount: 1}))
-			if !plain {
-				_, err = b.client.EnsureLeaves(b.ctx, 11*24*time.Hour, 0)
-				require.NoError(t, err)
-				backdate(t, b, key, 10*24*time.Hour)
-			}
-			var inserted bool
-			var state string
-			err = pool.QueryRow(b.ctx, `SELECT inserted, state FROM keyed_effects_claim($1, 'acme', 'charge', 'x', '', 1000000, false)`,
-				key.String()).Scan(&inserted, &state)
-			require.NoError(t, err)
-			require.False(t, inserted)
-			require.Equal(t, string(effects.StateSucceeded), state)
-		})
-	}
+			backdate(t, b, key, 10*24*time.Hour)
+		}
+		var inserted bool
+		var state string
+		err = b.pool.QueryRow(b.ctx, `SELECT inserted, state FROM keyed_effects_claim($1, 'acme', 'charge', 'x', '', 1000000, false)`,
+			key.String()).Scan(&inserted, &state)
+		require.NoError(t, err)
+		require.False(t, inserted)
+		require.Equal(t, string(effects.StateSucceeded), state)
+	})
 }
