@@ -182,7 +182,8 @@ func (c *Claim) Decode(v any) error {
 // *TerminalError; a live claim of another owner an *InProgressError; an
 // expired claim, the same owner or a transient failure is taken over (one
 // racer wins). A different fingerprint gives a *KeyReusedError; invalid
-// params an error wrapping ErrInvalidKey or naming the missing field.
+// params an error wrapping ErrInvalidKey or naming the missing field, and a
+// NotBefore more than an hour ahead one wrapping ErrLateNotBefore.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) (*Claim, error) {
 	return c.claim(ctx, c.db, p)
 }
@@ -375,7 +376,8 @@ func unmigrated(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, "keyed_effects_claim(")
 }
 
-// lateNotBefore reports a claim refused for a NotBefore later than itself.
+// lateNotBefore reports a claim refused for a NotBefore more than an hour
+// later than itself.
 func lateNotBefore(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.HasPrefix(pgErr.Message, "keyed effect claim: not_before")
