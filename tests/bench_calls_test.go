@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -24,8 +26,27 @@ var callLine = regexp.MustCompile(`^(service|persistence)_requests\{([^}]*)\} ([
 
 var callLabel = regexp.MustCompile(`(operation|service_name)="([^"]*)"`)
 
-// readServerCalls reads the shared dev server's request counters.
+// readServerCalls reads the shared dev server's request counters once they
+// have settled: the server publishes them a moment after the calls, so a
+// read right after a burst of calls (the harness's history reads after a
+// round) would leave them to the next batch's count. It reads until two
+// reads a second apart agree, five times at most.
 func readServerCalls(b testing.TB) serverCalls {
+	b.Helper()
+	calls := scrapeServerCalls(b)
+	for range 5 {
+		time.Sleep(time.Second)
+		next := scrapeServerCalls(b)
+		if maps.Equal(next, calls) {
+			break
+		}
+		calls = next
+	}
+	return calls
+}
+
+// scrapeServerCalls reads the dev server's request counters as they are.
+func scrapeServerCalls(b testing.TB) serverCalls {
 	b.Helper()
 	resp, err := http.Get(temporalMetrics)
 	require.NoError(b, err, "read the dev server's metrics")
