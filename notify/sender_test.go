@@ -1,14 +1,12 @@
 package notify_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/logbuf"
 	"github.com/keyedhq/keyed/notify"
 )
 
@@ -36,7 +35,7 @@ type bundle struct {
 	fake   *fakesendgrid.Server
 	url    string
 	sender *notify.Sender
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 }
 
 func setup(t testing.TB, opts *notify.SenderOpts) *bundle {
@@ -47,7 +46,7 @@ func setup(t testing.TB, opts *notify.SenderOpts) *bundle {
 // setupWith is setup with options for the fake SendGrid.
 func setupWith(t testing.TB, opts *notify.SenderOpts, fakeOpts *fakesendgrid.Opts) *bundle {
 	t.Helper()
-	b := &bundle{pool: dbtest.NewPool(t), fake: fakesendgrid.New(fakeOpts), logs: &syncBuffer{}}
+	b := &bundle{pool: dbtest.NewPool(t), fake: fakesendgrid.New(fakeOpts), logs: &logbuf.Buffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.claims = effectstest.NewClient(t, b.pool, &effects.ClientOpts{Logger: logger})
 	ts := httptest.NewServer(b.fake)
@@ -384,22 +383,4 @@ func TestNewSenderValidates(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, name)
 		require.NotContains(t, err.Error(), apiKey, name)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,11 +1,9 @@
 package tests
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/internal/logbuf"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -27,7 +26,7 @@ func buildWorker(t testing.TB) string {
 
 // spawnWorker starts the real worker binary as a separate process against
 // the test's schema, task queue and fakes.
-func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *syncBuffer) {
+func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *logbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
@@ -42,7 +41,7 @@ func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *syncBuffer) 
 		"RECEIPT_FROM="+receiptFrom,
 		"METRICS_ADDR=127.0.0.1:0",
 	)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
@@ -51,24 +50,6 @@ func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *syncBuffer) 
 		_ = cmd.Wait()
 	})
 	return cmd, out
-}
-
-// syncBuffer collects a child process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // 5. The worker process is SIGKILLed after Stripe charged and before the

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyedhq/keyed/internal/logbuf"
 	"github.com/keyedhq/keyed/internal/pgcluster"
 )
 
@@ -55,7 +56,7 @@ type faultFigures struct {
 type faultWorker struct {
 	name   string
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *logbuf.Buffer
 	done   chan struct{} // closed when the process has exited
 	exit   error         // cmd.Wait's error, set before done is closed
 	killed atomic.Bool
@@ -133,7 +134,7 @@ func (w *faultWorld) spawn(i int) error {
 		"METRICS_ADDR=127.0.0.1:0",
 	)
 	cmd.Env = append(cmd.Env, w.env...)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

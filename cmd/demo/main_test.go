@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/logbuf"
 )
 
 func TestReportFitsAHundredColumnsAndExplainsItself(t *testing.T) {
@@ -209,7 +209,7 @@ func TestDemosRunSideBySideAndTheCLIReachesTheKeptOne(t *testing.T) {
 	keepOpts.keep = true
 	keepCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var kept syncBuffer
+	var kept logbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(keepCtx, keepOpts, &kept) }()
 	require.Eventually(t, func() bool {
@@ -314,21 +314,4 @@ func firstOrder(t *testing.T, report string) string {
 	lines := strings.Split(table, "\n")
 	require.Greater(t, len(lines), 1, report)
 	return strings.Fields(lines[1])[0]
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -18,7 +18,7 @@ func TestBinariesLinkNoTestTooling(t *testing.T) {
 		"github.com/keyedhq/keyed/cmd/worker", "github.com/keyedhq/keyed/cmd/starter").CombinedOutput()
 	require.NoError(t, err, "go list: %s", out)
 	const module = "github.com/keyedhq/keyed/"
-	forbidden := []string{"internal/devserver", "internal/tempcluster", "internal/fake", "internal/pgcluster", "internal/dbtest", "internal/stripemock", "internal/toolbin", "test"}
+	forbidden := []string{"internal/devserver", "internal/tempcluster", "internal/fake", "internal/pgcluster", "internal/dbtest", "internal/logbuf", "internal/stripemock", "internal/toolbin", "test"}
 	var checked int
 	for _, path := range strings.Fields(string(out)) {
 		rel, ok := strings.CutPrefix(path, module)

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/internal/logbuf"
 	"github.com/keyedhq/keyed/orders"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
@@ -104,7 +104,7 @@ func TestSIGTERMDrainsAnInFlightActivity(t *testing.T) {
 	for k, v := range deps.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	var logs, errs syncBuffer
+	var logs, errs logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &errs
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -180,25 +180,6 @@ func freeAddr(t *testing.T) string {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 type quiet struct{}

@@ -1,13 +1,11 @@
 package fxapp_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +15,8 @@ import (
 
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
+	"github.com/keyedhq/keyed/internal/logbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestWorkerReportsDoctorChecksAtStart starts a worker on a pool below its
 // default size, in a deployment that never reconciled, and finds both in
@@ -43,7 +24,7 @@ func (s *syncBuffer) String() string {
 // checks that pass are exported as 0.
 func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	d := fxapptest.Prepare(t, nil)
 	d.Env["DATABASE_URL"] += "&pool_max_conns=6"
 	d.Env["RECONCILE_EVERY"] = "0" // A deployment that never reconciles.
@@ -87,7 +68,7 @@ func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
 // in one log line.
 func TestWorkerRepeatsItsDoctorReport(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	w, err := fxapptest.StartOn(t, fxapptest.Prepare(t, nil), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		fx.Supply(fxapp.DoctorEvery(300*time.Millisecond)))
 	require.NoError(t, err)
