@@ -499,8 +499,8 @@ func (h *Handler) createTx(ctx context.Context, q *idempotency.Request, tenant s
 
 // decodeStrict reads the body as one JSON object into a T whose members are
 // exactly members: a body over the limit is 413, and an empty body, a
-// member sent twice or in another case, an unknown member, or data after the
-// object is 400.
+// member sent twice or in another case, an unknown member, data after the
+// object, or text that is not UTF-8 (checkText) is 400.
 func decodeStrict[T any](h *Handler, w http.ResponseWriter, r *http.Request, members []string) (T, *Error) {
 	// The body is JSON whatever the Content-Type says: curl -d sends
 	// application/x-www-form-urlencoded, and refusing it helps nobody.
@@ -530,7 +530,7 @@ func decodeStrict[T any](h *Handler, w http.ResponseWriter, r *http.Request, mem
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "unexpected data after the JSON object")
 	}
-	return req, nil
+	return req, checkText(body)
 }
 
 // decodeCreate reads one JSON object of known members, all present.

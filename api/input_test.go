@@ -92,6 +92,12 @@ func TestBadInputGetsItsStatusAndWritesNothing(t *testing.T) {
 		{name: "order_id with separator", body: replace(`ord_1`, `ord:1`), status: 400, code: api.CodeInvalidField, field: "order_id"},
 		{name: "order_id too long", body: replace(`ord_1`, strings.Repeat("o", 65)), status: 400, code: api.CodeInvalidField, field: "order_id"},
 		{name: "empty order_id", body: replace(`ord_1`, ``), status: 400, code: api.CodeInvalidField, field: "order_id"},
+		{name: "order_id with a slash", body: replace(`ord_1`, `a/b`), status: 400, code: api.CodeInvalidField, field: "order_id"},
+		{name: "order_id of dots", body: replace(`ord_1`, `..`), status: 400, code: api.CodeInvalidField, field: "order_id"},
+		{name: "email with a byte that is not UTF-8", body: replace(`ada@example.com`, "a\xc3@example.com"), status: 400, code: api.CodeInvalidJSON},
+		{name: "email with half a surrogate pair", body: replace(`ada@example.com`, `a\ud800@example.com`), status: 400, code: api.CodeInvalidJSON},
+		{name: "order_id with a low surrogate alone", body: replace(`ord_1`, `\udc00x`), status: 400, code: api.CodeInvalidJSON},
+		{name: "high surrogate before a letter", body: replace(`ada@example.com`, `a\ud83d\u0041@example.com`), status: 400, code: api.CodeInvalidJSON},
 		{name: "bad order ID on GET", method: "GET", path: "/v1/orders/a%3Ab", status: 400, code: api.CodeInvalidField, field: "id"},
 	}
 	for i, tc := range cases {

@@ -224,6 +224,8 @@ func TestRefundRefusalsWriteNothing(t *testing.T) {
 		{"/v1/orders/ord_paid/refunds", refundBody("r1", 100, strings.Repeat("x", 201)), http.StatusBadRequest, api.CodeInvalidField, "reason"},
 		{"/v1/orders/ord_paid/refunds", `{"refund_id":"r1","amount_minor":100,"reason":"a\u001bb"}`, http.StatusBadRequest, api.CodeInvalidField, "reason"},
 		{"/v1/orders/ord_paid/refunds", `{"refund_id":`, http.StatusBadRequest, api.CodeInvalidJSON, ""},
+		{"/v1/orders/ord_paid/refunds", "{\"refund_id\":\"r1\",\"amount_minor\":100,\"reason\":\"bad\xff\"}", http.StatusBadRequest, api.CodeInvalidJSON, ""},
+		{"/v1/orders/ord_paid/refunds", `{"refund_id":"r1","amount_minor":100,"reason":"a\ud800b"}`, http.StatusBadRequest, api.CodeInvalidJSON, ""},
 	} {
 		r := b.do(t, "POST", c.path, b.keyA, "k-"+randomID(4), c.body)
 		require.Equal(t, c.status, r.status, "%s %s: %s", c.path, c.body, r.body)

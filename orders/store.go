@@ -115,6 +115,9 @@ func (o NewOrder) Validate() error {
 	if len(o.ID) > 64 {
 		return &ValidationError{Field: "order_id", Reason: "longer than 64 bytes"}
 	}
+	if strings.Contains(o.ID, "/") || strings.Trim(o.ID, ".") == "" {
+		return &ValidationError{Field: "order_id", Reason: `holds "/" or only dots: it names one segment of the path /v1/orders/{id}`}
+	}
 	if o.AmountMinor <= 0 {
 		return &ValidationError{Field: "amount_minor", Reason: fmt.Sprintf("%d is not a positive amount in minor units", o.AmountMinor)}
 	}

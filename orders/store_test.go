@@ -80,6 +80,24 @@ func TestValidateNamesTheField(t *testing.T) {
 	require.NoError(t, valid().Validate())
 }
 
+// An order ID names one segment of GET /v1/orders/{id}: no "/", not only
+// dots, which a router would clean away.
+func TestValidateOrderIDIsOnePathSegment(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"a/b", "/", ".", "..", "..."} {
+		o := valid()
+		o.ID = id
+		var ve *orders.ValidationError
+		require.ErrorAs(t, o.Validate(), &ve, id)
+		require.Equal(t, "order_id", ve.Field, id)
+	}
+	for _, id := range []string{"a.b", ".a", "a..", "9f3a"} {
+		o := valid()
+		o.ID = id
+		require.NoError(t, o.Validate(), id)
+	}
+}
+
 func TestTransitionIsUniquePerEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
