@@ -83,7 +83,8 @@ type Decision struct {
 	// Reason says why, for the audit trail. Required: one line of
 	// printable text, at most MaxDecisionReason bytes.
 	Reason string `json:"reason"`
-	// By names the operator. Required, at most MaxDecisionBy bytes.
+	// By names the operator. Required: one line of printable text, at
+	// most MaxDecisionBy bytes.
 	By string `json:"by"`
 	// Unverified applies a "done" whose provider record cannot be read;
 	// the record keeps that it was not verified. A contradiction still

@@ -52,10 +52,10 @@ func CheckDecision(d Decision, step string, outcome step.Outcome) error {
 	if !resolutionOK {
 		add("resolution", "%q is neither %q nor %q", d.Resolution, effects.ResolveDone, effects.ResolveRetry)
 	}
-	if text := textProblem(d.Reason, MaxDecisionReason, true); text != "" {
+	if text := textProblem(d.Reason, MaxDecisionReason); text != "" {
 		add("reason", "%s", text)
 	}
-	if text := textProblem(d.By, MaxDecisionBy, false); text != "" {
+	if text := textProblem(d.By, MaxDecisionBy); text != "" {
 		add("by", "(who decides) %s", text)
 	}
 	switch {
@@ -74,18 +74,15 @@ func CheckDecision(d Decision, step string, outcome step.Outcome) error {
 	return &DecisionError{Problems: ps}
 }
 
-// textProblem says what is wrong with s, trimmed, as a required field of at
-// most limit bytes; printable requires one line of printable text.
-func textProblem(s string, limit int, printable bool) string {
+// textProblem says what is wrong with s, trimmed, as a required field of
+// one line of printable text, at most limit bytes.
+func textProblem(s string, limit int) string {
 	s = strings.TrimSpace(s)
 	switch {
 	case s == "":
 		return "is required"
 	case len(s) > limit:
 		return fmt.Sprintf("is too long: %d bytes, at most %d", len(s), limit)
-	}
-	if !printable {
-		return ""
 	}
 	for i, r := range s {
 		if r == utf8.RuneError || !strconv.IsPrint(r) || unicode.Is(unicode.Cf, r) {

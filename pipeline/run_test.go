@@ -240,6 +240,8 @@ func TestDecisionValidatorRefusesBadInput(t *testing.T) {
 		"two-line reason": {func(d *pipeline.Decision) { d.Reason = "one\ntwo" }, `reason holds '\n' at byte 3, a control or invisible character`},
 		"missing by":      {func(d *pipeline.Decision) { d.By = "" }, "by (who decides) is required"},
 		"long by":         {func(d *pipeline.Decision) { d.By = strings.Repeat("x", pipeline.MaxDecisionBy+1) }, "by (who decides) is too long: 65 bytes, at most 64"},
+		"escape in by":    {func(d *pipeline.Decision) { d.By = "ev\x1b[2Jil" }, `by (who decides) holds '\x1b' at byte 2, a control or invisible character`},
+		"bidi in by":      {func(d *pipeline.Decision) { d.By = "ev\u202eil" }, `by (who decides) holds '\u202e' at byte 2, a control or invisible character`},
 		"done, no result": {func(d *pipeline.Decision) { d.Result = nil }, `result is required with done: the step's outcome, {"message_id":"…"}`},
 		"done, null":      {func(d *pipeline.Decision) { d.Result = json.RawMessage(`null`) }, "result is required with done"},
 		"unknown field":   {func(d *pipeline.Decision) { d.Result = json.RawMessage(`{"msg":"1"}`) }, `result has the unknown field "msg"`},
