@@ -262,6 +262,20 @@ func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 	code, _, errOut = starter(t, env, "resolve", "--key", key.String(), "--as", "retry", "--by", "ada", "--reason", "changed my mind")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "cannot be resolved")
+
+	// A done on a succeeded record is refused too, its outcome named, and
+	// changes nothing, whether or not its result matches.
+	before, err := fxc.Get(ctx, key)
+	require.NoError(t, err)
+	for _, result := range []string{`{"message_id":"sg-123"}`, `{"message_id":"sg-other"}`} {
+		code, out, errOut = starter(t, env, "resolve", "--key", key.String(), "--as", "done", "--by", "ada",
+			"--result", result, "--reason", "again", "--unverified")
+		require.Equal(t, 2, code, out)
+		require.Contains(t, errOut, `cannot be resolved in its state: it is succeeded with the outcome {"message_id": "sg-123"}; nothing changed`)
+	}
+	after, err := fxc.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
 }
 
 func TestReconcileExitsThreeOnFindings(t *testing.T) {

@@ -220,6 +220,9 @@ func failureMessage(err error) string {
 // one are usage errors.
 func resolveRecord(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, fxc *effects.Client, store *orders.Store,
 	k effects.Key, d pipeline.Decision) (*effects.Record, error) {
+	if err := refuseSucceeded(ctx, fxc, k, d); err != nil {
+		return nil, err
+	}
 	decider, err := newDecider(cfg, pool, fxc)
 	if err != nil {
 		return nil, err
@@ -241,6 +244,26 @@ func resolveRecord(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, 
 		return ownWrite(ctx, store, fxc, k)
 	}
 	return rec, err
+}
+
+// refuseSucceeded refuses a done on a record that already succeeded, as a
+// retry is refused: the decider would keep the stored outcome and report
+// success, whatever d's result says.
+func refuseSucceeded(ctx context.Context, fxc *effects.Client, k effects.Key, d pipeline.Decision) error {
+	if d.Resolution != effects.ResolveDone {
+		return nil
+	}
+	rec, err := fxc.Get(ctx, k)
+	switch {
+	case errors.Is(err, effects.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case rec.State == effects.StateSucceeded:
+		return usagef("resolve %s: %v: it is succeeded with the outcome %s; nothing changed",
+			k, effects.ErrNotResolvable, clean(string(rec.Result)))
+	}
+	return nil
 }
 
 // ownWrite returns the record orders.Store.Effects makes of the
