@@ -42,19 +42,25 @@ type Lifetime struct {
 	Keep time.Duration
 }
 
+// MaxLeafWidth is the widest leaf (the schema's bound): a longer lifetime
+// is cut into more leaves.
+const MaxLeafWidth = 366 * 24 * time.Hour
+
 // Width is the width of the kind's leaves: Keep/LeavesPerLifetime rounded
-// up to whole base widths, and at least base (zero means DefaultLeafWidth).
+// up to whole base widths, at least base (zero means DefaultLeafWidth) and
+// at most the whole base widths in MaxLeafWidth.
 func (l Lifetime) Width(base time.Duration) time.Duration {
 	return l.width(base, LeavesPerLifetime)
 }
 
-// width is Keep/perLifetime rounded up to whole base widths, at least base.
+// width is Keep/perLifetime rounded up to whole base widths, at least base
+// and at most the whole base widths in MaxLeafWidth.
 func (l Lifetime) width(base time.Duration, perLifetime int) time.Duration {
 	if base <= 0 {
 		base = DefaultLeafWidth
 	}
 	n := (l.Keep/time.Duration(perLifetime) + base - 1) / base
-	return max(n, 1) * base
+	return min(max(n, 1), max(MaxLeafWidth/base, 1)) * base
 }
 
 var classPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,23}$`)
@@ -113,8 +119,8 @@ func (c *Client) SetLifetimes(ctx context.Context, lifetimes []Lifetime, opts *S
 }
 
 func (o *SetLifetimesOpts) validate() error {
-	if o.Width < 0 {
-		return fmt.Errorf("%w: leaf width %s is negative", ErrLifetime, o.Width)
+	if o.Width != 0 && (o.Width < time.Hour || o.Width > MaxLeafWidth) {
+		return fmt.Errorf("%w: leaf width %s is outside 1h to %s (0 means %s)", ErrLifetime, o.Width, MaxLeafWidth, DefaultLeafWidth)
 	}
 	if o.LeavesPerLifetime < 0 || o.LeavesPerLifetime > MaxLeavesPerLifetime {
 		return fmt.Errorf("%w: %d leaves per lifetime is outside 1 to %d (0 means %d)",
@@ -207,8 +213,8 @@ func scanLeaf(r pgx.CollectableRow) (Leaf, error) {
 }
 
 // EnsureLeaves creates, for every kind's class, the leaves from the one
-// holding now-behind to the one holding now+ahead, and returns the names
-// of those it created. Retire calls this on the retention schedule, a
+// holding now-behind to the one holding now+ahead, returns the names of
+// those it created, and rewrites the claim function to name them. Retire calls this on the retention schedule, a
 // backfill of old records calls it first, and a claim that finds no leaf
 // for now (a retention window that has not run) calls it before retrying.
 func (c *Client) EnsureLeaves(ctx context.Context, behind, ahead time.Duration) ([]string, error) {
@@ -223,6 +229,13 @@ func ensureLeaves(ctx context.Context, db DB, behind, ahead time.Duration) ([]st
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("create effect leaves: %w", err)
+	}
+	if len(names) > 0 {
+		// The claim function names the current and future leaves (effects
+		// migration 6): write it again with the new ones.
+		if _, err := db.Exec(ctx, `SELECT keyed_effects_refresh_claim()`); err != nil {
+			return names, fmt.Errorf("rewrite the claim for new effect leaves: %w", err)
+		}
 	}
 	return names, nil
 }

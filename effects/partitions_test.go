@@ -349,6 +349,9 @@ func TestSetLifetimes(t *testing.T) {
 	require.NoError(t, b.client.SetLifetimes(b.ctx, table, nil))
 	require.Equal(t, 180*day/effects.LeavesPerLifetime, table[1].Width(0))
 	require.Equal(t, day, table[2].Width(0))
+	// A lifetime longer than two of the widest leaves is cut into more.
+	require.Equal(t, effects.MaxLeafWidth, effects.Lifetime{Kind: "dispute", Keep: 5 * 365 * day}.Width(0))
+	require.NoError(t, b.client.SetLifetimes(b.ctx, append(table, effects.Lifetime{Kind: "dispute", Keep: 5 * 365 * day}), nil))
 
 	key := effects.MustKey("acme", "order", "k", "charge")
 	_, err := b.client.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o"})
@@ -365,6 +368,9 @@ func TestSetLifetimes(t *testing.T) {
 		{{Kind: "", Keep: day}, {Kind: "x", Keep: day}, {Kind: "x", Keep: day}}, // twice
 	} {
 		require.ErrorIs(t, b.client.SetLifetimes(b.ctx, bad, nil), effects.ErrLifetime, "%v", bad)
+	}
+	for _, width := range []time.Duration{-day, time.Minute, effects.MaxLeafWidth + day} {
+		require.ErrorIs(t, b.client.SetLifetimes(b.ctx, table, &effects.SetLifetimesOpts{Width: width}), effects.ErrLifetime, "%s", width)
 	}
 	var keep time.Duration
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT keep FROM keyed_effect_lifetimes WHERE kind = ''`).Scan(&keep))
@@ -811,4 +817,97 @@ func TestSevenArgumentClaimStillWorks(t *testing.T) {
 		require.False(t, inserted)
 		require.Equal(t, string(effects.StateSucceeded), state)
 	})
+}
+
+// insertFirstSetup is raceSetup with the kind "archive" in a class of its
+// own, whose leaves are replaced by one from 30 days back to 30 days ahead:
+// a claim told a second ago has its window inside that leaf at any hour.
+func insertFirstSetup(t *testing.T) *bundle {
+	t.Helper()
+	b := raceSetup(t)
+	lifetimes := []effects.Lifetime{{Kind: "", Keep: effects.DefaultRetention}, {Kind: "archive", Keep: 180 * 24 * time.Hour}}
+	require.NoError(t, b.client.SetLifetimes(b.ctx, lifetimes, nil))
+	// Lifetimes older than an hour: the kind no longer looks in the default class.
+	_, err := b.pool.Exec(b.ctx, `UPDATE keyed_effect_lifetimes SET since = since - interval '2 hours'`)
+	require.NoError(t, err)
+	require.NoError(t, b.client.SetLifetimes(b.ctx, lifetimes, nil))
+	leaves, err := b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	for _, l := range leaves {
+		if l.Class == "archive" {
+			_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`DROP TABLE %q`, l.Name))
+			require.NoError(t, err)
+		}
+	}
+	lo := time.Now().UTC().Truncate(time.Hour).Add(-30 * 24 * time.Hour)
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`
+CREATE TABLE keyed_effects_archive_wide (LIKE keyed_effects INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+CREATE UNIQUE INDEX keyed_effects_archive_wide_key ON keyed_effects_archive_wide (key);
+CREATE INDEX keyed_effects_archive_wide_created ON keyed_effects_archive_wide (created_at, kind);
+ALTER TABLE keyed_effects_archive ATTACH PARTITION keyed_effects_archive_wide FOR VALUES FROM ('%s') TO ('%s');
+SELECT keyed_effects_refresh_claim();`, lo.Format(time.RFC3339), lo.Add(60*24*time.Hour).Format(time.RFC3339)))
+	require.NoError(t, err)
+	return b
+}
+
+func claimSource(t *testing.T, b *bundle) string {
+	t.Helper()
+	var src string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT prosrc FROM pg_proc
+		WHERE oid = to_regprocedure('keyed_effects_claim(text,text,text,text,text,bigint,boolean,timestamptz)')`).Scan(&src))
+	return src
+}
+
+// Inside one leaf a told claim inserts first and reads the record only on
+// a conflict: one winner among 64 racers, and a repeat finds the record by
+// the leaf's unique index, even one created before the window the bound
+// gives (a look-up first would miss it and fail on that index).
+func TestToldClaimInsertsFirstInsideOneLeaf(t *testing.T) {
+	t.Parallel()
+	b := insertFirstSetup(t)
+	require.Contains(t, claimSource(t, b), "INSERT INTO keyed_effects_archive AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until) "+
+		"VALUES (p_key, p_tenant, p_kind, 'archive', 'claimed', p_owner, p_fingerprint, now() + p_lease_us * interval '1 microsecond') ON CONFLICT DO NOTHING")
+
+	told := func(key effects.Key) effects.ClaimParams {
+		return effects.ClaimParams{Key: key, NotBefore: time.Now().Add(-time.Second)}
+	}
+	fresh := effects.MustKey("acme", "doc", "raced", "archive")
+	require.Equal(t, 1, raceWith(t, b, told(fresh), 64))
+	require.Equal(t, 1, countKey(t, b, fresh))
+
+	key := effects.MustKey("acme", "doc", "kept", "archive")
+	p := told(key)
+	p.Owner = "first"
+	cl, err := b.client.Claim(b.ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, cl.Mode)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "doc_1", Amount: 1}))
+	backdate(t, b, key, 2*time.Hour)
+	p = told(key)
+	p.Owner = "second"
+	again, err := b.client.Claim(b.ctx, p)
+	require.NoError(t, err)
+	require.True(t, again.Done)
+	require.JSONEq(t, `{"id":"doc_1","amount":1}`, string(again.Result))
+	require.Equal(t, 1, countKey(t, b, key))
+}
+
+// The claim names the current and future leaves it inserts into first;
+// EnsureLeaves writes it again when it makes new ones.
+func TestEnsureLeavesRewritesTheClaim(t *testing.T) {
+	t.Parallel()
+	b := insertFirstSetup(t)
+	made, err := b.client.EnsureLeaves(b.ctx, 0, 30*24*time.Hour)
+	require.NoError(t, err)
+	require.NotEmpty(t, made)
+	leaves, err := b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	src := claimSource(t, b)
+	for _, l := range leaves {
+		if l.Name == made[len(made)-1] {
+			require.Contains(t, src, "'"+l.From.UTC().Format("2006-01-02T15:04:05.000000Z")+"'::timestamptz", l.Name)
+			return
+		}
+	}
+	t.Fatalf("no leaf named %s in %v", made[len(made)-1], leaves)
 }
