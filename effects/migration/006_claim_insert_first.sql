@@ -13,11 +13,14 @@
 
 -- keyed_effects_use_partitioned_claim (re)writes keyed_effects_claim for
 -- the partitioned table from keyed_effect_lifetimes, as in migration 5,
--- with the insert first inside one leaf. As in migration 5, with the bound: the look-up in the kind's own class reads only the
--- leaves that hold records created from an hour before p_not_before (or
--- before the claim, if earlier) on: the hour covers a claim inside a
--- transaction begun before the record it names was created, and clocks
--- that differ or step back. 'default' and 'legacy' are read whole. It then makes the seven-argument form the wrapper.
+-- with the insert first inside one leaf: for each leaf of a kind's class
+-- that ends after now, a told claim whose window lies inside it inserts
+-- first. Otherwise, as in migration 5, the look-up in the kind's own class
+-- reads only the leaves that hold records created from an hour before
+-- p_not_before (or before the claim, if earlier) on: the hour covers a
+-- claim inside a transaction begun before the record it names was
+-- created, and clocks that differ or step back. 'default' and 'legacy' are
+-- read whole. It then makes the seven-argument form the wrapper.
 CREATE OR REPLACE FUNCTION keyed_effects_use_partitioned_claim() RETURNS void
 LANGUAGE plpgsql AS $outer$
 DECLARE
