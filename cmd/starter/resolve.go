@@ -55,7 +55,7 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 	unverified := f.Bool("unverified", false, "with --as done: apply it even when the provider cannot be asked (an outage, a key\n"+
 		"without the look-up's scope); the record keeps that it was not verified")
 	asJSON := f.Bool("json", false, "print the record (or the decision) as JSON")
-	by := f.String("by", "", fmt.Sprintf("who decides: a `name` kept on the record, at most %d bytes (default $USER)", pipeline.MaxDecisionBy))
+	by := f.String("by", "", fmt.Sprintf("who decides: a `name` kept on the record, one line of printable text of at most %d bytes (default $USER)", pipeline.MaxDecisionBy))
 	batch := batchFlags(f)
 	cfg, err := f.parse(args)
 	if err != nil {
