@@ -372,8 +372,14 @@ func layoutChanged(err error) bool {
 // unmigrated reports a claim whose function has no NotBefore argument: a
 // schema before effects migration 5.
 func unmigrated(err error) bool {
+	return missingFunction(err, "keyed_effects_claim(")
+}
+
+// missingFunction reports an error for a call of a function, named with
+// its "(", that the schema does not have (or not with these arguments).
+func missingFunction(err error, name string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, "keyed_effects_claim(")
+	return errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, name)
 }
 
 // lateNotBefore reports a claim refused for a NotBefore more than an hour

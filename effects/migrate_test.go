@@ -235,3 +235,24 @@ func TestClaimOnASchemaBeforeMigration5(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, effects.IsTransient(err), "%v", err)
 }
+
+// A release with effects migration 6 whose workers migrate nothing at start
+// makes leaves on a schema before it: there is no claim naming leaves to
+// rewrite, and claims go on.
+func TestEnsureLeavesOnASchemaBeforeMigration6(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	for _, m := range effects.Migrations()[:5] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	client := effectstest.NewClient(t, pool, nil)
+	made, err := client.EnsureLeaves(ctx, 0, 30*24*time.Hour)
+	require.NoError(t, err)
+	require.NotEmpty(t, made)
+	cl, err := client.Claim(ctx, effects.ClaimParams{Key: effects.MustKey("acme", "order", "1", "charge"), Owner: "o",
+		NotBefore: time.Now().Add(-time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, cl.Mode)
+}

@@ -214,9 +214,11 @@ func scanLeaf(r pgx.CollectableRow) (Leaf, error) {
 
 // EnsureLeaves creates, for every kind's class, the leaves from the one
 // holding now-behind to the one holding now+ahead, returns the names of
-// those it created, and rewrites the claim function to name them. Retire calls this on the retention schedule, a
-// backfill of old records calls it first, and a claim that finds no leaf
-// for now (a retention window that has not run) calls it before retrying.
+// those it created, and rewrites the claim function to name them (on a
+// schema before effects migration 6 there is nothing to rewrite). Retire
+// calls this on the retention schedule, a backfill of old records calls it
+// first, and a claim that finds no leaf for now (a retention window that
+// has not run) calls it before retrying.
 func (c *Client) EnsureLeaves(ctx context.Context, behind, ahead time.Duration) ([]string, error) {
 	return ensureLeaves(ctx, c.db, behind, ahead)
 }
@@ -233,7 +235,8 @@ func ensureLeaves(ctx context.Context, db DB, behind, ahead time.Duration) ([]st
 	if len(names) > 0 {
 		// The claim function names the current and future leaves (effects
 		// migration 6): write it again with the new ones.
-		if _, err := db.Exec(ctx, `SELECT keyed_effects_refresh_claim()`); err != nil {
+		_, err := db.Exec(ctx, `SELECT keyed_effects_refresh_claim()`)
+		if err != nil && !missingFunction(err, "keyed_effects_refresh_claim(") {
 			return names, fmt.Errorf("rewrite the claim for new effect leaves: %w", err)
 		}
 	}
