@@ -865,7 +865,7 @@ func claimSource(t *testing.T, b *bundle) string {
 func TestToldClaimInsertsFirstInsideOneLeaf(t *testing.T) {
 	t.Parallel()
 	b := insertFirstSetup(t)
-	require.Contains(t, claimSource(t, b), "INSERT INTO keyed_effects_archive AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until) "+
+	require.Contains(t, claimSource(t, b), "INSERT INTO keyed_effects_archive_wide AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until) "+
 		"VALUES (p_key, p_tenant, p_kind, 'archive', 'claimed', p_owner, p_fingerprint, now() + p_lease_us * interval '1 microsecond') ON CONFLICT DO NOTHING")
 
 	told := func(key effects.Key) effects.ClaimParams {

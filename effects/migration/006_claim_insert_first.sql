@@ -2,10 +2,11 @@
 -- records its key can have (created from an hour before the bound, or the
 -- claim, on; to an hour after the moment it holds the key's lock) all fall
 -- in the leaf its own record goes to, that leaf's unique index alone orders
--- the key, so the claim sends INSERT ... ON CONFLICT DO NOTHING and reads
--- the record only on a conflict, instead of a look-up before every insert
--- (docs/design.md, "Inserting first inside one leaf"). The claim function
--- names each current and future leaf's bounds for this, so it is written
+-- the key, so the claim sends INSERT ... ON CONFLICT DO NOTHING to that
+-- leaf by name (no routing through the class) and reads the record only on
+-- a conflict, instead of a look-up before every insert (docs/design.md,
+-- "Inserting first inside one leaf"). The claim function names each
+-- current and future leaf and its bounds for this, so it is written
 -- again whenever leaves are made (keyed_effects_refresh_claim, which
 -- effects.Client.EnsureLeaves calls); a claim past every leaf it names, an
 -- untold claim, and a kind whose look-up reads more than its class take the
@@ -15,7 +16,7 @@
 -- the partitioned table from keyed_effect_lifetimes, as in migration 5,
 -- with the insert first inside one leaf: for each leaf of a kind's class
 -- that ends after now, a told claim whose window lies inside it inserts
--- first. Otherwise, as in migration 5, the look-up in the kind's own class
+-- into it first. Otherwise, as in migration 5, the look-up in the kind's own class
 -- reads only the leaves that hold records created from an hour before
 -- p_not_before (or before the claim, if earlier) on: the hour covers a
 -- claim inside a transaction begun before the record it names was
@@ -65,20 +66,20 @@ BEGIN
         END IF;
         v_fast := '';
         IF v_probe NOT LIKE '% UNION ALL %' THEN
-            FOR b IN SELECT x.lo, x.hi FROM keyed_effects_leaf_bounds('keyed_effects_' || l.class) x
+            FOR b IN SELECT x.leaf, x.lo, x.hi FROM keyed_effects_leaf_bounds('keyed_effects_' || l.class) x
                      WHERE x.hi > now() ORDER BY x.lo LOOP
                 v_fast := v_fast || format(E'IF v_from >= %1$s AND now() >= %1$s AND now() < %2$s\n'
                     || E'           AND clock_timestamp() + interval ''1 hour'' < %2$s THEN\n'
                     || E'            RETURN QUERY %3$s;\n'
                     || E'            IF NOT FOUND THEN\n'
-                    || E'                RETURN QUERY %4$s AND e.created_at >= %1$s AND e.created_at < %2$s LIMIT 1;\n'
+                    || E'                RETURN QUERY %4$s LIMIT 1;\n'
                     || E'            END IF;\n'
                     || E'            RETURN;\n'
                     || E'        END IF;\n        ',
                     quote_literal(to_char(b.lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || '::timestamptz',
                     quote_literal(to_char(b.hi AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || '::timestamptz',
-                    format(v_insert, 'keyed_effects_' || l.class, l.class, ' ON CONFLICT DO NOTHING'),
-                    format(v_look, 'keyed_effects_' || l.class));
+                    format(v_insert, b.leaf, l.class, ' ON CONFLICT DO NOTHING'),
+                    format(v_look, b.leaf));
             END LOOP;
         END IF;
         IF v_probe LIKE '% UNION ALL %' THEN
