@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -23,8 +24,10 @@ type compose struct {
 			Dockerfile string `json:"dockerfile"`
 			Target     string `json:"target"`
 		} `json:"build"`
-		Ports      []string `json:"ports"`
-		Entrypoint []string `json:"entrypoint"`
+		Ports       []string          `json:"ports"`
+		Entrypoint  []string          `json:"entrypoint"`
+		Environment map[string]string `json:"environment"`
+		Volumes     []string          `json:"volumes"`
 	} `json:"services"`
 }
 
@@ -109,6 +112,30 @@ func TestComposePortsAndImages(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^FROM \S+ AS fakes$`, string(df))
 	require.Regexp(t, `(?m)^FROM \S+ AS keyed$`, string(df))
+}
+
+// TestComposeTurnsFairnessOn checks that the compose file's Temporal server
+// reads temporal-dynamicconfig.yaml, and that the file sets every value of
+// the dev server `make demo` runs (devserver.FairnessOn) in the server's
+// dynamic config form: a list of values, the first unconstrained.
+func TestComposeTurnsFairnessOn(t *testing.T) {
+	t.Parallel()
+	temporal := readCompose(t).Services["temporal"]
+	path := temporal.Environment["DYNAMIC_CONFIG_FILE_PATH"]
+	require.NotEmpty(t, path, "the temporal service sets DYNAMIC_CONFIG_FILE_PATH")
+	require.Contains(t, temporal.Volumes, "./temporal-dynamicconfig.yaml:"+path+":ro")
+	raw, err := os.ReadFile("temporal-dynamicconfig.yaml")
+	require.NoError(t, err)
+	var dyn map[string][]struct {
+		Value       any            `json:"value"`
+		Constraints map[string]any `json:"constraints"`
+	}
+	require.NoError(t, yaml.UnmarshalStrict(raw, &dyn))
+	for k, v := range devserver.FairnessOn() {
+		require.NotEmpty(t, dyn[k], "temporal-dynamicconfig.yaml sets %s", k)
+		require.Empty(t, dyn[k][0].Constraints, k)
+		require.Equal(t, v, fmt.Sprint(dyn[k][0].Value), k)
+	}
 }
 
 // TestSearchAttributesMatchTheDevServer checks that the compose job and the

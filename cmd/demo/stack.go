@@ -87,8 +87,8 @@ func (s *stack) startTemporal(ctx context.Context, o options) error {
 		s.say("port %d is busy; the Web UI gets a free port instead", uiPort)
 		uiPort = 0
 	}
-	s.say("starting the Temporal dev server (bin/temporal) with its Web UI")
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: uiPort})
+	s.say("starting the Temporal dev server (bin/temporal) with its Web UI and tenant fairness on")
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: uiPort, DynamicConfig: devserver.FairnessOn()})
 	if err != nil {
 		return err
 	}

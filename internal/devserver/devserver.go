@@ -82,6 +82,14 @@ type Opts struct {
 	DynamicConfig map[string]string
 }
 
+// FairnessOn is the dynamic config that makes the server hand out each task
+// queue's backlog round robin across fairness keys (server 1.29:
+// matching.enableFairness), so that keyed's runs, which carry their tenant as
+// their key, are fair between tenants. `make demo` runs with it.
+func FairnessOn() map[string]string {
+	return map[string]string{"matching.enableFairness": "true"}
+}
+
 // Server is a running dev server.
 type Server struct {
 	cmd         *exec.Cmd
