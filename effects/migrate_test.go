@@ -28,6 +28,24 @@ func emptyPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
+// applyMigrations applies migs to pool one by one, as a release whose
+// schema stops at them would have.
+func applyMigrations(t *testing.T, pool *pgxpool.Pool, migs []effects.Migration) {
+	t.Helper()
+	for _, m := range migs {
+		_, err := pool.Exec(context.Background(), m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+}
+
+// poolAtMigration returns a pool on an empty schema migrated to version n.
+func poolAtMigration(t *testing.T, n int) *pgxpool.Pool {
+	t.Helper()
+	pool := emptyPool(t)
+	applyMigrations(t, pool, effects.Migrations()[:n])
+	return pool
+}
+
 func allVersions() []int {
 	var out []int
 	for _, m := range effects.Migrations() {
@@ -165,11 +183,7 @@ func TestMigrateTxFailureNamesTheFile(t *testing.T) {
 func TestLeanerClaimMigrationKeepsLeavesFindable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPool(t)
-	for _, m := range effects.Migrations()[:3] {
-		_, err := pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
+	pool := poolAtMigration(t, 3)
 	_, err := pool.Exec(ctx, `SELECT keyed_effects_ensure_leaves(interval '10 days', interval '2 days')`)
 	require.NoError(t, err)
 	var old string
@@ -177,10 +191,7 @@ func TestLeanerClaimMigrationKeepsLeavesFindable(t *testing.T) {
 	_, err = pool.Exec(ctx, `ALTER TABLE keyed_effects_default DETACH PARTITION `+pgx.Identifier{old}.Sanitize())
 	require.NoError(t, err)
 
-	for _, m := range effects.Migrations()[3:] {
-		_, err = pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
+	applyMigrations(t, pool, effects.Migrations()[3:])
 
 	var checked []string
 	rows, err := pool.Query(ctx, `SELECT b.leaf FROM keyed_effects_leaf_bounds('keyed_effects_default') b
@@ -212,11 +223,7 @@ JOIN pg_constraint k ON k.conrelid = b.leaf::regclass AND k.conname = b.leaf || 
 func TestClaimOnASchemaBeforeMigration5(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPool(t)
-	for _, m := range effects.Migrations()[:4] {
-		_, err := pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
+	pool := poolAtMigration(t, 4)
 	client := effectstest.NewClient(t, pool, nil)
 	key := effects.MustKey("acme", "order", "1", "charge")
 	p := effects.ClaimParams{Key: key, Owner: "o", NotBefore: time.Now().Add(-time.Minute)}
@@ -242,11 +249,7 @@ func TestClaimOnASchemaBeforeMigration5(t *testing.T) {
 func TestEnsureLeavesOnASchemaBeforeMigration6(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPool(t)
-	for _, m := range effects.Migrations()[:5] {
-		_, err := pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
+	pool := poolAtMigration(t, 5)
 	client := effectstest.NewClient(t, pool, nil)
 	made, err := client.EnsureLeaves(ctx, 0, 30*24*time.Hour)
 	require.NoError(t, err)
