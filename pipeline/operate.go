@@ -20,6 +20,11 @@ import (
 // a step, closed, or waits on no step.
 var ErrNotWaiting = errors.New("run is not waiting for a decision")
 
+// ErrRunning wraps ErrNotWaiting for a run that is still running and does
+// not wait for a decision: it settles its steps itself, so a decision
+// written beside it would race it.
+var ErrRunning = fmt.Errorf("%w: it is still running", ErrNotWaiting)
+
 // Attention is one run, of any pipeline, that waits for an operator's
 // decision.
 type Attention struct {
@@ -101,8 +106,8 @@ func eachRun(ctx context.Context, c client.Client, query string, fn func(*workfl
 
 // AttentionOf returns what the current run of the workflow id waits for,
 // such as "receipt:ambiguous", and its run ID. It returns an error wrapping
-// ErrNotWaiting when the run is closed or waits for nothing, and the
-// client's error (such as serviceerror.NotFound) when it cannot describe it.
+// ErrNotWaiting when the run is closed or waits for nothing (ErrRunning
+// when it is open), and the client's error (such as serviceerror.NotFound) when it cannot describe it.
 func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID string, err error) {
 	if c == nil {
 		return "", "", errors.New("attention of run: client is nil")
@@ -113,8 +118,11 @@ func AttentionOf(ctx context.Context, c client.Client, id string) (value, runID 
 	}
 	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	value = keyword(info.GetSearchAttributes().GetIndexedFields(), SearchAttrAttentionName)
-	if value == "" || info.GetCloseTime() != nil {
+	switch {
+	case info.GetCloseTime() != nil:
 		return "", "", fmt.Errorf("%s: %w", id, ErrNotWaiting)
+	case value == "":
+		return "", "", fmt.Errorf("%s: %w", id, ErrRunning)
 	}
 	return value, info.GetExecution().GetRunId(), nil
 }
@@ -173,7 +181,7 @@ type Wait struct {
 // WaitOf returns the wait of the current run of the workflow id: the
 // waiting step's status (its Wait ID and since when) from the status query.
 // It returns an error wrapping ErrNotWaiting when the run waits for
-// nothing, and the client's error when it cannot describe or query it.
+// nothing (ErrRunning when it is open), and the client's error when it cannot describe or query it.
 func WaitOf(ctx context.Context, c client.Client, id string) (*Wait, error) {
 	value, runID, err := AttentionOf(ctx, c, id)
 	if err != nil {
@@ -192,7 +200,7 @@ func WaitOf(ctx context.Context, c client.Client, id string) (*Wait, error) {
 			return &Wait{WorkflowID: id, RunID: runID, StepStatus: s, Attention: value}, nil
 		}
 	}
-	return nil, fmt.Errorf("%s: %w", id, ErrNotWaiting)
+	return nil, fmt.Errorf("%s: %w", id, ErrRunning)
 }
 
 // datetime decodes the Datetime search attribute name from fields, or the

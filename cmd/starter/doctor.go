@@ -20,6 +20,10 @@ type exitCodeError struct{ code int }
 
 func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// maxDoctorDays bounds doctor --days: ten years, far past any retention,
+// and far from overflowing a time.Duration.
+const maxDoctorDays = 3650
+
 func runDoctor(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "doctor", "[--rules FILE] [--metrics-url URL] [--days 7] [--json] [flags]",
 		"Checks the deployment that DATABASE_URL and TEMPORAL_* point at against keyed's hardening\n"+
@@ -44,12 +48,15 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 	asJSON := f.Bool("json", false, "print the report as JSON")
 	rules := f.String("rules", "", "the deployed Prometheus rules `file` (such as deploy/prometheus/keyed.rules.yml), checked for dead-letter alerts")
 	metricsURL := f.String("metrics-url", "", "a worker's /metrics `URL`, read for keyed_effect_duplicates_suppressed_total")
-	days := f.Int("days", 7, "how many `days` back to read effect records and runs")
+	days := f.Int("days", 7, fmt.Sprintf("how many `days` back to read effect records and runs (at most %d)", maxDoctorDays))
 	checks := f.String("checks", "", "comma-separated `checks` to run (default all): "+strings.Join(doctor.AllChecks, ","))
 	reconcileEvery := f.Duration("reconcile-every", 25*time.Hour, "how often reconciliation must succeed")
 	f.check(func() {
-		if *days < 1 {
-			f.loader.Problem("--days", "%d must be at least 1", *days)
+		if *days < 1 || *days > maxDoctorDays {
+			f.loader.Problem("--days", "%d is not between 1 and %d", *days, maxDoctorDays)
+		}
+		if *reconcileEvery <= 0 {
+			f.loader.Problem("--reconcile-every", "%s must be positive", *reconcileEvery)
 		}
 		for _, c := range splitChecks(*checks) {
 			if !contains(doctor.AllChecks, c) {

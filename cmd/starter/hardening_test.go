@@ -105,6 +105,9 @@ func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {
 		{resolve("--as", "retry", "--reason", "evil\u202etxt"), `'\u202e' at byte 4`},
 		{resolve("--as", "retry\x1b", "--reason", "x"), `invalid --as "retry\x1b"`},
 		{resolve("--as", "retry", "--reason", "x", "--by", strings.Repeat("b", pipeline.MaxDecisionBy+1)), "--by (who decides) is too long: 65 bytes, at most 64"},
+		// The batch's flags with --key: refused, not ignored (a --dry-run that decides).
+		{resolve("--as", "retry", "--reason", "x", "--dry-run"), "--dry-run, --rate and --step go with --query only"},
+		{resolve("--as", "retry", "--reason", "x", "--rate", "1"), "--dry-run, --rate and --step go with --query only"},
 		// Every problem at once.
 		{[]string{"resolve", "--key", key.String(), "--as", "done"},
 			"--reason is required; --by (who decides) is required (it defaults to $USER); --result is required with done"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
+	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/activities/stripestep"
 	"github.com/keyedhq/keyed/effects"
@@ -274,6 +275,42 @@ func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 		require.Contains(t, errOut, `cannot be resolved in its state: it is succeeded with the outcome {"message_id": "sg-123"}; nothing changed`)
 	}
 	after, err := fxc.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+}
+
+// A decision on the effect of a run that is still running and does not
+// wait for one (retrying the step, or racing another operator who just
+// ended its wait) is refused with exit 2 and changes nothing: the run
+// settles the step itself, and a record written beside it would race it.
+func TestResolveRefusesWhileTheRunRuns(t *testing.T) {
+	t.Parallel()
+	w := fxapptest.Start(t, nil)
+	env := map[string]string{}
+	for _, k := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE"} {
+		env[k] = w.Env[k]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// An open run of the order on a queue no worker polls: running, waiting for nothing.
+	run, err := w.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: orders.WorkflowID("acme", "busy-1"),
+		TaskQueue: env["TEMPORAL_TASK_QUEUE"] + "-nobody"}, "OrderWorkflow")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Client.TerminateWorkflow(context.Background(), run.GetID(), run.GetRunID(), "test over") })
+	key := effects.MustKey("acme", "order", "busy-1", "receipt")
+	cl, err := w.Effects.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/receipt"})
+	require.NoError(t, err)
+	require.NoError(t, w.Effects.Fail(ctx, cl, effects.NewCodedError("transient", "look-up failed")))
+	before, err := w.Effects.Get(ctx, key)
+	require.NoError(t, err)
+
+	for _, as := range [][]string{{"--as", "retry"}, {"--as", "done", "--result", `{"message_id":"m"}`, "--unverified"}} {
+		code, out, errOut := starter(t, env, append([]string{"resolve", "--key", key.String(), "--by", "ada", "--reason", "x"}, as...)...)
+		require.Equal(t, 2, code, "%v: %s", as, out)
+		require.Contains(t, errOut, "is still running and does not wait for a decision")
+		require.Contains(t, errOut, "nothing changed")
+	}
+	after, err := w.Effects.Get(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, before, after)
 }

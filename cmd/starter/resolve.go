@@ -70,6 +70,9 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		}
 		return runResolveQuery(ctx, e, f, cfg, batch, pipeline.Decision{Resolution: effects.Resolution(*as), Reason: *reason, By: *by, Unverified: *unverified}, *asJSON)
 	}
+	if f.isSet("dry-run") || f.isSet("rate") || f.isSet("step") {
+		return usagef("--dry-run, --rate and --step go with --query only; with --key, resolve decides at once")
+	}
 	k, d, err := decisionOf(*key, *as, *reason, *result, *by, f.isSet("result"), *unverified)
 	if err != nil {
 		return err
@@ -185,6 +188,9 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 	w, err := pipeline.WaitOf(askCtx, tc, id)
 	var notFound *serviceerror.NotFound
 	switch {
+	case errors.Is(err, pipeline.ErrRunning):
+		return nil, usagef("the run %s is still running and does not wait for a decision: it settles %s itself, "+
+			"and a decision written beside it would race it; nothing changed. Decide once it waits (starter attention) or has ended", id, keyStep)
 	case errors.Is(err, pipeline.ErrNotWaiting), errors.As(err, &notFound):
 		return nil, nil
 	case err != nil:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"net/http/httptest"
 	"testing"
 
@@ -139,7 +140,15 @@ func TestBatchDecidesOneStepKind(t *testing.T) {
 
 	rate := 0.0
 	err = checkBatch(batch{rate: &rate}, pipeline.Decision{Resolution: "maybe"})
-	require.ErrorContains(t, err, "--rate must be above 0")
+	require.ErrorContains(t, err, "--rate must be above 0 and at most 1000")
 	require.ErrorContains(t, err, `invalid --as "maybe"`)
 	require.ErrorContains(t, err, "--reason is required")
+	// A rate whose ticker interval would be zero or undefined is refused too.
+	ok := pipeline.Decision{Resolution: effects.ResolveRetry, Reason: "x", By: "ada"}
+	for _, r := range []float64{math.NaN(), math.Inf(1), 1e308, maxRate + 1} {
+		err = checkBatch(batch{rate: &r}, ok)
+		require.ErrorContains(t, err, "--rate must be above 0 and at most 1000", "%v", r)
+	}
+	rate = maxRate
+	require.NoError(t, checkBatch(batch{rate: &rate}, ok))
 }

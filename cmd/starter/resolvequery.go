@@ -18,6 +18,10 @@ import (
 	"github.com/keyedhq/keyed/workflows"
 )
 
+// maxRate bounds resolve --rate: a ticker needs a positive interval, and
+// a batch faster than this would only flood Temporal with updates.
+const maxRate = 1000
+
 // batch holds resolve's flags for deciding the runs a query lists.
 type batch struct {
 	query  *string
@@ -79,8 +83,8 @@ func runResolveQuery(ctx context.Context, e *env, f *flags, cfg *config.Config, 
 // decision at once.
 func checkBatch(b batch, d pipeline.Decision) error {
 	var problems []string
-	if *b.rate <= 0 {
-		problems = append(problems, "--rate must be above 0")
+	if r := *b.rate; !(r > 0 && r <= maxRate) { // NaN fails both
+		problems = append(problems, fmt.Sprintf("--rate must be above 0 and at most %d decisions a second", maxRate))
 	}
 	d.Step = "any"
 	var invalid *pipeline.DecisionError
