@@ -41,7 +41,8 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 			"step refused for good (an invalid state, a decline, the provider's refusal): it did not happen.\n"+
 			"When the run of the key's order or refund waits for this decision (KeyedAttention, see\n"+
 			"'starter attention'), resolve sends it the decide update: the run checks and applies it, fenced and\n"+
-			"audited with --by, and continues in the same run. Otherwise it checks and settles the record alone,\n"+
+			"audited with --by, and continues in the same run. While that run runs and waits for nothing it\n"+
+			"settles the step itself, and resolve refuses (exit 2). Otherwise it checks and settles the record alone,\n"+
 			"asking Stripe with STRIPE_SECRET_KEY (STRIPE_API_BASE) and SendGrid with SENDGRID_API_KEY\n"+
 			"(SENDGRID_API_BASE) from the environment; then re-run the order's checkout with 'starter start' (a\n"+
 			"refund: 'starter refund'). Live claims and succeeded effects are refused, and so is every effect of a\n"+
@@ -174,10 +175,11 @@ func declaredOutcome(name string) step.Outcome {
 
 // decideWaitingRun sends d to the run that makes k's effect, an order's or
 // a refund's (runOfKey), when it waits on k's step, and returns what the
-// run applied. It returns nil and no error when no run waits (or Temporal
-// cannot be asked, which it reports on stderr), so that the caller settles
-// the record alone; and a usage error when the run waits on another step
-// or refuses the decision, saying why.
+// run applied. It returns nil and no error when there is no open run (or
+// Temporal cannot be asked, which it reports on stderr), so that the
+// caller settles the record alone; and a usage error when the run is open
+// but waits for nothing, waits on another step or refuses the decision,
+// saying why.
 func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, d pipeline.Decision) (*pipeline.DecisionResult, error) {
 	id, keyStep, ok := runOfKey(k)
 	if !ok {
