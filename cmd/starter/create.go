@@ -104,7 +104,7 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 		})
 		switch {
 		case errors.Is(err, orders.ErrConflict):
-			return fmt.Errorf("order %s/%s already exists with a different amount, currency, email or payment method; "+
+			return usagef("order %s/%s already exists with a different amount, currency, email or payment method; "+
 				"use `starter start` to check out the existing one, or choose another --order", no.TenantID, no.ID)
 		case err != nil:
 			return migrationHint(ctx, pool, cfg, err)

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -54,6 +57,14 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 	f.check(func() {
 		if *days < 1 || *days > maxDoctorDays {
 			f.loader.Problem("--days", "%d is not between 1 and %d", *days, maxDoctorDays)
+		}
+		if *rules != "" {
+			if _, err := os.Stat(*rules); err != nil {
+				f.loader.Problem("--rules", "cannot read %s: %v", *rules, errors.Unwrap(err))
+			}
+		}
+		if u, err := url.Parse(*metricsURL); *metricsURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			f.loader.Problem("--metrics-url", "%q is not an http(s) URL", *metricsURL)
 		}
 		if *reconcileEvery <= 0 {
 			f.loader.Problem("--reconcile-every", "%s must be positive", *reconcileEvery)

@@ -27,7 +27,8 @@ func TestDoctorAgainstAWorker(t *testing.T) {
 		require.Regexp(t, `(?m)^  `+f+`( |$)`, out)
 	}
 	require.Contains(t, out, "4 when one failed")
-	for _, bad := range [][]string{{"--days", "0"}, {"--days", "106752"}, {"--reconcile-every", "-1h"}, {"--checks", "classified,nope"}} {
+	for _, bad := range [][]string{{"--days", "0"}, {"--days", "106752"}, {"--reconcile-every", "-1h"}, {"--checks", "classified,nope"},
+		{"--rules", "/nonexistent/keyed.rules.yml"}, {"--metrics-url", "localhost:9464/metrics"}} {
 		code, _, errOut := starter(t, env, append([]string{"doctor"}, bad...)...)
 		require.Equal(t, 2, code, "%v: %s", bad, errOut)
 	}

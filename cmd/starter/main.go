@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -38,6 +39,8 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/refunds"
 )
 
 // gRPC's gzip at its fastest level (config.UseFastGzip), set before any
@@ -97,7 +100,8 @@ Some commands read more (see 'starter COMMAND -h'):
 %s
 'make demo KEEP=1' writes these for its servers to .demo/env: run 'source .demo/env' first.
 
-Exit status: 0 on success, 1 when the command failed, 2 for bad input, 3 when
+Exit status: 0 on success, 1 when Postgres, Temporal or a provider failed, 2 for
+bad input (no such order, one that exists with other details included), 3 when
 reconcile found disagreements with Stripe, and for doctor 3 when a check warned
 and 4 when one failed.
 `
@@ -155,7 +159,7 @@ func run(ctx context.Context, args []string, e *env) int {
 			return exitFindings
 		case errors.As(err, &ecerr):
 			return ecerr.code
-		case errors.As(err, &uerr), errors.Is(err, config.ErrInvalid): // bad input, or configuration found bad on start
+		case errors.As(err, &uerr), errors.Is(err, config.ErrInvalid), refused(err): // bad input, or configuration found bad on start
 			fmt.Fprintf(e.stderr, "starter %s: %v\n", name, err)
 			return 2
 		default:
@@ -173,6 +177,16 @@ func run(ctx context.Context, args []string, e *env) int {
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
+
+// refusals are the domain's answers to an operator's input (no such order
+// or refund, one that exists with other details, a final order): bad
+// input, exit 2, not a failure of Postgres or Temporal, exit 1.
+var refusals = []error{orders.ErrNotFound, orders.ErrConflict, orders.ErrFinal, refunds.ErrNotFound, refunds.ErrConflict}
+
+// refused reports whether err is one of the refusals.
+func refused(err error) bool {
+	return slices.ContainsFunc(refusals, func(r error) bool { return errors.Is(err, r) })
+}
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}

@@ -186,7 +186,7 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	// A different order under the same ID is refused.
 	code, _, errOut = starter(t, env, "create", "--tenant", "acme", "--order", "cli-1", "--amount", "1",
 		"--currency", "eur", "--email", "bob@example.com", "--payment-method", "pm_card_visa")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a refusal of the operator's input")
 	require.Contains(t, errOut, "already exists with a different amount")
 
 	code, out, errOut = starter(t, env, "show", "--tenant", "acme", "--order", "cli-1", "--json")
@@ -213,7 +213,7 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	}
 
 	code, _, errOut = starter(t, env, "show", "--tenant", "acme", "--order", "missing")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "no such order is bad input, not an outage")
 	require.Contains(t, errOut, "order not found")
 }
 

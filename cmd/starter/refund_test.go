@@ -85,7 +85,7 @@ func TestRefundThenShowAgainstAWorker(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "2500 charged, 500 refunded or in flight, 2000 left")
 	code, _, errOut = starter(t, env, "refund", "--tenant", "acme", "--order", "nope", "--refund", "r1", "--amount", "1")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "order not found")
 	var queued int
 	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM keyed_outbox WHERE workflow_type = $1`, refunds.WorkflowName).Scan(&queued))
