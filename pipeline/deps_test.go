@@ -11,7 +11,7 @@ import (
 
 // framework lists the packages of keyed's framework, and what they may
 // import of the module: each other, and the libraries that know no domain.
-var framework = []string{"step", "pipeline", "pipeline/pipelinetest"}
+var framework = []string{"step", "pipeline", "pipeline/pipelinetest", "slotshare"}
 
 var frameworkMayImport = []string{"effects", "notify", "internal/tracing", "outbox", "outbox/temporalstart"}
 

@@ -305,6 +305,10 @@ type WorkerTuning struct {
 	StopTimeout time.Duration
 	// MaxConcurrentActivities is WORKER_MAX_ACTIVITIES.
 	MaxConcurrentActivities int
+	// TenantShare is WORKER_TENANT_SHARE: how many of those slots one
+	// tenant's activities may hold at once; 0 means
+	// slotshare.DefaultShare.
+	TenantShare int
 	// DecisionTimeout is DECISION_TIMEOUT: how long an order or refund run
 	// waits for an operator's decision before it fails.
 	DecisionTimeout time.Duration

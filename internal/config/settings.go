@@ -244,6 +244,13 @@ var Settings = []Setting{
 		Default: DefaultMaxActivities, Check: positive,
 		Help: "most activities one worker runs at once",
 		Doc:  "concurrent activities per worker; `doctor` sizes the worker's pool from it"},
+	{Env: "WORKER_TENANT_SHARE", Flag: "tenant-share", Field: "Worker.TenantShare", For: InWorker, Default: 0,
+		DefaultDoc: "0 (56 of 64 slots)", Check: tenantShare,
+		Help: "most activity slots of a worker one tenant may hold at once (0: all but an eighth of them)",
+		Doc: "most of a worker's `WORKER_MAX_ACTIVITIES` slots (and of each provider queue's) one tenant's activities may hold at once; " +
+			"`0` keeps an eighth back, at least one; `WORKER_MAX_ACTIVITIES` turns the limit off. An attempt over it returns at once and is retried " +
+			"after about as long as that tenant's activities take (error type `KeyedOverShare`), so one tenant's slow provider calls leave slots " +
+			"for the others; see docs/deployment.md, \"Fair to tenants\""},
 	{Env: "WORKER_POLLERS", Flag: "pollers", Field: "Worker.Pollers", For: InWorker, Default: DefaultPollers, Check: between(2, 64),
 		Help: "activity-task pollers, and the most workflow-task pollers of the task queue and of the sticky queue, each",
 		Doc: "activity-task pollers (2 to 64), and the most workflow-task pollers of the task queue and of the sticky queue, each " +
@@ -378,6 +385,14 @@ func positive(v any, _ *Config) error {
 		if n <= 0 {
 			return fmt.Errorf("%d must be positive", n)
 		}
+	}
+	return nil
+}
+
+// tenantShare accepts 0 (the default share) up to WORKER_MAX_ACTIVITIES.
+func tenantShare(v any, c *Config) error {
+	if n, slots := v.(int), c.Worker.MaxConcurrentActivities; n < 0 || n > slots {
+		return fmt.Errorf("%d is not between 0 and WORKER_MAX_ACTIVITIES (%d)", n, slots)
 	}
 	return nil
 }

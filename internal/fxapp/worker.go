@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
@@ -17,6 +19,7 @@ import (
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/slotshare"
 	"github.com/keyedhq/keyed/step"
 )
 
@@ -44,7 +47,8 @@ type workerIn struct {
 	Effects    *effects.Client
 	Logger     *slog.Logger
 	Pipelines  []pipeline.Spec
-	Providers  []any `group:"providers"`
+	Providers  []any                 `group:"providers"`
+	Registerer prometheus.Registerer `optional:"true"`
 }
 
 // WorkerOptions returns the SDK worker options of the settings: up to
@@ -60,6 +64,37 @@ func WorkerOptions(t config.WorkerTuning) worker.Options {
 		MaxConcurrentActivityTaskPollers: t.Pollers,
 		WorkerStopTimeout:                t.StopTimeout,
 	}
+}
+
+// newShares returns n slot-share limiters, one for each of a process's
+// workers (its slots are its own), with their refusals counted in
+// keyed_worker_over_share_total when reg is not nil.
+func newShares(t config.WorkerTuning, reg prometheus.Registerer, n int) ([]*slotshare.Limiter, error) {
+	shares := make([]*slotshare.Limiter, n)
+	for i := range shares {
+		l, err := slotshare.New(&slotshare.Opts{Slots: t.MaxConcurrentActivities, Share: t.TenantShare})
+		if err != nil {
+			return nil, configErrorf("WORKER_TENANT_SHARE: %v", err)
+		}
+		shares[i] = l
+	}
+	if reg == nil {
+		return shares, nil
+	}
+	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "keyed_worker_over_share_total",
+		Help: "Activity attempts refused because their tenant held its share of the worker's slots (WORKER_TENANT_SHARE); each is retried.",
+	}, func() float64 {
+		var n int64
+		for _, l := range shares {
+			n += l.Refused()
+		}
+		return float64(n)
+	})
+	if err := reg.Register(refused); err != nil {
+		return nil, fmt.Errorf("register keyed_worker_over_share_total: %w", err)
+	}
+	return shares, nil
 }
 
 // ProviderRates returns each provider's bound on calls per second across
@@ -107,6 +142,12 @@ func newWorker(in workerIn) (worker.Worker, error) {
 		}
 		popts.ProviderQueues[l.Provider] = l.TaskQueue
 	}
+	shares, err := newShares(in.Tuning, in.Registerer, 1+len(limits))
+	if err != nil {
+		return nil, err
+	}
+	base := slices.Clip(opts.Interceptors)
+	opts.Interceptors = append(base, shares[0])
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
 	deps := pipeline.Deps{DB: in.Pool, Effects: in.Effects, Logger: in.Logger.With("component", "steps"), Providers: in.Providers}
 	// One registration for every pipeline, so that no two steps claim one
@@ -117,8 +158,9 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	// Each bounded provider's steps run on its own queue, polled by an
 	// activity-only worker that sets the queue's rate limit.
 	ws := []worker.Worker{w}
-	for _, l := range limits {
+	for i, l := range limits {
 		po := opts
+		po.Interceptors = append(base, shares[1+i])
 		po.DisableWorkflowWorker = true
 		po.TaskQueueActivitiesPerSecond = l.PerSecond
 		pw := worker.New(in.Client, l.TaskQueue, po)
