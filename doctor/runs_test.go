@@ -22,6 +22,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/slotshare"
 )
 
 // Modes of the stand-in order workflow.
@@ -30,6 +31,7 @@ const (
 	modeWait      = "wait"      // waits for a decision, KeyedAttention set
 	modeUnguarded = "unguarded" // Charge fails its first attempt, claiming nothing
 	modeGuarded   = "guarded"   // Charge claims its key; the first attempt fails transiently
+	modeRefused   = "refused"   // the worker refuses Charge's first attempt over its tenant's share
 )
 
 // standIn is an order workflow reduced to what a check looks at, registered
@@ -55,6 +57,10 @@ type charger struct{ claims *effects.Client }
 // activity does, and records the failure as transient.
 func (c *charger) Charge(ctx context.Context, mode, key string) error {
 	attempt := activity.GetInfo(ctx).Attempt
+	if mode == modeRefused && attempt == 1 { // as slotshare refuses one, before the activity runs
+		return temporal.NewApplicationErrorWithOptions("over share", slotshare.ErrorType,
+			temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond, Category: temporal.ApplicationErrorCategoryBenign})
+	}
 	if mode != modeGuarded {
 		if attempt == 1 {
 			return errors.New("blip")
@@ -141,6 +147,22 @@ func TestRetriesTheGuardNeverSawWarn(t *testing.T) {
 		"suppressed duplicates not read (no metrics given: pass --metrics-url); the activity may act without claiming its effect key", c.Evidence)
 	require.Contains(t, c.Fix, "make Charge claim {tenant}:order:{order}:charge through effects.Do or Claim")
 	require.Equal(t, doctor.StatusPass, one(t, d.run(t, nil, doctor.CheckSuppression), doctor.CheckSuppression, "SendReceipt").Status)
+}
+
+// An attempt after one the worker refused over its tenant's share is not a
+// retry the guard must see: the refused attempt never ran the activity.
+func TestRetriesAfterAShareRefusalPass(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, allAttributes)
+	d.work(t, nil)
+	d.start(t, "1", modeRefused)
+	var c doctor.Check
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		c = one(t, d.run(t, nil, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
+		assert.Contains(ct, c.Evidence, "in 1 recent run")
+	}, 20*time.Second, 250*time.Millisecond)
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "Temporal retried no Charge attempt in 1 recent run")
 }
 
 func TestRetriesTheGuardSawPass(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/common/model"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/keyedhq/keyed/slotshare"
 )
 
 // suppressedMetric counts claims that found their effect already done.
@@ -122,7 +124,11 @@ func (r *run) countRetries(ctx context.Context, id, runID string, retries map[st
 		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
 			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
 		}
-		if a := ev.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 {
+		a := ev.GetActivityTaskStartedEventAttributes()
+		// An attempt after one the worker refused over its tenant's share
+		// (slotshare) follows attempts that never ran the activity, so its
+		// retries need not show in the guard: not counted.
+		if a != nil && a.GetAttempt() > 1 && a.GetLastFailure().GetApplicationFailureInfo().GetType() != slotshare.ErrorType {
 			retries[scheduled[a.GetScheduledEventId()]] += int(a.GetAttempt() - 1)
 		}
 	}
