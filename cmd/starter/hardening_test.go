@@ -194,6 +194,19 @@ func TestCleanAndWriteJSON(t *testing.T) {
 // TestServeConfigurationIsOneMessage checks that serve reports a bad key
 // list, a bad --addr, a bad KEYED_SERVE_RELAY and the shared settings in one
 // message with exit status 2, and never a key.
+// serve refuses a schema without keyed's tables at start, naming the fix,
+// instead of answering every request with an error.
+func TestServeRefusesAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	code, out, errOut := starter(t, map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1",
+		"KEYED_API_KEYS": "acme=sk_live_0123456789abcdef"}, "serve", "--addr", "127.0.0.1:0")
+	require.Equal(t, 2, code, out+errOut)
+	require.Contains(t, errOut, "keyed's tables are missing from")
+	require.Contains(t, errOut, "run `starter migrate` against it")
+	require.NotContains(t, errOut, "sk_live_0123456789abcdef")
+}
+
 func TestServeConfigurationIsOneMessage(t *testing.T) {
 	t.Parallel()
 	const key = "sk_live_0123456789abcdef"

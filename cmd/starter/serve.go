@@ -40,6 +40,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		fx.Supply(fxapi.Config{Addr: cfg.API.Addr, Keys: keys, ServeMetrics: *metrics, MaxWait: cfg.API.MaxWait}),
 		fx.Provide(newServeRegistry),
 		fxapi.Module,
+		fxapp.SchemaModule,
 	}
 	if cfg.API.Relay {
 		opts = append(opts, fxapp.RelayModule)

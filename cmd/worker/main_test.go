@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
@@ -57,6 +58,24 @@ func TestTooSmallPoolExitsTwo(t *testing.T) {
 	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
 	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
 	require.Contains(t, stdout.String(), "pool_max_conns=1 is below the 4 connections the worker needs")
+}
+
+// A worker that migrates nothing at start refuses a schema without keyed's
+// tables, naming the fix, instead of starting and failing every activity.
+func TestUnmigratedSchemaExitsTwo(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	_, url := effectstest.NewSchema(t)
+	env := fxapptest.Required(config.InWorker)
+	env["DATABASE_URL"] = url
+	env["MIGRATE_ON_START"] = "false"
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
+	env["METRICS_ADDR"] = "127.0.0.1:0"
+	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
+	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
+	require.Contains(t, stdout.String()+stderr.String(), "keyed's tables are missing from")
+	require.Contains(t, stdout.String()+stderr.String(), "run `starter migrate` against it")
 }
 
 // TestHelpListsTheEnvironment checks -h against the settings table: every

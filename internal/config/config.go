@@ -118,6 +118,9 @@ const (
 	DefaultCollapseWindow  = 10 * time.Minute
 	DefaultStopTimeout     = 30 * time.Second
 	DefaultMaxActivities   = 64
+	// MaxActivities bounds WORKER_MAX_ACTIVITIES: far above what one
+	// process serves, far below what would exhaust it.
+	MaxActivities = 4096
 	// DefaultDecisionTimeout is DECISION_TIMEOUT's default: a week.
 	DefaultDecisionTimeout = 7 * 24 * time.Hour
 	// DefaultPollers is WORKER_POLLERS's default, chosen with make

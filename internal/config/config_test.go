@@ -231,6 +231,28 @@ func TestLookupSettingsAndTheCollapseWindow(t *testing.T) {
 	require.ErrorContains(t, err, "WORKER_POLLERS (--pollers): 1 is not between 2 and 64")
 }
 
+func TestWorkerSlotsAndTheTenantShare(t *testing.T) {
+	t.Parallel()
+	m := workerEnv()
+	c, err := load(t, config.Worker, m)
+	require.NoError(t, err)
+	require.Equal(t, 0, c.Worker.TenantShare, "0: the default share")
+	m["WORKER_MAX_ACTIVITIES"] = "8"
+	m["WORKER_TENANT_SHARE"] = "8"
+	c, err = load(t, config.Worker, m)
+	require.NoError(t, err)
+	require.Equal(t, 8, c.Worker.TenantShare, "the whole worker: the limit off")
+
+	m["WORKER_TENANT_SHARE"] = "9"
+	_, err = load(t, config.Worker, m)
+	require.ErrorContains(t, err, "WORKER_TENANT_SHARE (--tenant-share): 9 is not between 0 and WORKER_MAX_ACTIVITIES (8)")
+	m["WORKER_TENANT_SHARE"] = "-1"
+	m["WORKER_MAX_ACTIVITIES"] = "2000000000"
+	_, err = load(t, config.Worker, m)
+	require.ErrorContains(t, err, "WORKER_MAX_ACTIVITIES (--max-activities): 2000000000 is not between 1 and 4096")
+	require.ErrorContains(t, err, "WORKER_TENANT_SHARE (--tenant-share): -1 is not between 0")
+}
+
 func TestURLCredentialsAreNeverEchoed(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cr3t"

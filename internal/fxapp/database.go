@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
@@ -22,6 +23,43 @@ import (
 var DatabaseModule = fx.Module("database",
 	fx.Provide(newPool, newOrderStore),
 )
+
+// SchemaModule, for the long-running processes (the worker, the API),
+// refuses to start when keyed's tables are missing from DATABASE_URL's
+// schema and MIGRATE_ON_START is off: every activity or request would fail
+// later instead. Some migrations pending is allowed (a release may run
+// before its migrations, docs/operating.md) and logged.
+var SchemaModule = fx.Module("schema", fx.Invoke(requireSchema))
+
+func requireSchema(lc fx.Lifecycle, pool *pgxpool.Pool, cfg config.Database, logger *slog.Logger) {
+	if cfg.Migrate {
+		return
+	}
+	lc.Append(fx.StartHook(func(ctx context.Context) error {
+		all, err := migrations.All()
+		if err != nil {
+			return err
+		}
+		effectsPending, appPending, err := migrations.Pending(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("read keyed's migrations in %s: %w", cfg.Redacted(), err)
+		}
+		if len(appPending) == len(all) || len(effectsPending) == len(effects.Migrations()) {
+			var path string
+			if err := pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path); err != nil {
+				return fmt.Errorf("read the search_path of %s: %w", cfg.Redacted(), err)
+			}
+			return configErrorf("keyed's tables are missing from %s (search_path %s) and MIGRATE_ON_START is off: "+
+				"run `starter migrate` against it, start with MIGRATE_ON_START=true, or point DATABASE_URL's search_path at keyed's schema",
+				cfg.Redacted(), path)
+		}
+		if len(effectsPending)+len(appPending) > 0 {
+			logger.Warn("keyed's migrations are pending; run `starter migrate`", "database", cfg.Redacted(),
+				"effects_pending", effectsPending, "app_pending", appPending)
+		}
+		return nil
+	}))
+}
 
 func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *slog.Logger) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)

@@ -34,6 +34,7 @@ func Worker(cfg *config.Config, logger *slog.Logger, extra ...fx.Option) fx.Opti
 	return fx.Options(
 		base(cfg, logger),
 		DatabaseModule,
+		SchemaModule,
 		EffectsModule,
 		TemporalModule,
 		ProvidersModule,

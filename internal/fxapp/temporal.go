@@ -39,6 +39,10 @@ func newTemporalClient(in temporalIn) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.HasAPIKey() && cfg.TLS() == "off" {
+		in.Logger.Warn("TEMPORAL_API_KEY goes out in plain text (TEMPORAL_TLS=false): only to a plain-text proxy on a network you trust",
+			"temporal_address", cfg.Address)
+	}
 	opts.Logger = tlog.NewStructuredLogger(in.Logger.With("component", "temporal"))
 	if in.Registerer != nil {
 		h, err := newSDKMetrics(in.Registerer)
