@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -44,38 +45,41 @@ func TestMissingConfigurationIsOneMessage(t *testing.T) {
 	require.NotContains(t, msg, "pk_live_oops", "a secret is never echoed")
 }
 
+// runOffline runs the worker in-process on databaseURL (plus extra
+// settings) with no Temporal to reach, and returns its exit code and
+// everything it printed.
+func runOffline(t *testing.T, databaseURL string, extra map[string]string) (int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := fxapptest.Required(config.InWorker)
+	env["DATABASE_URL"] = databaseURL
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
+	env["METRICS_ADDR"] = "127.0.0.1:0"
+	maps.Copy(env, extra)
+	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
+	return code, stdout.String() + stderr.String()
+}
+
 // A pool smaller than the worker needs is bad configuration, found when
 // the app is built: the worker says why and exits 2, as for any other bad
 // setting.
 func TestTooSmallPoolExitsTwo(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr bytes.Buffer
-	env := fxapptest.Required(config.InWorker)
-	env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1"
-	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
-	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
-	env["METRICS_ADDR"] = "127.0.0.1:0"
-	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
-	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
-	require.Contains(t, stdout.String(), "pool_max_conns=1 is below the 4 connections the worker needs")
+	code, out := runOffline(t, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&pool_max_conns=1", nil)
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "pool_max_conns=1 is below the 4 connections the worker needs")
 }
 
 // A worker that migrates nothing at start refuses a schema without keyed's
 // tables, naming the fix, instead of starting and failing every activity.
 func TestUnmigratedSchemaExitsTwo(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr bytes.Buffer
 	_, url := effectstest.NewSchema(t)
-	env := fxapptest.Required(config.InWorker)
-	env["DATABASE_URL"] = url
-	env["MIGRATE_ON_START"] = "false"
-	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
-	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
-	env["METRICS_ADDR"] = "127.0.0.1:0"
-	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
-	require.Equal(t, 2, code, "%s%s", stdout.String(), stderr.String())
-	require.Contains(t, stdout.String()+stderr.String(), "keyed's tables are missing from")
-	require.Contains(t, stdout.String()+stderr.String(), "run `starter migrate` against it")
+	code, out := runOffline(t, url, map[string]string{"MIGRATE_ON_START": "false"})
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "keyed's tables are missing from")
+	require.Contains(t, out, "run `starter migrate` against it")
 }
 
 // TestHelpListsTheEnvironment checks -h against the settings table: every
