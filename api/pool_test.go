@@ -80,15 +80,18 @@ func (b *bundle) send(t testing.TB, p probe) response {
 }
 
 // sendUntilServed sends p to the server at url and sends it again, after
-// 100 ms and under the same Idempotency-Key, while it gets 503 (up to 20
-// times), as a client honouring Retry-After would. An order's refund
-// requests run one at a time, and on a loaded machine the last of a burst
-// may outwait the request timeout.
+// 100 ms and under the same Idempotency-Key, while it gets 503, or 409
+// request_in_progress (up to 50 times), as a client honouring Retry-After
+// would. An order's refund requests run one at a time, and on a loaded
+// machine the last of a burst may outwait the request timeout; its retry
+// may then find the first attempt still running.
 func sendUntilServed(t testing.TB, c *http.Client, url string, p probe) response {
 	t.Helper()
 	var r response
-	for range 20 {
-		if r = doAt(t, c, url, p.method, p.path, p.apiKey, p.idemKey, p.body); r.status != http.StatusServiceUnavailable {
+	for range 50 {
+		r = doAt(t, c, url, p.method, p.path, p.apiKey, p.idemKey, p.body)
+		inProgress := r.status == http.StatusConflict && strings.Contains(string(r.body), api.CodeRequestInProgress)
+		if r.status != http.StatusServiceUnavailable && !inProgress {
 			return r
 		}
 		time.Sleep(100 * time.Millisecond)
