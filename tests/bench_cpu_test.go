@@ -114,3 +114,56 @@ func historySize(ctx context.Context, c client.Client, workflowID string) (event
 
 // protoSize is an event's encoded size.
 func protoSize(m proto.Message) int { return proto.Size(m) }
+
+// machineBusy returns the CPU time the whole machine has spent busy (all
+// but idle and iowait) and in all, summed over its CPUs, from /proc/stat;
+// zero when it cannot be read.
+func machineBusy() (busy, all time.Duration) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := bytes.Cut(raw, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || i >= 8 { // guest time is already in user
+			break
+		}
+		all += time.Duration(n) * clockTick
+		if i != 3 && i != 4 { // idle, iowait
+			busy += time.Duration(n) * clockTick
+		}
+	}
+	return busy, all
+}
+
+// quietShare is the machine's busy share below which waitQuiet calls it
+// quiet: the dev server, Postgres and two idle workers use 1-3% of it.
+const quietShare = 0.10
+
+// quietLimit bounds waitQuiet in BenchmarkPipelineProcesses.
+const quietLimit = 20 * time.Second
+
+// waitQuiet waits until the machine has been busy less than quietShare of
+// its capacity over a quarter of a second, or up to limit, and returns how
+// long it waited. A batch's runs close before the dev server has written
+// their visibility records and done its other deferred work, and Postgres
+// its WAL; the next batch, the other side's, would otherwise start on that
+// work and pay for it.
+func waitQuiet(limit time.Duration) time.Duration {
+	begin := time.Now()
+	busy0, all0 := machineBusy()
+	for time.Since(begin) < limit {
+		time.Sleep(250 * time.Millisecond)
+		busy, all := machineBusy()
+		if all > all0 && float64(busy-busy0) < quietShare*float64(all-all0) {
+			break
+		}
+		busy0, all0 = busy, all
+	}
+	return time.Since(begin)
+}

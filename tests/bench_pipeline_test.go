@@ -72,6 +72,9 @@ type batch struct {
 	// calls counts the dev server's calls per run; only
 	// BenchmarkPipelineProcesses sets it.
 	calls serverCalls
+	// quiet is how long the machine took to fall quiet after the batch's
+	// last run closed (waitQuiet); only BenchmarkPipelineProcesses sets it.
+	quiet time.Duration
 }
 
 // runBatch runs n runs from c concurrent clients; run(i) starts run i and

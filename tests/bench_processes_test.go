@@ -352,6 +352,7 @@ func runOpen(b testing.TB, s *side, ids []string, c int) batch {
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	pg := s.backendPIDs()
+	waitQuiet(quietLimit)
 	calls0, cpu0, begin := readServerCalls(b), sampleCPUFor(s.pid, pg), time.Now()
 	for i, id := range ids {
 		wg.Go(func() {
@@ -387,6 +388,7 @@ func runClosed(b testing.TB, s *side, ids []string, c int) batch {
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	pg := s.backendPIDs()
+	waitQuiet(quietLimit)
 	calls0, cpu0, begin := readServerCalls(b), sampleCPUFor(s.pid, pg), time.Now()
 	for range c {
 		wg.Go(func() {
@@ -411,6 +413,9 @@ func runClosed(b testing.TB, s *side, ids []string, c int) batch {
 func finish(b testing.TB, errs chan error, begin time.Time, calls0 serverCalls, cpu0 cpuSample, pid int, pg []int, lat []time.Duration, runs [][2]string) batch {
 	b.Helper()
 	elapsed := time.Since(begin)
+	// The batch's CPU counts the deferred work its runs left the dev
+	// server and Postgres (waitQuiet).
+	quiet := waitQuiet(quietLimit)
 	cpu := sampleCPUFor(pid, pg).sub(cpu0, len(lat))
 	calls := readServerCalls(b).perRun(calls0, len(lat))
 	close(errs)
@@ -429,12 +434,12 @@ func finish(b testing.TB, errs chan error, begin time.Time, calls0 serverCalls, 
 		sorted[j], byLat[j] = lat[i], runs[i]
 	}
 	n := len(sorted)
-	return batch{rate: float64(n) / elapsed.Seconds(), p50: sorted[n/2], p99: sorted[n*99/100], max: sorted[n-1], cpu: cpu, runs: byLat, calls: calls}
+	return batch{rate: float64(n) / elapsed.Seconds(), p50: sorted[n/2], p99: sorted[n*99/100], max: sorted[n-1], cpu: cpu, runs: byLat, calls: calls, quiet: quiet}
 }
 
 func (x batch) String() string {
-	return fmt.Sprintf("%.1f wf/s, p50 %v, p99 %v, max %v; %v", x.rate, x.p50.Round(time.Millisecond),
-		x.p99.Round(time.Millisecond), x.max.Round(time.Millisecond), x.cpu)
+	return fmt.Sprintf("%.1f wf/s, p50 %v, p99 %v, max %v; %v; quiet %v after", x.rate, x.p50.Round(time.Millisecond),
+		x.p99.Round(time.Millisecond), x.max.Round(time.Millisecond), x.cpu, x.quiet.Round(10*time.Millisecond))
 }
 
 // reportShape prints the medians of a shape's rounds at concurrency c.
