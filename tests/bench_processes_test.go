@@ -67,8 +67,9 @@ func runBareWorker(queue string) int {
 // keyed's orders committed with their outbox rows as the API does and
 // started by the worker's relay). BENCH_C (default "20,50") lists the
 // concurrencies, BENCH_SHAPES (default all) the shapes; BENCH_ROUNDS
-// (default 4) rounds per C alternate which side goes first. It prints each
-// round, the medians of wf/s and p50/p99/max latency, the CPU per workflow
+// (default 4) rounds per C alternate which side goes first. Each batch
+// starts on a quiet machine and its CPU counts the work its runs left the
+// dev server and Postgres (waitQuiet). It prints each round, the medians of wf/s and p50/p99/max latency, the CPU per workflow
 // of each process (dev server, worker, the worker's Postgres backends,
 // this process: starters and fakes), the dev server's calls per run by
 // service and operation, and, from every run's history, the events and
