@@ -622,7 +622,7 @@ func (h *Handler) getOrder(w http.ResponseWriter, r *http.Request, tenant string
 	id := r.PathValue("id")
 	prefix, err := orders.OrderKey(tenant, id)
 	if err != nil {
-		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "id", "%q is not a valid order ID", id))
+		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "id", "%s is not a valid order ID", echo(id)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)

@@ -115,11 +115,11 @@ func refundInput(tenant, orderID string, req createRefundRequest) (refunds.Refun
 	}
 	in := refunds.NewInput(tenant, orderID, *req.RefundID, *req.AmountMinor, reason)
 	if _, err := effects.NewKey(tenant, "order", orderID); err != nil {
-		return in, newError(http.StatusBadRequest, CodeInvalidField, "id", "%q is not a valid order ID", orderID)
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "id", "%s is not a valid order ID", echo(orderID))
 	}
 	if _, err := effects.NewKey(tenant, "refund", in.RefundID); err != nil || in.RefundID == "" || len(in.RefundID) > refunds.MaxRefundIDBytes {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "refund_id",
-			"%q is not a valid refund ID: 1 to %d bytes of printable ASCII, without ':' or spaces", in.RefundID, refunds.MaxRefundIDBytes)
+			"%s is not a valid refund ID: 1 to %d bytes of printable ASCII, without ':' or spaces", echo(in.RefundID), refunds.MaxRefundIDBytes)
 	}
 	if in.AmountMinor <= 0 || in.AmountMinor > refunds.MaxAmountMinor {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "amount_minor",
@@ -127,7 +127,7 @@ func refundInput(tenant, orderID string, req createRefundRequest) (refunds.Refun
 	}
 	if err := in.Validate(); errors.Is(err, effects.ErrInvalidKey) {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "refund_id",
-			"%q is too long for this order: its effect keys would be over %d bytes", in.RefundID, effects.MaxKeyLen)
+			"%s is too long for this order: its effect keys would be over %d bytes", echo(in.RefundID), effects.MaxKeyLen)
 	} else if err != nil {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "reason",
 			"reason must be at most %d bytes of printable characters", refunds.MaxReasonBytes)
@@ -242,7 +242,7 @@ func refundRefusal(err error, in refunds.RefundInput) *Error {
 func (h *Handler) getRefund(w http.ResponseWriter, r *http.Request, tenant string) {
 	id, refundID := r.PathValue("id"), r.PathValue("refund_id")
 	if _, err := effects.NewKey(tenant, "order", id, "refund", refundID); err != nil {
-		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "refund_id", "%q of order %q is not a valid refund ID", refundID, id))
+		writeError(w, newError(http.StatusBadRequest, CodeInvalidField, "refund_id", "%s of order %s is not a valid refund ID", echo(refundID), echo(id)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)

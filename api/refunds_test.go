@@ -233,7 +233,12 @@ func TestRefundRefusalsWriteNothing(t *testing.T) {
 		require.Equal(t, c.code, e.Code, "%s %s: %s", c.path, c.body, r.body)
 		require.Equal(t, c.field, e.Field, "%s %s: %s", c.path, c.body, r.body)
 	}
-	r := b.do(t, "POST", "/v1/orders/ord_paid/refunds", b.keyA, "", refundBody("r1", 100, ""))
+	// A long refused value is quoted cut short, not repeated whole.
+	r := b.do(t, "POST", "/v1/orders/ord_paid/refunds", b.keyA, "k-long", refundBody(strings.Repeat("r", 600), 100, ""))
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Less(t, len(decodeError(t, r).Message), 200, "%s", r.body)
+	require.Contains(t, decodeError(t, r).Message, strings.Repeat("r", 64)+`"...`)
+	r = b.do(t, "POST", "/v1/orders/ord_paid/refunds", b.keyA, "", refundBody("r1", 100, ""))
 	require.Equal(t, api.CodeMissingIdempotencyKey, decodeError(t, r).Code)
 	require.Equal(t, before, b.rows(t), "no refusal writes anything")
 

@@ -31,11 +31,11 @@ func checkMembers(body []byte, known []string) *Error {
 		}
 		name, _ := tok.(string)
 		if seen[name] {
-			return newError(http.StatusBadRequest, CodeDuplicateField, name, "%s appears more than once", name)
+			return newError(http.StatusBadRequest, CodeDuplicateField, name, "%s appears more than once", echo(name))
 		}
 		seen[name] = true
 		if want, ok := caseVariant(name, known); ok {
-			return newError(http.StatusBadRequest, CodeUnknownField, name, "member names are case-sensitive: %q is not %q", name, want)
+			return newError(http.StatusBadRequest, CodeUnknownField, name, "member names are case-sensitive: %s is not %q", echo(name), want)
 		}
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,5 +20,21 @@ func TestLoneSurrogate(t *testing.T) {
 		`{"a":"ok \ud83d\ude00 \udfff"}`: 22,
 	} {
 		require.Equal(t, want, loneSurrogate([]byte(body)), body)
+	}
+}
+
+// An error quotes at most maxEchoBytes of a refused value, never cutting a
+// character in two.
+func TestEchoCutsLongInput(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", 600)
+	for in, want := range map[string]string{
+		"r1":                                   `"r1"`,
+		long[:maxEchoBytes]:                    `"` + long[:maxEchoBytes] + `"`,
+		long:                                   `"` + long[:maxEchoBytes] + `"...`,
+		strings.Repeat("r", 63) + "é" + "tail": `"` + strings.Repeat("r", 63) + `"...`,
+		"a\nb":                                 `"a\nb"`,
+	} {
+		require.Equal(t, want, echo(in), in)
 	}
 }
