@@ -130,6 +130,30 @@ func TestAllProblemsInOneError(t *testing.T) {
 	require.NotContains(t, msg, dbPassword, "the error never holds a secret")
 }
 
+// A bad DATABASE_URL gets pgx's reason, never the string: not the password
+// in the userinfo, nor one whose unencoded '/' cut the URL in two.
+func TestDatabaseURLProblemNamesTheReasonNotTheSecret(t *testing.T) {
+	t.Parallel()
+	for url, reason := range map[string]string{
+		"postgres://u:" + dbPassword + "@host:notaport/db":            "invalid port",
+		"postgres://u:ab/" + dbPassword + "@host/db":                  "invalid port",
+		"postgres://u:ab%zz" + dbPassword + "@host/db":                "failed to parse as URL; a password",
+		"postgres://u:" + dbPassword + "@host/db?sslmode=sometimes":   "failed to configure TLS: check sslmode",
+		"postgres://u:" + dbPassword + "@host/db?pool_max_conns=lots": "cannot parse pool_max_conns",
+		"host=db password=" + dbPassword + " port=x":                  "invalid port",
+		"host=db password='" + dbPassword + "' connect_timeout=soon":  "invalid connect_timeout",
+	} {
+		env := workerEnv()
+		env["DATABASE_URL"] = url
+		_, err := load(t, config.Worker, env)
+		require.ErrorIs(t, err, config.ErrInvalid, url)
+		require.Contains(t, err.Error(), "DATABASE_URL", url)
+		require.Contains(t, err.Error(), reason, url)
+		require.NotContains(t, err.Error(), dbPassword, url)
+		require.NotContains(t, err.Error(), "ab/", url)
+	}
+}
+
 func TestMissingWorkerSecrets(t *testing.T) {
 	t.Parallel()
 	_, err := load(t, config.Worker, nil)

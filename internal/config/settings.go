@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keyedhq/keyed/effects"
@@ -325,10 +327,37 @@ var Settings = []Setting{
 
 func postgresURL(v any, _ *Config) error {
 	if _, err := pgxpool.ParseConfig(v.(string)); err != nil {
-		// pgx's message quotes the string, password and all: say it ourselves.
-		return fmt.Errorf("not a Postgres connection string (want postgres://user[:password]@host:5432/db?sslmode=disable)")
+		return fmt.Errorf("not a Postgres connection string: %s (want postgres://user[:password]@host:5432/db?sslmode=disable)",
+			connStringProblem(err))
 	}
 	return nil
+}
+
+// connStringHints adds what to check to some of pgx's phrases.
+var connStringHints = map[string]string{
+	"failed to parse as URL":  "; a password with / ? # @ : or % in it needs them percent-encoded",
+	"failed to configure TLS": ": check sslmode (disable, allow, prefer, require, verify-ca or verify-full) and the files sslrootcert, sslcert and sslkey name",
+}
+
+// connStringProblem says what pgx found wrong with a connection string,
+// without the string: pgx's message quotes it (its redaction of the
+// password is best effort, it says so itself) and wraps errors, such as
+// net/url's, that quote it whole. Only pgx's own phrase is kept.
+func connStringProblem(err error) string {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return "it could not be parsed"
+	}
+	full := pce.Error()
+	if inner := pce.Unwrap(); inner != nil {
+		full = strings.TrimSuffix(full, " ("+inner.Error()+")")
+	}
+	at := strings.LastIndex(full, "`: ")
+	if at < 0 {
+		return "it could not be parsed"
+	}
+	phrase := full[at+len("`: "):]
+	return phrase + connStringHints[phrase]
 }
 
 func hostPort(v any, _ *Config) error { return checkHostPort(v.(string)) }
