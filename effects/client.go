@@ -395,9 +395,15 @@ func noLeaf(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.HasPrefix(pgErr.Message, "no partition of relation")
 }
 
+// acquired counts and logs a claim: a new one at debug (the step's own
+// line says what came of it), a retry, re-entry or takeover at info.
 func (c *Client) acquired(ctx context.Context, cl *Claim, start time.Time) *Claim {
 	c.metrics.acquired(cl.Kind, cl.Mode, time.Since(start))
-	c.logger.LogAttrs(ctx, slog.LevelInfo, "effect claimed",
+	level := slog.LevelInfo
+	if cl.Mode == ModeNew {
+		level = slog.LevelDebug
+	}
+	c.logger.LogAttrs(ctx, level, "effect claimed",
 		slog.String("effect_key", cl.Key.String()), slog.String("kind", cl.Kind), slog.String("owner", cl.Owner),
 		slog.String("mode", string(cl.Mode)), slog.Int("attempt", cl.Attempt))
 	return cl
@@ -448,7 +454,7 @@ WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND crea
 		return fmt.Errorf("complete %s: %w", claim.Key, ErrLeaseLost)
 	}
 	claim.Done, claim.Result = true, body
-	c.logger.LogAttrs(ctx, slog.LevelInfo, "effect completed",
+	c.logger.LogAttrs(ctx, slog.LevelDebug, "effect completed",
 		slog.String("effect_key", claim.Key.String()), slog.String("kind", claim.Kind))
 	return nil
 }
