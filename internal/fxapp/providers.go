@@ -38,16 +38,40 @@ func provider[T any]() fx.Option {
 
 // ProviderHTTP returns a new HTTP client for a provider's API client: each
 // request times out after config.ProviderTimeout and, when the app has a
-// trace.TracerProvider, gets a span.
+// trace.TracerProvider, gets a span. Each client has its own connection
+// pool, which keeps as many idle connections to its provider as the
+// worker runs activities (providerTransport).
 type ProviderHTTP func() *http.Client
 
-type tracerIn struct {
+type providerHTTPIn struct {
 	fx.In
+	Worker config.WorkerTuning
 	Tracer trace.TracerProvider `optional:"true"`
 }
 
-func newProviderHTTP(in tracerIn) ProviderHTTP {
-	return func() *http.Client { return tracedClient(&http.Client{Timeout: providerTimeout}, in.Tracer) }
+func newProviderHTTP(in providerHTTPIn) ProviderHTTP {
+	return func() *http.Client {
+		c := &http.Client{Timeout: providerTimeout, Transport: providerTransport(in.Worker.MaxConcurrentActivities)}
+		return tracedClient(c, in.Tracer)
+	}
+}
+
+// providerTransport is http.DefaultTransport's settings with room for slots
+// idle connections to one host (DefaultMaxActivities when slots is not
+// positive). http.DefaultTransport keeps two: with more calls in flight
+// than that, most calls to a provider would dial it again, and shake hands
+// for TLS again, instead of reusing a connection.
+func providerTransport(slots int) *http.Transport {
+	if slots <= 0 {
+		slots = config.DefaultMaxActivities
+	}
+	t := &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true}
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = dt.Clone()
+	}
+	t.MaxIdleConnsPerHost = slots
+	t.MaxIdleConns = max(t.MaxIdleConns, slots)
+	return t
 }
 
 type stripeIn struct {
