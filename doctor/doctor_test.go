@@ -272,8 +272,18 @@ func TestTinyPoolFailsAndASmallOneWarns(t *testing.T) {
 func TestReconcileMustHaveRunWithinItsPeriod(t *testing.T) {
 	t.Parallel()
 	d := deploy(t, 24*time.Hour, nil)
+	// A new install: its first run is not due yet.
 	rep := d.run(t, nil, doctor.CheckReconcile)
 	c := one(t, rep, doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "no reconciliation recorded yet: keyed's tables were created ")
+	require.Contains(t, c.Evidence, " ago, within the period 25h")
+
+	// The same install a period later, still without a run.
+	_, err := d.pool.Exec(d.ctx, `UPDATE keyed_schema_migrations SET applied_at = applied_at - interval '26 hours'`)
+	require.NoError(t, err)
+	rep = d.run(t, nil, doctor.CheckReconcile)
+	c = one(t, rep, doctor.CheckReconcile, "deployment")
 	require.Equal(t, doctor.StatusFail, c.Status)
 	require.Equal(t, "no successful reconciliation with Stripe was ever recorded in keyed_reconcile_runs", c.Evidence)
 	require.Contains(t, c.Fix, "starter reconcile --since 25h")

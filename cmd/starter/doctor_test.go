@@ -41,14 +41,20 @@ func TestDoctorAgainstAWorker(t *testing.T) {
 	require.NoError(t, w.Client.GetWorkflow(ctx, orders.WorkflowID("acme", "doc-1"), "").Get(ctx, nil))
 
 	args := []string{"doctor", "--rules", "../../deploy/prometheus/keyed.rules.yml", "--metrics-url", "http://" + w.Metrics.Addr() + "/metrics"}
-	// Reconciliation never ran: the one failure.
+	// A new install: its first reconciliation is not due yet.
+	code, out, errOut = starter(t, env, append(args, "--checks", "reconcile")...)
+	require.Equal(t, doctor.ExitPass, code, out+errOut)
+	require.Regexp(t, `(?m)^PASS\s+reconcile\s+deployment\s+no reconciliation recorded yet: keyed's tables were created `, out)
+	// Installed two days ago, reconciliation never ran: the one failure.
+	_, err := w.Pool.Exec(ctx, `UPDATE keyed_schema_migrations SET applied_at = applied_at - interval '48 hours'`)
+	require.NoError(t, err)
 	code, out, errOut = starter(t, env, args...)
 	require.Equal(t, doctor.ExitFailures, code, out+errOut)
 	require.Regexp(t, `(?m)^FAIL\s+reconcile\s+deployment\s+no successful reconciliation`, out)
 	require.Regexp(t, `(?m)^PASS\s+classified\s+Charge\s+class external_create, step charge; 1 sampled claim `, out)
 	require.Contains(t, out, "exit 4")
 
-	_, err := w.Pool.Exec(ctx, `INSERT INTO keyed_reconcile_runs (window_from, window_to, records, payment_intents, in_flight, findings)
+	_, err = w.Pool.Exec(ctx, `INSERT INTO keyed_reconcile_runs (window_from, window_to, records, payment_intents, in_flight, findings)
 VALUES (now() - interval '25 hours', now(), 1, 1, 0, 0)`)
 	require.NoError(t, err)
 	code, out, errOut = starter(t, env, append(args, "--json")...)

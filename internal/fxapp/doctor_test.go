@@ -27,7 +27,9 @@ func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
 	var logs logbuf.Buffer
 	d := fxapptest.Prepare(t, nil)
 	d.Env["DATABASE_URL"] += "&pool_max_conns=6"
-	d.Env["RECONCILE_EVERY"] = "0" // A deployment that never reconciles.
+	// A deployment that never reconciles, installed long enough ago to have.
+	d.Env["RECONCILE_EVERY"] = "0"
+	fxapptest.InstalledAgo(t, d, 48*time.Hour)
 	w, err := fxapptest.StartOn(t, d, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	require.NoError(t, err)
 
@@ -69,7 +71,9 @@ func TestWorkerReportsDoctorChecksAtStart(t *testing.T) {
 func TestWorkerRepeatsItsDoctorReport(t *testing.T) {
 	t.Parallel()
 	var logs logbuf.Buffer
-	w, err := fxapptest.StartOn(t, fxapptest.Prepare(t, nil), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	d := fxapptest.Prepare(t, nil)
+	fxapptest.InstalledAgo(t, d, 48*time.Hour)
+	w, err := fxapptest.StartOn(t, d, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		fx.Supply(fxapp.DoctorEvery(300*time.Millisecond)))
 	require.NoError(t, err)
 	gauge := func(c *assert.CollectT, want string) {

@@ -29,6 +29,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -84,6 +85,21 @@ func StartServer(t testing.TB) *devserver.Server {
 	require.NoError(t, err, "start the Temporal dev server (run `make tools` to build bin/temporal)")
 	t.Cleanup(func() { _ = srv.Stop() })
 	return srv
+}
+
+// InstalledAgo makes d's schema an install of age ago: it applies keyed's
+// migrations now and dates them back by age, so that the checks that give a
+// new install time (doctor's reconcile) treat it as an old one.
+func InstalledAgo(t testing.TB, d *Deps, age time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, d.Env["DATABASE_URL"])
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = migrations.Apply(ctx, pool)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE keyed_schema_migrations SET applied_at = applied_at - $1::interval`, age)
+	require.NoError(t, err)
 }
 
 // Prepare starts (or shares) a dev server, creates a fresh schema, serves
