@@ -25,9 +25,15 @@ type bundle struct {
 	metrics *effects.Metrics
 }
 
+// setupConns is the pool size of setup's bundle: as many claims race on
+// their own connections as this, and the package's two parallel tests
+// together stay well inside Postgres's 100 connections while other test
+// packages (and other people's demos) use the same server.
+const setupConns = 24
+
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: 70})
+	pool := effectstest.NewPool(t, &effectstest.PoolOpts{MaxConns: setupConns})
 	metrics, err := effects.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	return &bundle{
@@ -169,7 +175,7 @@ func TestClaimTakeoverRaceExactlyOneWins(t *testing.T) {
 func TestClaimConcurrentFreshKeyExactlyOneAcquires(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const goroutines, rounds = 64, 25
+	const goroutines, rounds = setupConns, 40
 	for round := 0; round < rounds; round++ {
 		key := effects.MustKey("acme", "order", fmt.Sprintf("c%d", round), "charge")
 		start := make(chan struct{})
