@@ -490,7 +490,7 @@ func oldInstall(t *testing.T, n int) *pgxpool.Pool {
 		SELECT 'acme:order:' || g || ':charge', 'acme', 'charge', 'succeeded', 'o', jsonb_build_object('id', 'pi_' || g),
 			now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, $1) g`, n)
 	require.NoError(t, err)
-	m, err := effects.NewMigrator(pool, nil)
+	m, err := effects.NewMigrator(pool, quiet)
 	require.NoError(t, err)
 	_, err = m.Migrate(ctx)
 	require.NoError(t, err)

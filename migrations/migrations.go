@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,11 +95,21 @@ func All() ([]Migration, error) {
 	return out, nil
 }
 
+// Opts configures Apply. A nil *Opts means all defaults.
+type Opts struct {
+	// Logger receives the effects line's record per version it applies
+	// (effects.MigratorOpts). Nil means slog.Default().
+	Logger *slog.Logger
+}
+
 // Apply runs the effects migrations (see effects.Migrator) and then every
 // file that has not run yet against the pool's current schema, and returns
 // the versions of the files it applied. It returns an error naming the file
 // or effects version that failed; earlier files stay applied.
-func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
+func Apply(ctx context.Context, pool *pgxpool.Pool, opts *Opts) (_ []int, err error) {
+	if opts == nil {
+		opts = &Opts{}
+	}
 	all, err := All()
 	if err != nil {
 		return nil, err
@@ -126,7 +137,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) (_ []int, err error) {
 		}
 	}()
 
-	migrator, err := effects.NewMigrator(conn.Conn(), nil)
+	migrator, err := effects.NewMigrator(conn.Conn(), &effects.MigratorOpts{Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("create effects migrator: %w", err)
 	}

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,9 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/migrations"
 )
+
+// quiet applies migrations without logging them.
+var quiet = &migrations.Opts{Logger: slog.New(slog.DiscardHandler)}
 
 func TestAllIsOrderedAndWellFormed(t *testing.T) {
 	t.Parallel()
@@ -41,7 +45,7 @@ func TestConcurrentApplyRunsEachFileOnce(t *testing.T) {
 			pool, err := pgxpool.New(ctx, url)
 			require.NoError(t, err)
 			defer pool.Close()
-			applied[i], err = migrations.Apply(ctx, pool)
+			applied[i], err = migrations.Apply(ctx, pool, quiet)
 			require.NoError(t, err)
 		}(i)
 	}
@@ -57,7 +61,7 @@ func TestConcurrentApplyRunsEachFileOnce(t *testing.T) {
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	again, err := migrations.Apply(ctx, pool)
+	again, err := migrations.Apply(ctx, pool, quiet)
 	require.NoError(t, err)
 	require.Empty(t, again)
 	var n int
@@ -93,7 +97,7 @@ func TestApplyRebuildsAnIndexWhoseConcurrentBuildFailed(t *testing.T) {
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	_, err = migrations.Apply(ctx, pool)
+	_, err = migrations.Apply(ctx, pool, quiet)
 	require.NoError(t, err)
 	all, err := migrations.All()
 	require.NoError(t, err)
@@ -106,7 +110,7 @@ func TestApplyRebuildsAnIndexWhoseConcurrentBuildFailed(t *testing.T) {
 	}
 	_, err = pool.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'keyed_outbox_refunds_idx'::regclass`)
 	require.NoError(t, err)
-	again, err := migrations.Apply(ctx, pool)
+	again, err := migrations.Apply(ctx, pool, quiet)
 	require.NoError(t, err)
 	require.Contains(t, again, 17)
 	var valid bool
@@ -130,7 +134,7 @@ func TestPendingListsWhatApplyWouldRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, appPending, len(all))
 
-	_, err = migrations.Apply(ctx, pool)
+	_, err = migrations.Apply(ctx, pool, quiet)
 	require.NoError(t, err)
 	effectsPending, appPending, err = migrations.Pending(ctx, pool)
 	require.NoError(t, err)

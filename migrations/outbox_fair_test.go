@@ -31,7 +31,7 @@ INSERT INTO keyed_outbox (tenant_id, workflow_type, workflow_id, payload, sent_a
 	('a', 'W', 'a4', '{}', NULL)`)
 	require.NoError(t, err)
 
-	applied, err := migrations.Apply(ctx, pool)
+	applied, err := migrations.Apply(ctx, pool, quiet)
 	require.NoError(t, err)
 	require.Contains(t, applied, 16)
 	rows, err := pool.Query(ctx, `SELECT workflow_id, fair_round FROM keyed_outbox`)

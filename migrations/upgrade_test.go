@@ -30,7 +30,7 @@ var oldEffectsFiles = map[int]string{
 func TestUpgradeFromAppOwnedEffectsTables(t *testing.T) {
 	t.Parallel()
 	fresh := newPool(t)
-	_, err := migrations.Apply(context.Background(), fresh)
+	_, err := migrations.Apply(context.Background(), fresh, quiet)
 	require.NoError(t, err)
 	want := effectsSchema(t, fresh)
 	for _, upTo := range []int{1, 6, 9} {
@@ -46,7 +46,7 @@ func TestUpgradeFromAppOwnedEffectsTables(t *testing.T) {
 				VALUES ('acme:order:1:charge', 'acme', 'charge', 'claimed', 'wf/charge', now() + interval '1 minute')`)
 			require.NoError(t, err)
 
-			applied, err := migrations.Apply(ctx, pool)
+			applied, err := migrations.Apply(ctx, pool, quiet)
 			require.NoError(t, err)
 			require.NotContains(t, applied, upTo, "recorded versions still match")
 			converted, err := effects.Partition(ctx, pool)

@@ -2,6 +2,7 @@ package order_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -55,7 +56,7 @@ func countedPool(t *testing.T, counter *statementCounter) *pgxpool.Pool {
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = migrations.Apply(context.Background(), pool)
+	_, err = migrations.Apply(context.Background(), pool, &migrations.Opts{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	return pool
 }

@@ -128,7 +128,7 @@ func (s *stack) prepareDB(ctx context.Context, _ options) error {
 	}
 	s.pool = pool
 	s.stops = append(s.stops, func() error { pool.Close(); return nil })
-	if _, err := migrations.Apply(ctx, pool); err != nil {
+	if _, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
 	}
 	return nil

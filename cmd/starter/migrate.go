@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -37,6 +38,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	var pool *pgxpool.Pool
+	var logger *slog.Logger
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		var res migrateResult
 		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&res.Schema); err != nil {
@@ -45,7 +47,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		if res.Schema == "" {
 			return fmt.Errorf("the search_path of DATABASE_URL (%s) names no existing schema: create it first", cfg.Database.Redacted())
 		}
-		applied, err := migrations.Apply(ctx, pool)
+		applied, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: logger})
 		if err != nil {
 			return err
 		}
@@ -69,5 +71,5 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		}
 		_, err = fmt.Fprintf(e.stdout, "applied migrations %v to schema %s\n", applied, clean(res.Schema))
 		return err
-	}, &pool)
+	}, &pool, &logger)
 }

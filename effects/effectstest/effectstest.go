@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -136,7 +137,7 @@ func Connect(t testing.TB, url string, opts ...*PoolOpts) *pgxpool.Pool {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	migrator, err := effects.NewMigrator(pool, nil)
+	migrator, err := effects.NewMigrator(pool, &effects.MigratorOpts{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	_, err = migrator.Migrate(ctx)
 	require.NoError(t, err, "apply effects migrations")

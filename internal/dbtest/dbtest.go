@@ -8,6 +8,7 @@ package dbtest
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func Connect(t testing.TB, url string, opts ...*effectstest.PoolOpts) *pgxpool.P
 	pool := effectstest.Connect(t, url, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := migrations.Apply(ctx, pool)
+	_, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err, "apply migrations")
 	return pool
 }

@@ -82,7 +82,7 @@ func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *
 			if !cfg.Migrate {
 				return nil
 			}
-			applied, err := migrations.Apply(ctx, pool)
+			applied, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: logger})
 			if err != nil {
 				return fmt.Errorf("migrate %s: %w", cfg.Redacted(), err)
 			}

@@ -96,7 +96,7 @@ func InstalledAgo(t testing.TB, d *Deps, age time.Duration) {
 	pool, err := pgxpool.New(ctx, d.Env["DATABASE_URL"])
 	require.NoError(t, err)
 	defer pool.Close()
-	_, err = migrations.Apply(ctx, pool)
+	_, err = migrations.Apply(ctx, pool, &migrations.Opts{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE keyed_schema_migrations SET applied_at = applied_at - $1::interval`, age)
 	require.NoError(t, err)
