@@ -24,6 +24,7 @@ package effectstest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -49,6 +51,10 @@ func DatabaseURL() string {
 	return DefaultDatabaseURL
 }
 
+// tooManyConnections is Postgres's SQLSTATE when max_connections are all
+// taken.
+const tooManyConnections = "53300"
+
 // NewSchema creates an empty schema with a random name in the database at
 // DatabaseURL, drops it when the test ends, and returns its name and a
 // connection string whose search_path points at it. It fails the test, with
@@ -59,6 +65,10 @@ func NewSchema(t testing.TB) (schema, url string) {
 	defer cancel()
 	base := DatabaseURL()
 	conn, err := pgx.Connect(ctx, base)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == tooManyConnections {
+		t.Fatalf("effectstest: Postgres at %s has no free connection (%v): other tests, demos or workers on it hold them all; "+
+			"stop what you left running (`make demo KEEP=1` keeps its worker), or raise max_connections", redact(base), err)
+	}
 	if err != nil {
 		t.Fatalf("effectstest: cannot reach Postgres at %s: %v\n"+
 			"Start it with `pg_ctlcluster --skip-systemctl-redirect 15 main start` "+
