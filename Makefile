@@ -17,7 +17,7 @@ STATICCHECK_VERSION  := v0.8.2
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export KEYED_TEMPORAL_BIN ?= $(TEMPORAL)
 export KEYED_STRIPE_MOCK_BIN ?= $(STRIPE_MOCK)
-GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 20m -p 2 -parallel 2
 FUZZ_TIME ?= 5s
 
 .PHONY: help
