@@ -279,8 +279,17 @@ func TestReconcileMustHaveRunWithinItsPeriod(t *testing.T) {
 	require.Contains(t, c.Evidence, "no reconciliation recorded yet: keyed's tables were created ")
 	require.Contains(t, c.Evidence, " ago, within the period 25h")
 
+	// An install whose age cannot be read is not judged either way.
+	_, err := d.pool.Exec(d.ctx, `ALTER TABLE keyed_schema_migrations RENAME TO keyed_schema_migrations_away`)
+	require.NoError(t, err)
+	c = one(t, d.run(t, nil, doctor.CheckReconcile), doctor.CheckReconcile, "deployment")
+	require.Equal(t, doctor.StatusError, c.Status, c.Evidence)
+	require.Contains(t, c.Evidence, "could not check: read when keyed's tables were created: ")
+	_, err = d.pool.Exec(d.ctx, `ALTER TABLE keyed_schema_migrations_away RENAME TO keyed_schema_migrations`)
+	require.NoError(t, err)
+
 	// The same install a period later, still without a run.
-	_, err := d.pool.Exec(d.ctx, `UPDATE keyed_schema_migrations SET applied_at = applied_at - interval '26 hours'`)
+	_, err = d.pool.Exec(d.ctx, `UPDATE keyed_schema_migrations SET applied_at = applied_at - interval '26 hours'`)
 	require.NoError(t, err)
 	rep = d.run(t, nil, doctor.CheckReconcile)
 	c = one(t, rep, doctor.CheckReconcile, "deployment")

@@ -105,13 +105,17 @@ func (r *run) pool(ctx context.Context) []Check {
 
 // neverReconciled is the reconcile check of a deployment with no
 // successful run: a failure, unless keyed's tables are younger than the
-// period (a new install, whose first run is not due yet).
+// period (a new install, whose first run is not due yet); an error when
+// their age cannot be read.
 func (r *run) neverReconciled(ctx context.Context, subject, fix string) Check {
 	c := Check{Name: CheckReconcile, Subject: subject, Status: StatusFail,
 		Evidence: "no successful reconciliation with Stripe was ever recorded in keyed_reconcile_runs", Fix: fix}
 	var created *time.Time
 	err := r.deps.Pool.QueryRow(ctx, `SELECT min(applied_at) FROM keyed_schema_migrations`).Scan(&created)
-	if err != nil || created == nil { // the age unknown: the failure stands
+	if err != nil {
+		return errorCheck(CheckReconcile, subject, fmt.Errorf("read when keyed's tables were created: %w", err), "")
+	}
+	if created == nil { // no migration recorded: the age unknown, the failure stands
 		return c
 	}
 	if age := r.now.Sub(*created); age < r.o.ReconcileEvery {
