@@ -77,6 +77,7 @@ type Client struct {
 	lease   time.Duration
 	logger  *slog.Logger
 	metrics *Metrics
+	leaves  leafCache
 }
 
 // NewClient returns a Client over db, which must have keyed's migrations
@@ -147,6 +148,15 @@ type ClaimParams struct {
 	AsyncCommit bool
 }
 
+// kind is p.Kind, or the last part of p.Key when it is empty.
+func (p ClaimParams) kind() string {
+	if p.Kind != "" {
+		return p.Kind
+	}
+	parts := p.Key.Parts()
+	return parts[len(parts)-1]
+}
+
 // Claim is the result of claiming a key. Either the caller now owns the
 // effect (Done is false) or the effect already happened (Done is true) and
 // Result holds its stored outcome.
@@ -177,7 +187,8 @@ func (c *Claim) Decode(v any) error {
 	return nil
 }
 
-// Claim claims p.Key in one round trip and branches on an existing record:
+// Claim claims p.Key in one round trip (two for a told key that has a
+// record: docs/design.md, "Claiming from Go") and branches on an existing record:
 // succeeded gives a Done claim with the stored result; terminal failure a
 // *TerminalError; a live claim of another owner an *InProgressError; an
 // expired claim, the same owner or a transient failure is taken over (one
@@ -270,13 +281,17 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 	if p.MaxResultBytes < 0 {
 		return nil, fmt.Errorf("claim %s: MaxResultBytes %d is negative", p.Key, p.MaxResultBytes)
 	}
-	if p.Kind == "" {
-		parts := p.Key.Parts()
-		p.Kind = parts[len(parts)-1]
-	}
+	p.Kind = p.kind()
 	lease := p.Lease
 	if lease <= 0 {
 		lease = c.lease
+	}
+	fresh, err := c.claimFromGo(ctx, db, p, lease)
+	if err != nil {
+		return nil, err
+	}
+	if fresh != nil {
+		return c.acquired(ctx, fresh, start), nil
 	}
 	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner, maxResult: p.MaxResultBytes}
 

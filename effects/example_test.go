@@ -39,8 +39,8 @@ func ExampleMigrator() {
 		fmt.Println("applied:", applied)
 	}
 	// Output:
-	// pending: [1 2 3 4 5 6]
-	// applied: [1 2 3 4 5 6]
+	// pending: [1 2 3 4 5 6 7]
+	// applied: [1 2 3 4 5 6 7]
 	// applied: []
 }
 

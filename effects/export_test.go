@@ -1,6 +1,13 @@
 package effects
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // MetricsCounterForTest exposes a counter to the external tests.
 func MetricsCounterForTest(m *Metrics, name string) *prometheus.CounterVec {
@@ -31,3 +38,32 @@ const ListSQL = listSQL
 
 // RecordColumns is the column list Get reads, for benchmarks of its statements.
 const RecordColumns = recordColumns
+
+// ClaimFromGoForTest runs Claim's statement from Go alone: a new claim, or
+// nil when the claim must go through the claim function.
+func ClaimFromGoForTest(ctx context.Context, c *Client, db DB, p ClaimParams) (*Claim, error) {
+	p.Kind = p.kind()
+	return c.claimFromGo(ctx, db, p, DefaultLease)
+}
+
+// SetLeafPictureForTest gives c a picture of one leaf for kind, as if read
+// just now, however the schema stands.
+func SetLeafPictureForTest(c *Client, kind, class, leaf string, lo, hi time.Time) {
+	sql := fmt.Sprintf(claimLeafSQL, pgx.Identifier{leaf}.Sanitize())
+	pic := &leafPicture{at: time.Now(), leaves: map[string][]claimLeaf{kind: {{class: class, name: leaf, lo: lo, hi: hi, sql: sql}}}}
+	c.leaves.pic.Store(pic)
+}
+
+// LeafPictureForTest reports the leaves c's picture names for kind, and
+// whether c has a picture.
+func LeafPictureForTest(c *Client, kind string) ([]string, bool) {
+	pic := c.leaves.pic.Load()
+	if pic == nil || pic.leaves == nil {
+		return nil, false
+	}
+	var names []string
+	for _, l := range pic.leaves[kind] {
+		names = append(names, l.name)
+	}
+	return names, true
+}

@@ -3,6 +3,7 @@ package order_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,15 +22,18 @@ import (
 type statementCounter struct {
 	mu     sync.Mutex
 	sqls   []string
-	claims [][]any // the arguments of each claim statement
+	claims []any // the NotBefore of each claim statement
 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sqls = append(c.sqls, strings.Join(strings.Fields(d.SQL), " "))
-	if strings.HasPrefix(d.SQL, "SELECT * FROM keyed_effects_claim(") {
-		c.claims = append(c.claims, d.Args)
+	switch {
+	case strings.HasPrefix(d.SQL, "SELECT * FROM keyed_effects_claim("):
+		c.claims = append(c.claims, d.Args[7])
+	case claimFromGo(d.SQL):
+		c.claims = append(c.claims, d.Args[8])
 	}
 	return ctx
 }
@@ -63,7 +67,11 @@ func countedPool(t *testing.T, counter *statementCounter) *pgxpool.Pool {
 
 // TestStatementsPerStep pins the SQL statements (round trips) each step of
 // an order sends to Postgres, on the first run and on a repeat that finds
-// the step done. Fewer is better; a change here is a change in cost.
+// the step done. Fewer is better; a change here is a change in cost. A
+// told claim that went from Go (effects migration 7; not within an hour of
+// a leaf's edge) costs its repeat one more: the insert, then the claim
+// function. The client's read of the leaves, once a minute, is not a step's.
+
 func TestStatementsPerStep(t *testing.T) {
 	t.Parallel()
 	counter := &statementCounter{}
@@ -82,16 +90,37 @@ func TestStatementsPerStep(t *testing.T) {
 	for _, s := range steps {
 		counter.take()
 		require.NoError(t, s.run(), s.name)
-		first := counter.take()
+		first := stepStatements(counter.take())
 		require.NoError(t, s.run(), s.name+" again")
-		next := counter.take()
+		next := stepStatements(counter.take())
 		t.Logf("%s: %d statements first, %d on a repeat:\n  %s\n  repeat:\n  %s", s.name, len(first), len(next),
 			strings.Join(first, "\n  "), strings.Join(next, "\n  "))
 		require.Len(t, first, s.first, "%s, first run:\n%s", s.name, strings.Join(first, "\n"))
-		require.Len(t, next, s.next, "%s, repeat:\n%s", s.name, strings.Join(next, "\n"))
+		require.Len(t, next, s.next+fromGo(first), "%s, repeat:\n%s", s.name, strings.Join(next, "\n"))
 		total += len(first)
 	}
 	t.Logf("%d statements per order", total)
+}
+
+// stepStatements is sqls without the effects client's read of the leaves.
+func stepStatements(sqls []string) []string {
+	return slices.DeleteFunc(sqls, func(sql string) bool { return strings.Contains(sql, "keyed_effects_claim_leaves()") })
+}
+
+// claimFromGo reports a told claim's insert from Go.
+func claimFromGo(sql string) bool {
+	return strings.HasPrefix(strings.TrimSpace(sql), "INSERT INTO") && strings.Contains(sql, "keyed_effects_claim_leaf(")
+}
+
+// fromGo counts the claims in sqls that went from Go.
+func fromGo(sqls []string) int {
+	n := 0
+	for _, sql := range sqls {
+		if claimFromGo(sql) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestClaimsAreToldWhenTheOrderWasCreated: the charge's and the receipt's
@@ -114,10 +143,9 @@ func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
 	counter.mu.Lock()
 	defer counter.mu.Unlock()
 	require.Len(t, counter.claims, 2, "the charge's and the receipt's claims")
-	for _, args := range counter.claims {
-		require.Len(t, args, 8)
-		nb, ok := args[7].(pgtype.Timestamptz)
-		require.True(t, ok, "NotBefore is a timestamptz: %T", args[7])
+	for _, arg := range counter.claims {
+		nb, ok := arg.(pgtype.Timestamptz)
+		require.True(t, ok, "NotBefore is a timestamptz: %T", arg)
 		require.True(t, nb.Time.Equal(o.CreatedAt), "NotBefore %s, order created %s", nb.Time, o.CreatedAt)
 	}
 }

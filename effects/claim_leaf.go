@@ -1,0 +1,164 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// claimLeafSQL claims a fresh key of a told claim by inserting into a leaf
+// by name (%s), under the key's lock, with no PL/pgSQL call (effects
+// migration 7). It inserts only if keyed_effects_claim_leaf says the claim
+// function would have taken this leaf's shortcut, and on a conflict it
+// returns no row: either way the caller then claims through the function.
+// $10 turns synchronous_commit off for the statement's transaction.
+const claimLeafSQL = `
+INSERT INTO %s AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
+SELECT $1, $2, $3, $4, 'claimed', $5, $6, now() + $7 * interval '1 microsecond'
+FROM (SELECT pg_advisory_xact_lock(1801, hashtext($1))) lk
+WHERE keyed_effects_claim_leaf($3, $4, $8, $9)
+  AND ($10::boolean IS NOT TRUE OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+ON CONFLICT DO NOTHING
+RETURNING e.generation, e.attempts, e.lease_until, e.created_at`
+
+// leafPictureAge is how long a client uses its picture of the leaves before
+// reading it again. A stale picture costs a claim its shortcut, never its
+// correctness: the guard in the statement decides.
+const leafPictureAge = time.Minute
+
+// leafPicture is keyed_effects_claim_leaves() as read at one time: for each
+// kind of the lifetimes, the leaves a told claim may insert into first
+// (none while its look-up reads more than its class); kinds not listed take
+// the leaves of "".
+type leafPicture struct {
+	at     time.Time
+	leaves map[string][]claimLeaf
+}
+
+// claimLeaf is one leaf of a picture, with its bounds and claimLeafSQL
+// naming it.
+type claimLeaf struct {
+	class, name string
+	lo, hi      time.Time
+	sql         string
+}
+
+// leafCache holds a Client's picture of the leaves.
+type leafCache struct {
+	pic     atomic.Pointer[leafPicture]
+	reading sync.Mutex
+}
+
+// pick returns the leaf that holds every record a claim of kind told
+// notBefore can meet at now, as the guard will judge it (with a minute's
+// margin for clocks), or false.
+func (pic *leafPicture) pick(kind string, notBefore, now time.Time) (claimLeaf, bool) {
+	leaves, ok := pic.leaves[kind]
+	if !ok {
+		leaves = pic.leaves[""]
+	}
+	from := min(notBefore.UnixMicro(), now.UnixMicro()) - time.Hour.Microseconds()
+	edge := now.Add(time.Hour + time.Minute)
+	for _, l := range leaves {
+		if from >= l.lo.UnixMicro() && !now.Before(l.lo) && edge.Before(l.hi) {
+			return l, true
+		}
+	}
+	return claimLeaf{}, false
+}
+
+// readLeafPicture reads keyed_effects_claim_leaves().
+func readLeafPicture(ctx context.Context, db DB) (*leafPicture, error) {
+	rows, err := db.Query(ctx, `SELECT kind, class, leaf, lo, hi FROM keyed_effects_claim_leaves()`)
+	if err != nil {
+		return nil, fmt.Errorf("read the claim's leaves: %w", err)
+	}
+	pic := &leafPicture{at: time.Now(), leaves: map[string][]claimLeaf{}}
+	var kind, class string
+	var leaf *string
+	var lo, hi *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&kind, &class, &leaf, &lo, &hi}, func() error {
+		if leaf == nil || lo == nil || hi == nil {
+			pic.leaves[kind] = []claimLeaf{} // listed, with no leaf to insert into first
+			return nil
+		}
+		sql := fmt.Sprintf(claimLeafSQL, pgx.Identifier{*leaf}.Sanitize())
+		pic.leaves[kind] = append(pic.leaves[kind], claimLeaf{class: class, name: *leaf, lo: *lo, hi: *hi, sql: sql})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the claim's leaves: %w", err)
+	}
+	return pic, nil
+}
+
+// picture returns c's picture of the leaves, read again through the pool
+// once it is leafPictureAge old, by one caller at a time. Inside a caller's
+// transaction (db is not c's pool) it never reads: that would wait for a
+// second connection while holding one. A failed read leaves an empty
+// picture until the next: claims go through the function.
+func (c *Client) picture(ctx context.Context, db DB) *leafPicture {
+	pic := c.leaves.pic.Load()
+	if (pic != nil && time.Since(pic.at) < leafPictureAge) || db != c.db || !c.leaves.reading.TryLock() {
+		return pic
+	}
+	defer c.leaves.reading.Unlock()
+	fresh, err := readLeafPicture(ctx, c.db)
+	if err != nil {
+		c.logger.LogAttrs(ctx, slog.LevelDebug, "effect claims go through the claim function",
+			slog.String("reason", err.Error()))
+		fresh = &leafPicture{at: time.Now()}
+	}
+	c.leaves.pic.Store(fresh)
+	return fresh
+}
+
+// claimFromGo claims p.Key with claimLeafSQL when p is told and c's picture
+// names a leaf for it. It returns a new claim, or nil and no error when the
+// caller must claim through the function: no leaf, a guard that refused, a
+// conflict. A leaf the picture names that is gone drops the picture; inside
+// a caller's transaction, whose failed statement aborted it, that is a
+// transient error.
+func (c *Client) claimFromGo(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (*Claim, error) {
+	if p.NotBefore.IsZero() {
+		return nil, nil
+	}
+	pic := c.picture(ctx, db)
+	if pic == nil {
+		return nil, nil
+	}
+	l, ok := pic.pick(p.Kind, p.NotBefore, time.Now())
+	if !ok {
+		return nil, nil
+	}
+	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner, Mode: ModeNew, maxResult: p.MaxResultBytes, leaf: l.name}
+	err := db.QueryRow(ctx, l.sql, p.Key.String(), p.Key.Tenant(), p.Kind, l.class, p.Owner, p.Fingerprint,
+		lease.Microseconds(), l.name, notBefore(p), p.AsyncCommit).Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil, &cl.createdAt)
+	switch {
+	case err == nil:
+		return cl, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case staleLeaf(err):
+		c.leaves.pic.Store(&leafPicture{})
+		if db != c.db {
+			return nil, Transient(fmt.Errorf("claim %s: %w", p.Key, err))
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("claim %s: %w", p.Key, err)
+}
+
+// staleLeaf reports an error of claimLeafSQL from a picture the schema no
+// longer matches: its leaf or the guard is gone.
+func staleLeaf(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883")
+}
