@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,19 +15,38 @@ import (
 )
 
 // claimLeafSQL claims a fresh key of a told claim by inserting into a leaf
-// by name (%s), under the key's lock, with no PL/pgSQL call (effects
-// migration 7). It inserts only if keyed_effects_claim_leaf says the claim
-// function would have taken this leaf's shortcut, and on a conflict it
-// returns no row: either way the caller then claims through the function.
-// $10 turns synchronous_commit off for the statement's transaction.
+// by name (%[1]s; its class and name as literals, %[2]s and %[3]s), under
+// the key's lock, with no PL/pgSQL call (effects migration 7). It inserts
+// only if keyed_effects_claim_leaf says the claim function would have taken
+// this leaf's shortcut, and on a conflict it returns no row: either way the
+// caller then claims through the function. $8 turns synchronous_commit off
+// for the statement's transaction. The class and the leaf are literals, not
+// parameters: Postgres then folds the inlined guard to that leaf's branch
+// when it plans the statement, where parameters made it plan every
+// execution anew, 13% of the statement's cost.
 const claimLeafSQL = `
-INSERT INTO %s AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
-SELECT $1, $2, $3, $4, 'claimed', $5, $6, now() + $7 * interval '1 microsecond'
+INSERT INTO %[1]s AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
+SELECT $1, $2, $3, %[2]s, 'claimed', $4, $5, now() + $6 * interval '1 microsecond'
 FROM (SELECT pg_advisory_xact_lock(1801, hashtext($1))) lk
-WHERE keyed_effects_claim_leaf($3, $4, $8, $9)
-  AND ($10::boolean IS NOT TRUE OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+WHERE keyed_effects_claim_leaf($3, %[2]s, %[3]s, $7)
+  AND ($8::boolean IS NOT TRUE OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
 ON CONFLICT DO NOTHING
 RETURNING e.generation, e.attempts, e.lease_until, e.created_at`
+
+// plainName matches the class and leaf names claimLeafSQL spells as
+// literals and identifiers; a leaf named otherwise is claimed through the
+// function.
+var plainName = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// newClaimLeaf returns the picture's entry for a leaf, or false for a name
+// claimLeafSQL does not spell.
+func newClaimLeaf(class, name string, lo, hi time.Time) (claimLeaf, bool) {
+	if !plainName.MatchString(class) || !plainName.MatchString(name) {
+		return claimLeaf{}, false
+	}
+	sql := fmt.Sprintf(claimLeafSQL, name, "'"+class+"'", "'"+name+"'")
+	return claimLeaf{class: class, name: name, lo: lo, hi: hi, sql: sql}, true
+}
 
 // leafPictureAge is how long a client uses its picture of the leaves before
 // reading it again. A stale picture costs a claim its shortcut, never its
@@ -89,8 +109,11 @@ func readLeafPicture(ctx context.Context, db DB) (*leafPicture, error) {
 			pic.leaves[kind] = []claimLeaf{} // listed, with no leaf to insert into first
 			return nil
 		}
-		sql := fmt.Sprintf(claimLeafSQL, pgx.Identifier{*leaf}.Sanitize())
-		pic.leaves[kind] = append(pic.leaves[kind], claimLeaf{class: class, name: *leaf, lo: *lo, hi: *hi, sql: sql})
+		if l, ok := newClaimLeaf(class, *leaf, *lo, *hi); ok {
+			pic.leaves[kind] = append(pic.leaves[kind], l)
+		} else {
+			pic.leaves[kind] = []claimLeaf{} // listed; claimed through the function
+		}
 		return nil
 	})
 	if err != nil {
@@ -139,8 +162,8 @@ func (c *Client) claimFromGo(ctx context.Context, db DB, p ClaimParams, lease ti
 		return nil, nil
 	}
 	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner, Mode: ModeNew, maxResult: p.MaxResultBytes, leaf: l.name}
-	err := db.QueryRow(ctx, l.sql, p.Key.String(), p.Key.Tenant(), p.Kind, l.class, p.Owner, p.Fingerprint,
-		lease.Microseconds(), l.name, notBefore(p), p.AsyncCommit).Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil, &cl.createdAt)
+	err := db.QueryRow(ctx, l.sql, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
+		lease.Microseconds(), notBefore(p), p.AsyncCommit).Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil, &cl.createdAt)
 	switch {
 	case err == nil:
 		return cl, nil

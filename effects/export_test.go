@@ -2,10 +2,8 @@ package effects
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -49,9 +47,11 @@ func ClaimFromGoForTest(ctx context.Context, c *Client, db DB, p ClaimParams) (*
 // SetLeafPictureForTest gives c a picture of one leaf for kind, as if read
 // just now, however the schema stands.
 func SetLeafPictureForTest(c *Client, kind, class, leaf string, lo, hi time.Time) {
-	sql := fmt.Sprintf(claimLeafSQL, pgx.Identifier{leaf}.Sanitize())
-	pic := &leafPicture{at: time.Now(), leaves: map[string][]claimLeaf{kind: {{class: class, name: leaf, lo: lo, hi: hi, sql: sql}}}}
-	c.leaves.pic.Store(pic)
+	l, ok := newClaimLeaf(class, leaf, lo, hi)
+	if !ok {
+		panic("a leaf claimLeafSQL cannot name: " + leaf)
+	}
+	c.leaves.pic.Store(&leafPicture{at: time.Now(), leaves: map[string][]claimLeaf{kind: {l}}})
 }
 
 // LeafPictureForTest reports the leaves c's picture names for kind, and

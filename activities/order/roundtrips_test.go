@@ -33,7 +33,7 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 	case strings.HasPrefix(d.SQL, "SELECT * FROM keyed_effects_claim("):
 		c.claims = append(c.claims, d.Args[7])
 	case claimFromGo(d.SQL):
-		c.claims = append(c.claims, d.Args[8])
+		c.claims = append(c.claims, d.Args[6])
 	}
 	return ctx
 }
