@@ -78,7 +78,7 @@ func TestStarterResolveDecidesAWaitingRefund(t *testing.T) {
 
 	starter := b.starterCLI(t)
 	var listed []pipeline.Attention
-	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
+	decodeJSON(t, starter("attention", "--json"), &listed)
 	i := indexOf(listed, in.WorkflowID())
 	require.Equal(t, in.WorkflowID(), listed[i].WorkflowID)
 	require.Equal(t, "refund_email:ambiguous", listed[i].Attention)

@@ -1,11 +1,13 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +33,7 @@ func TestStarterResolveDecidesAWaitingRun(t *testing.T) {
 	starter := b.starterCLI(t)
 
 	var listed []pipeline.Attention
-	require.NoError(t, json.Unmarshal([]byte(starter("attention", "--json")), &listed))
+	decodeJSON(t, starter("attention", "--json"), &listed)
 	require.Contains(t, listed, pipeline.Attention{WorkflowID: w.st.WorkflowID, RunID: w.st.RunID, WorkflowType: orders.WorkflowName, TenantID: b.tenant,
 		Keywords: map[string]string{orders.SearchAttrOrderID: "cli1"}, Attention: "receipt:ambiguous", StartTime: listed[indexOf(listed, w.st.WorkflowID)].StartTime,
 		Wait: w.key.String() + "#1", WaitingSince: listed[indexOf(listed, w.st.WorkflowID)].WaitingSince})
@@ -66,7 +68,10 @@ func (b *bundle) starterCLI(t *testing.T) func(args ...string) string {
 
 // starterRun builds cmd/starter and returns a function that runs it with
 // args against the test's schema and the dev server, with env added to its
-// environment, and returns its exit code and combined output.
+// environment, and returns its exit code and its output: standard output,
+// then standard error (warnings, such as a run of another test on the same
+// server that no worker answers any more), so that a --json command's
+// output starts with its JSON.
 func (b *bundle) starterRun(t *testing.T, env ...string) func(args ...string) (int, string) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "starter")
@@ -76,14 +81,24 @@ func (b *bundle) starterRun(t *testing.T, env ...string) func(args ...string) (i
 		t.Helper()
 		cmd := exec.CommandContext(b.ctx, bin, args...)
 		cmd.Env = append(append(os.Environ(), "DATABASE_URL="+b.dbURL, "TEMPORAL_ADDRESS="+temporalAddr, "TEMPORAL_NAMESPACE=default"), env...)
-		out, err := cmd.CombinedOutput()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		out := stdout.String() + stderr.String()
 		var exit *exec.ExitError
 		if err != nil {
 			require.ErrorAs(t, err, &exit, "starter %v:\n%s", args, out)
-			return exit.ExitCode(), string(out)
+			return exit.ExitCode(), out
 		}
-		return 0, string(out)
+		return 0, out
 	}
+}
+
+// decodeJSON decodes the JSON value that out starts with into v: a --json
+// command's output, before any warning starterRun appends.
+func decodeJSON(t *testing.T, out string, v any) {
+	t.Helper()
+	require.NoError(t, json.NewDecoder(strings.NewReader(out)).Decode(v), out)
 }
 
 func indexOf(as []pipeline.Attention, workflowID string) int {
