@@ -1,10 +1,14 @@
 package step
 
 import (
+	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/effects"
@@ -298,4 +302,48 @@ func ToTemporal(err error) error {
 		return temporal.NewApplicationErrorWithCause(msg, errType, &inProcess{err})
 	}
 	return temporal.NewNonRetryableApplicationError(msg, errType, &inProcess{err})
+}
+
+// spread gives a retryable failure of an activity its own retry delay: the
+// backoff its retry policy sets for this attempt, times 0.5 to 1.0.
+// Temporal's backoff has no jitter, so steps that fail together (a burst
+// meeting a provider's 429s, an outage's end) would come back together,
+// fail together again, and let through only what the provider takes in
+// their first second. An error that sets its own delay, a terminal one, or
+// one outside an activity or the error table passes as it is.
+func spread(ctx context.Context, err error) error {
+	var app *temporal.ApplicationError
+	if !activity.IsActivity(ctx) || !errors.As(err, &app) || app.NonRetryable() || app.NextRetryDelay() > 0 {
+		return err
+	}
+	if k, ok := kindOfType(app.Type()); !ok || !k.retryable {
+		return err
+	}
+	info := activity.GetInfo(ctx)
+	p := info.RetryPolicy
+	if p == nil {
+		p = retryPolicy()
+	}
+	return temporal.NewApplicationErrorWithOptions(app.Message(), app.Type(), temporal.ApplicationErrorOptions{
+		Cause: errors.Unwrap(app), NextRetryDelay: RetryDelay(p, info.Attempt, rand.Float64())})
+}
+
+// RetryDelay is the delay before attempt+1 under p (the policy's backoff
+// after attempt, with Temporal's defaults for unset fields), times 0.5 +
+// r/2 for r in [0, 1).
+func RetryDelay(p *temporal.RetryPolicy, attempt int32, r float64) time.Duration {
+	d, coef, most := p.InitialInterval, p.BackoffCoefficient, p.MaximumInterval
+	if d <= 0 {
+		d = time.Second
+	}
+	if coef < 1 {
+		coef = 2
+	}
+	if most <= 0 {
+		most = 100 * d
+	}
+	for i := int32(1); i < attempt && d < most; i++ {
+		d = min(time.Duration(float64(d)*coef), most)
+	}
+	return time.Duration(float64(min(d, most)) * (0.5 + r/2))
 }

@@ -1,12 +1,16 @@
 package step
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/notify"
@@ -178,4 +182,49 @@ func retryableKinds() []errorKind {
 		}
 	}
 	return kinds
+}
+
+// RetryDelay is the policy's backoff for the attempt, spread over its upper
+// half: 1 s doubling to 30 s under the steps' policy.
+func TestRetryDelayIsTheBackoffSpreadOverItsUpperHalf(t *testing.T) {
+	t.Parallel()
+	p := retryPolicy()
+	backoff := p.InitialInterval
+	for attempt := int32(1); attempt <= 10; attempt++ {
+		require.Equal(t, backoff/2, RetryDelay(p, attempt, 0), "attempt %d", attempt)
+		require.Equal(t, backoff, RetryDelay(p, attempt, 1), "attempt %d", attempt)
+		backoff = min(time.Duration(float64(backoff)*p.BackoffCoefficient), p.MaximumInterval)
+	}
+	require.Equal(t, 100*time.Second, RetryDelay(&temporal.RetryPolicy{}, 200, 1), "Temporal's defaults: 1 s, doubling, up to 100 s")
+}
+
+// In an activity a retryable step error carries its own spread retry
+// delay; a terminal one, and any outside an activity, carry none.
+func TestSpreadGivesRetryableActivityErrorsTheirOwnDelay(t *testing.T) {
+	t.Parallel()
+	env := (&testsuite.WorkflowTestSuite{}).NewTestActivityEnvironment()
+	fail := func(ctx context.Context, terminal bool) error {
+		err := effects.Transient(errors.New("429 Too Many Requests"))
+		if terminal {
+			err = fmt.Errorf("charge: %w", ErrCardDeclined)
+		}
+		return spread(ctx, ToTemporal(err))
+	}
+	env.RegisterActivityWithOptions(fail, activity.RegisterOptions{Name: "fail"})
+	for _, terminal := range []bool{false, true} {
+		_, err := env.ExecuteActivity("fail", terminal)
+		var app *temporal.ApplicationError
+		require.ErrorAs(t, err, &app)
+		if terminal {
+			require.Zero(t, app.NextRetryDelay())
+			continue
+		}
+		require.Equal(t, ErrTypeTransient, app.Type())
+		require.False(t, app.NonRetryable())
+		require.GreaterOrEqual(t, app.NextRetryDelay(), 500*time.Millisecond)
+		require.LessOrEqual(t, app.NextRetryDelay(), time.Second)
+	}
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, fail(context.Background(), false), &app)
+	require.Zero(t, app.NextRetryDelay(), "outside an activity")
 }

@@ -158,7 +158,7 @@ func (k Keyed[In, T]) Run(ctx context.Context, r Runner, in In, e Effect[In, T])
 	if UniqueViolation(err) && activity.IsActivity(ctx) {
 		activity.GetMetricsHandler(ctx).WithTags(map[string]string{"step": k.Step}).Counter(MetricUniqueViolations).Inc(1)
 	}
-	return res, ToTemporal(err)
+	return res, spread(ctx, ToTemporal(err))
 }
 
 // MetricUniqueViolations counts unique-constraint violations (23505) that
