@@ -30,8 +30,7 @@ func requireUnavailable(t *testing.T, r response, what string) {
 func TestStalledDatabaseAnswers503WithinSeconds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{proxied: true, handler: &api.HandlerOpts{RequestTimeout: time.Second}})
-	r := b.do(t, "POST", "/v1/orders", b.keyA, "k-before", orderBody("ord_before", 100))
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	b.created(t, b.keyA, "k-before", orderBody("ord_before", 100))
 
 	b.proxy.set(proxyStall)
 	c := &http.Client{Timeout: 10 * time.Second} // without a server-side bound, the request fails here
@@ -55,8 +54,7 @@ func TestStalledDatabaseAnswers503WithinSeconds(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return b.do(t, "GET", "/healthz", "", "", "").status == http.StatusOK
 	}, 10*time.Second, 50*time.Millisecond)
-	r = b.do(t, "POST", "/v1/orders", b.keyA, "k-stalled", orderBody("ord_stalled", 200))
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	b.created(t, b.keyA, "k-stalled", orderBody("ord_stalled", 200))
 }
 
 // With the database down (connections closed and refused), every route
@@ -64,8 +62,7 @@ func TestStalledDatabaseAnswers503WithinSeconds(t *testing.T) {
 func TestDatabaseDownAnswers503(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{proxied: true, handler: &api.HandlerOpts{RequestTimeout: 2 * time.Second}})
-	r := b.do(t, "POST", "/v1/orders", b.keyA, "k-up", orderBody("ord_up", 100))
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	b.created(t, b.keyA, "k-up", orderBody("ord_up", 100))
 
 	b.proxy.set(proxyDown)
 	requireUnavailable(t, b.do(t, "GET", "/v1/orders/ord_up", b.keyA, "", ""), "GET")
@@ -73,8 +70,7 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 	requireUnavailable(t, b.do(t, "POST", "/v1/orders", b.keyA, "k-up", orderBody("ord_up", 100)), "POST replay")
 
 	b.proxy.set(proxyForward)
-	r = b.do(t, "POST", "/v1/orders", b.keyA, "k-down", orderBody("ord_down", 100))
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	b.created(t, b.keyA, "k-down", orderBody("ord_down", 100))
 }
 
 // A request that runs out of time after claiming its Idempotency-Key
@@ -89,8 +85,7 @@ func TestRetryAfterA503IsNotRefusedWhileTheKeyIsLeased(t *testing.T) {
 	require.Equal(t, 0, b.rows(t)["api_requests"], "the claim was not released")
 
 	release()
-	r = b.do(t, "POST", "/v1/orders", b.keyA, "k-held", orderBody("ord_held", 300))
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	b.created(t, b.keyA, "k-held", orderBody("ord_held", 300)) // a 409 fails it
 }
 
 // GET shows stable codes and plain messages, never the stored start error
