@@ -105,15 +105,15 @@ func readLeafPicture(ctx context.Context, db DB) (*leafPicture, error) {
 	var leaf *string
 	var lo, hi *time.Time
 	_, err = pgx.ForEachRow(rows, []any{&kind, &class, &leaf, &lo, &hi}, func() error {
-		if leaf == nil || lo == nil || hi == nil {
-			pic.leaves[kind] = []claimLeaf{} // listed, with no leaf to insert into first
-			return nil
+		// Every row lists its kind; only a leaf claimLeafSQL can name adds
+		// to it (a NULL leaf: none to insert into first).
+		leaves := pic.leaves[kind]
+		if leaf != nil && lo != nil && hi != nil {
+			if l, ok := newClaimLeaf(class, *leaf, *lo, *hi); ok {
+				leaves = append(leaves, l)
+			}
 		}
-		if l, ok := newClaimLeaf(class, *leaf, *lo, *hi); ok {
-			pic.leaves[kind] = append(pic.leaves[kind], l)
-		} else {
-			pic.leaves[kind] = []claimLeaf{} // listed; claimed through the function
-		}
+		pic.leaves[kind] = leaves
 		return nil
 	})
 	if err != nil {
