@@ -339,12 +339,12 @@ func TestKilledProcessStillStartsTheWorkflowOnce(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "the killed request's transaction rolled back")
 
 	// The client retries the killed request: 409 while the dead holder's
-	// lease runs (2s in the child), then it takes the key over.
+	// lease runs (5s in the child), then it takes the key over.
 	var retried response
 	require.Eventually(t, func() bool {
 		retried = b.do(t, "POST", "/v1/orders", b.keyA, "k-mid", orderBody("ord_mid", 200))
 		return retried.status != http.StatusConflict
-	}, 10*time.Second, 100*time.Millisecond)
+	}, 15*time.Second, 100*time.Millisecond)
 	require.Equal(t, http.StatusCreated, retried.status, "%s", retried.body)
 	require.Equal(t, 1.0, testutil.ToFloat64(b.metrics.IdemForTest("takeover")))
 

@@ -75,7 +75,10 @@ func runChild(url string) {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	opts := &api.HandlerOpts{RequestTimeout: time.Second, RequestLease: 2 * time.Second,
+	// A request's database work may take up to 4 s on a loaded machine (an
+	// ordinary request must not turn into a 503); a killed request's key is
+	// taken over 5 s after its claim.
+	opts := &api.HandlerOpts{RequestTimeout: 4 * time.Second, RequestLease: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if addr := os.Getenv(childTemporalEnv); addr != "" {
 		// Prefer: wait, with the relay's starts on the given task queue.
@@ -86,7 +89,8 @@ func runChild(url string) {
 		}
 		opts.Starter = temporalstart.New(c, &temporalstart.Opts{TaskQueue: os.Getenv(childTaskQueueEnv),
 			Configure: pipeline.Configure(workflows.Pipelines(), pool)})
-		opts.MaxWait, opts.RequestLease = 2*time.Second, 5*time.Second
+		// The lease must exceed MaxWait plus twice the request timeout.
+		opts.MaxWait, opts.RequestTimeout, opts.RequestLease = 2*time.Second, time.Second, 5*time.Second
 	}
 	h, err := api.NewHandler(pool, keys, opts)
 	if err != nil {
