@@ -372,3 +372,81 @@ func blackhole(t *testing.T) string {
 	}()
 	return l.Addr().String()
 }
+
+// With Temporal unreachable (the port refuses connections) or silent (it
+// accepts them and never answers), Prefer: wait still answers within the
+// wait: the order and its start commit, the answer is 202 pending with its
+// Location, and the outbox row stays unsent for a relay to start later.
+func TestPreferWaitWithTemporalDownAnswersPending(t *testing.T) {
+	t.Parallel()
+	for name, addr := range map[string]func(t *testing.T) string{"refused": refusingAddr, "silent": silentAddr} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c, err := client.NewLazyClient(client.Options{HostPort: addr(t), Logger: quietLogger{}})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			starter := temporalstart.New(c, &temporalstart.Opts{TaskQueue: "keyed-nowhere-" + randomID(4)})
+			b := setup(t, setupOpts{handler: &api.HandlerOpts{Starter: starter, MaxWait: 2 * time.Second}})
+
+			req, err := http.NewRequest("POST", b.srv.URL+"/v1/orders", strings.NewReader(orderBody("ord_down", 100)))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+b.keyA)
+			req.Header.Set(api.HeaderIdempotencyKey, "k-down")
+			req.Header.Set(idempotency.HeaderPrefer, "wait=2")
+			start := time.Now()
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			took := time.Since(start)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+
+			require.Equal(t, http.StatusAccepted, resp.StatusCode, "%s", body)
+			require.Equal(t, "/v1/orders/ord_down", resp.Header.Get("Location"))
+			require.Less(t, took, 2*time.Second+api.DefaultRequestTimeout, "the wait bounds the request")
+			var oc api.OrderCreated
+			require.NoError(t, json.Unmarshal(body, &oc))
+			require.Equal(t, orders.StatusPending, oc.Order.Status)
+			wf := orders.WorkflowID(b.tenantA, "ord_down")
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE sent_at IS NULL AND workflow_id = $1`, wf))
+		})
+	}
+}
+
+// refusingAddr returns a local address that refuses connections.
+func refusingAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// silentAddr returns a local address that accepts connections and never
+// writes to them, until the test ends.
+func silentAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		require.NoError(t, ln.Close())
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			require.NoError(t, c.Close())
+		}
+	})
+	return ln.Addr().String()
+}
