@@ -189,3 +189,35 @@ func TestToldClaimBeforeMigrationSevenGoesThroughTheFunction(t *testing.T) {
 	require.Equal(t, effects.ModeNew, cl.Mode)
 	require.Equal(t, "keyed_effects_archive_wide", leafOf(t, b, key))
 }
+
+// A Repeat claim never goes from Go: it claims through the function, which
+// replays a done key and still claims a fresh one, in its leaf.
+func TestRepeatClaimGoesThroughTheFunction(t *testing.T) {
+	t.Parallel()
+	b := insertFirstSetup(t)
+	done, fresh := effects.MustKey("acme", "doc", "repeat-done", "archive"), effects.MustKey("acme", "doc", "repeat-fresh", "archive")
+	cl, err := b.client.Claim(b.ctx, told(done, "first"))
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "doc_r", Amount: 3}))
+
+	for _, key := range []effects.Key{done, fresh} {
+		p := told(key, "again")
+		p.Repeat = true
+		cl, err := effects.ClaimFromGoForTest(b.ctx, b.client, b.pool, p)
+		require.NoError(t, err)
+		require.Nil(t, cl, "%s: a Repeat claim goes through the function", key)
+	}
+	p := told(done, "again")
+	p.Repeat = true
+	replay, err := b.client.Claim(b.ctx, p)
+	require.NoError(t, err)
+	require.True(t, replay.Done)
+	require.JSONEq(t, `{"id":"doc_r","amount":3}`, string(replay.Result))
+
+	p = told(fresh, "again")
+	p.Repeat = true
+	cl, err = b.client.Claim(b.ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, effects.ModeNew, cl.Mode)
+	require.Equal(t, "keyed_effects_archive_wide", leafOf(t, b, fresh))
+}

@@ -139,6 +139,13 @@ type ClaimParams struct {
 	// differ) counts as the claim's time. Zero means unknown: the claim
 	// looks in every leaf.
 	NotBefore time.Time
+	// Repeat says the effect is being run again (a retried activity's
+	// later attempt), so its key most likely holds a record already: a
+	// told claim then goes straight to the claim function, which reads
+	// that record in the same statement, instead of first trying its
+	// insert from Go, which would only meet it. A Repeat claim of a fresh
+	// key still claims it, through the function.
+	Repeat bool
 	// AsyncCommit lets Claim commit a new claim without waiting for the
 	// WAL flush (synchronous_commit off for that one statement), which
 	// saves an fsync per new key. Set it only when the effect itself is a

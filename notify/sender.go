@@ -240,6 +240,9 @@ type Message struct {
 	// created, as the database stored it: the claim looks for the key in
 	// fewer leaves (effects.ClaimParams.NotBefore). Zero means unknown.
 	NotBefore time.Time
+	// Repeat says the send is being run again (a later attempt): its claim
+	// goes straight to the claim function (effects.ClaimParams.Repeat).
+	Repeat bool
 }
 
 func (m Message) validate() error {
@@ -295,7 +298,7 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	tracing.SetEffectKey(ctx, m.Key.String())
 	rcpt := recipientDigest(m.Key.Tenant(), m.To)
 	p := effects.ClaimParams{Key: m.Key, Kind: m.Template, Owner: m.Owner, Fingerprint: fingerprint(m.Template, rcpt, m.Entity),
-		NotBefore: m.NotBefore}
+		NotBefore: m.NotBefore, Repeat: m.Repeat}
 	opts := &effects.DoOpts{Heartbeat: m.Heartbeat, ExtendEvery: m.HeartbeatEvery}
 	res, err := effects.Do(ctx, s.claims, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
 		log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))

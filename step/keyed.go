@@ -102,6 +102,7 @@ type Call[In Input] struct {
 	step      string
 	every     time.Duration // how often to renew the lease and heartbeat
 	notBefore time.Time     // Effect.NotBefore's answer, or zero
+	repeat    bool          // a later attempt: the key most likely has a record
 }
 
 // String names the run in error messages: the step with spaces for
@@ -120,7 +121,7 @@ func (c *Call[In]) Fail(typ, format string, args ...any) error {
 // with its effect key, claim owner and heartbeat, for notify.Sender.Send.
 func (c *Call[In]) Message(template, to, subject, text, entity string) notify.Message {
 	return notify.Message{Template: template, To: to, Subject: subject, Text: text, Key: c.Key, Entity: entity,
-		Owner: c.Owner, Heartbeat: heartbeat, HeartbeatEvery: c.every, NotBefore: c.notBefore}
+		Owner: c.Owner, Heartbeat: heartbeat, HeartbeatEvery: c.every, NotBefore: c.notBefore, Repeat: c.repeat}
 }
 
 // Effect is what differs between keyed steps of input In.
@@ -198,7 +199,7 @@ func (k Keyed[In, T]) run(ctx context.Context, r Runner, in In, e Effect[In, T])
 	if e.NotBefore != nil {
 		c.notBefore = e.NotBefore(c)
 	}
-	p := effects.ClaimParams{Key: c.Key, Kind: k.Step, Owner: c.Owner, NotBefore: c.notBefore}
+	p := effects.ClaimParams{Key: c.Key, Kind: k.Step, Owner: c.Owner, NotBefore: c.notBefore, Repeat: c.repeat}
 	if e.Fingerprint != nil {
 		p.Fingerprint = Fingerprint(e.Fingerprint(c)...)
 	}
@@ -274,12 +275,13 @@ func newCall[In Input](ctx context.Context, logger *slog.Logger, in In, step str
 	}
 	// The activity's span names the key, and so parents the provider calls.
 	tracing.SetEffectKey(ctx, key.String())
-	wfID := activity.GetInfo(ctx).WorkflowExecution.ID
+	info := activity.GetInfo(ctx)
+	wfID := info.WorkflowExecution.ID
 	if wfID == "" {
 		return nil, &Error{Type: ErrTypeInvalidInput,
 			Message: fmt.Sprintf("%s %s: not started by a workflow; the claim owner is the workflow ID", step, key)}
 	}
-	c := &Call[In]{In: in, Key: key, Owner: wfID + "/" + step, step: step, every: heartbeatEvery(ctx)}
+	c := &Call[In]{In: in, Key: key, Owner: wfID + "/" + step, step: step, every: heartbeatEvery(ctx), repeat: info.Attempt > 1}
 	c.Log = logger.With(append([]any{"effect_key", key.String(), "step", step}, in.LogAttrs()...)...)
 	return c, nil
 }

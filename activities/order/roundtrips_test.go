@@ -7,14 +7,23 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
+	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/migrations"
+	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/step"
 )
 
 // statementCounter is a pgx.QueryTracer that records every statement sent,
@@ -70,7 +79,8 @@ func countedPool(t *testing.T, counter *statementCounter) *pgxpool.Pool {
 // the step done. Fewer is better; a change here is a change in cost. A
 // told claim that went from Go (effects migration 7; not within an hour of
 // a leaf's edge) costs its repeat one more: the insert, then the claim
-// function. The client's read of the leaves, once a minute, is not a step's.
+// function; not on a later attempt (TestALaterAttemptClaimsThroughTheFunction).
+// The client's read of the leaves, once a minute, is not a step's.
 
 func TestStatementsPerStep(t *testing.T) {
 	t.Parallel()
@@ -148,4 +158,44 @@ func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
 		require.True(t, ok, "NotBefore is a timestamptz: %T", arg)
 		require.True(t, nb.Time.Equal(o.CreatedAt), "NotBefore %s, order created %s", nb.Time, o.CreatedAt)
 	}
+}
+
+// A later attempt is a Repeat (effects.ClaimParams.Repeat): its claim goes
+// straight to the claim function, which reads the record the first attempt
+// left, where an insert from Go would only meet it. Charge's first attempt
+// claims from Go and meets Stripe's 500; Temporal's retry claims through
+// the function alone and charges once.
+func TestALaterAttemptClaimsThroughTheFunction(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
+	in := b.order(t, "rt_retry", "pm_card_visa")
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultServerError})
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := suite.NewTestWorkflowEnvironment()
+	require.NoError(t, step.Register(env, b.acts.Definitions()...))
+	counter.take()
+	env.ExecuteWorkflow(func(ctx workflow.Context) (orders.ChargeResult, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 2}})
+		var res orders.ChargeResult
+		err := workflow.ExecuteActivity(ctx, ordersteps.NameCharge, in).Get(ctx, &res)
+		return res, err
+	})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, 1, b.stripe.Charges(), "the 500, then one charge")
+
+	var fromGo, function int
+	for _, sql := range stepStatements(counter.take()) {
+		switch {
+		case claimFromGo(sql):
+			fromGo++
+		case strings.HasPrefix(sql, "SELECT * FROM keyed_effects_claim("):
+			function++
+		}
+	}
+	require.Equal(t, 1, fromGo, "the first attempt's claim")
+	require.Equal(t, 1, function, "the retry's claim")
 }
