@@ -20,6 +20,7 @@ import (
 
 	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
@@ -162,40 +163,62 @@ func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
 
 // A later attempt is a Repeat (effects.ClaimParams.Repeat): its claim goes
 // straight to the claim function, which reads the record the first attempt
-// left, where an insert from Go would only meet it. Charge's first attempt
-// claims from Go and meets Stripe's 500; Temporal's retry claims through
-// the function alone and charges once.
+// left, where an insert from Go would only meet it. Each step's first
+// attempt claims from Go and meets its provider's 500; Temporal's retry
+// claims through the function alone and acts once.
 func TestALaterAttemptClaimsThroughTheFunction(t *testing.T) {
 	t.Parallel()
-	counter := &statementCounter{}
-	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
-	in := b.order(t, "rt_retry", "pm_card_visa")
-	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultServerError})
+	for _, name := range []string{ordersteps.NameCharge, ordersteps.NameSendReceipt} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			counter := &statementCounter{}
+			b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
+			in := b.order(t, "rt_retry", "pm_card_visa")
+			if name == ordersteps.NameCharge {
+				b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultServerError})
+			} else {
+				_, err := b.charge(t, in)
+				require.NoError(t, err)
+				_, err = b.markPaid(t, in)
+				require.NoError(t, err)
+				b.sendgrid.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultServerError})
+			}
+			counter.take()
+			runRetried(t, b, name, in)
+			require.Equal(t, 1, b.stripe.Charges())
+			if name == ordersteps.NameSendReceipt {
+				require.Len(t, b.sendgrid.Messages(), 1)
+			}
+
+			var fromGo, function int
+			for _, sql := range stepStatements(counter.take()) {
+				switch {
+				case claimFromGo(sql):
+					fromGo++
+				case strings.HasPrefix(sql, "SELECT * FROM keyed_effects_claim("):
+					function++
+				}
+			}
+			require.Equal(t, 1, fromGo, "the first attempt's claim")
+			require.Equal(t, 1, function, "the retry's claim")
+		})
+	}
+}
+
+// runRetried runs the activity name on in from a workflow in Temporal's
+// test environment, with two attempts and a millisecond between them, and
+// requires it to succeed.
+func runRetried(t *testing.T, b *bundle, name string, in orders.OrderInput) {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
 	require.NoError(t, step.Register(env, b.acts.Definitions()...))
-	counter.take()
-	env.ExecuteWorkflow(func(ctx workflow.Context) (orders.ChargeResult, error) {
+	env.ExecuteWorkflow(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
 			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 2}})
-		var res orders.ChargeResult
-		err := workflow.ExecuteActivity(ctx, ordersteps.NameCharge, in).Get(ctx, &res)
-		return res, err
+		return workflow.ExecuteActivity(ctx, name, in).Get(ctx, nil)
 	})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	require.Equal(t, 1, b.stripe.Charges(), "the 500, then one charge")
-
-	var fromGo, function int
-	for _, sql := range stepStatements(counter.take()) {
-		switch {
-		case claimFromGo(sql):
-			fromGo++
-		case strings.HasPrefix(sql, "SELECT * FROM keyed_effects_claim("):
-			function++
-		}
-	}
-	require.Equal(t, 1, fromGo, "the first attempt's claim")
-	require.Equal(t, 1, function, "the retry's claim")
 }
