@@ -144,9 +144,9 @@ func (c *Client) picture(ctx context.Context, db DB) *leafPicture {
 }
 
 // claimFromGo claims p.Key with claimLeafSQL when p is told, not a Repeat,
-// and c's picture names a leaf for it. It returns a new claim, or nil and no error when the
-// caller must claim through the function: no leaf, a guard that refused, a
-// conflict. A leaf the picture names that is gone drops the picture; inside
+// and c's picture names a leaf for it. It returns a new claim, or nil and
+// no error when the caller must claim through the function: no leaf, a
+// guard that refused, a conflict. A leaf the picture names that is gone drops the picture; inside
 // a caller's transaction, whose failed statement aborted it, that is a
 // transient error.
 func (c *Client) claimFromGo(ctx context.Context, db DB, p ClaimParams, lease time.Duration) (*Claim, error) {

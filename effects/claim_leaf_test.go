@@ -200,23 +200,22 @@ func TestRepeatClaimGoesThroughTheFunction(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.client.Complete(b.ctx, cl, outcome{ID: "doc_r", Amount: 3}))
 
-	for _, key := range []effects.Key{done, fresh} {
+	again := func(key effects.Key) effects.ClaimParams {
 		p := told(key, "again")
 		p.Repeat = true
-		cl, err := effects.ClaimFromGoForTest(b.ctx, b.client, b.pool, p)
+		return p
+	}
+	for _, key := range []effects.Key{done, fresh} {
+		cl, err := effects.ClaimFromGoForTest(b.ctx, b.client, b.pool, again(key))
 		require.NoError(t, err)
 		require.Nil(t, cl, "%s: a Repeat claim goes through the function", key)
 	}
-	p := told(done, "again")
-	p.Repeat = true
-	replay, err := b.client.Claim(b.ctx, p)
+	replay, err := b.client.Claim(b.ctx, again(done))
 	require.NoError(t, err)
 	require.True(t, replay.Done)
 	require.JSONEq(t, `{"id":"doc_r","amount":3}`, string(replay.Result))
 
-	p = told(fresh, "again")
-	p.Repeat = true
-	cl, err = b.client.Claim(b.ctx, p)
+	cl, err = b.client.Claim(b.ctx, again(fresh))
 	require.NoError(t, err)
 	require.Equal(t, effects.ModeNew, cl.Mode)
 	require.Equal(t, "keyed_effects_archive_wide", leafOf(t, b, fresh))
