@@ -2,8 +2,6 @@ package api
 
 import (
 	"net/http"
-	"strconv"
-	"unicode/utf8"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/idempotency"
@@ -51,21 +49,16 @@ func newError(status int, code, field, format string, args ...any) *Error {
 	return idempotency.NewError(status, code, field, format, args...)
 }
 
-// maxEchoBytes bounds how much of a value the API refused it quotes back.
-const maxEchoBytes = 64
+// echo quotes a value the caller sent and the API refused, cut short
+// (idempotency.Echo).
+func echo(s string) string { return idempotency.Echo(s) }
 
-// echo quotes a value the caller sent and the API refused, cut to its first
-// maxEchoBytes bytes (then ending in "..."), so that an error never repeats
-// a long input whole.
-func echo(s string) string {
-	if len(s) <= maxEchoBytes {
-		return strconv.Quote(s)
+// short is echo without the quotes, for a method, a path or a JSON value.
+func short(s string) string {
+	if c, cut := idempotency.EchoCut(s); cut {
+		return c + "..."
 	}
-	cut := maxEchoBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
+	return s
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -228,7 +229,8 @@ func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
 		{RouteHealthz, http.HandlerFunc(h.healthz)},
 	}
 	if gatherer != nil {
-		rs = append(rs, route{RouteMetrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})})
+		rs = append(rs, route{RouteMetrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})},
+			route{"/metrics", methodNotAllowed("GET")})
 	}
 	// Method-less patterns catch the other methods on the same paths, and
 	// "/" everything else, so that every error is JSON.
@@ -237,8 +239,9 @@ func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
 		route{"/v1/orders/{id}", methodNotAllowed("GET")},
 		route{"/v1/orders/{id}/refunds", methodNotAllowed("POST")},
 		route{"/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET")},
+		route{"/healthz", methodNotAllowed("GET")},
 		route{"/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", r.Method, r.URL.Path))
+			writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", short(r.Method), short(r.URL.Path)))
 		})},
 	)
 }
@@ -246,7 +249,7 @@ func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "%s is not allowed here; use %s", r.Method, allow))
+		writeError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "%s is not allowed here; use %s", short(r.Method), allow))
 	}
 }
 
@@ -316,7 +319,26 @@ func (h *Handler) serveRecovering(w *idempotency.StatusWriter, r *http.Request) 
 			writeError(w, newError(http.StatusInternalServerError, CodeInternal, "", "the server failed; retry (with the same Idempotency-Key for a POST)"))
 		}
 	}()
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && !canonicalPath(p) {
+		// ServeMux would answer a redirect in HTML, to a path it escapes twice.
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "",
+			"no route for %s %s: the path has an empty, \".\" or \"..\" segment", short(r.Method), short(r.URL.Path)))
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// canonicalPath reports whether p is as ServeMux routes it, without a
+// redirect: rooted, no empty, "." or ".." segment but a trailing slash.
+func canonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean == p
 }
 
 func validRequestID(id string) bool {
@@ -519,6 +541,9 @@ func decodeStrict[T any](h *Handler, w http.ResponseWriter, r *http.Request, mem
 	if len(bytes.TrimSpace(body)) == 0 {
 		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body is empty; send a JSON object")
 	}
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		return req, newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body must be a JSON object, not null")
+	}
 	if aerr := checkMembers(body, members); aerr != nil {
 		return req, aerr
 	}
@@ -580,14 +605,15 @@ func jsonError(err error) *Error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the JSON object is cut short")
 	case errors.As(err, &typ) && typ.Field != "":
-		return newError(http.StatusBadRequest, CodeInvalidField, typ.Field, "want a JSON %s, got %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+		return newError(http.StatusBadRequest, CodeInvalidField, typ.Field, "want a JSON %s, got %s", jsonKind(typ.Type.Kind().String()), short(typ.Value))
 	case errors.As(err, &typ):
-		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body must be a JSON object, not %s", typ.Value)
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "", "the body must be a JSON object, not %s", strings.Fields(typ.Value + " ")[0])
 	}
 	// encoding/json reports unknown members only as text.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		field, _ := strconv.Unquote(name)
-		return newError(http.StatusBadRequest, CodeUnknownField, field, "%s is not a member of this request", name)
+		member, _ := strconv.Unquote(name)
+		field, _ := idempotency.EchoCut(member)
+		return newError(http.StatusBadRequest, CodeUnknownField, field, "%s is not a member of this request", echo(member))
 	}
 	return newError(http.StatusBadRequest, CodeInvalidJSON, "", "%v", err)
 }

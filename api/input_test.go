@@ -99,6 +99,16 @@ func TestBadInputGetsItsStatusAndWritesNothing(t *testing.T) {
 		{name: "order_id with a low surrogate alone", body: replace(`ord_1`, `\udc00x`), status: 400, code: api.CodeInvalidJSON},
 		{name: "high surrogate before a letter", body: replace(`ada@example.com`, `a\ud83d\u0041@example.com`), status: 400, code: api.CodeInvalidJSON},
 		{name: "bad order ID on GET", method: "GET", path: "/v1/orders/a%3Ab", status: 400, code: api.CodeInvalidField, field: "id"},
+		{name: "null body", body: `null`, status: 400, code: api.CodeInvalidJSON},
+		{name: "non-ASCII order_id", body: replace(`ord_1`, `ünï`), status: 400, code: api.CodeInvalidField, field: "order_id"},
+		{name: "order_id of 240 bytes", body: replace(`ord_1`, strings.Repeat("o", 240)), status: 400, code: api.CodeInvalidField, field: "order_id"},
+		{name: "amount of 60 000 digits", body: replace(`1999`, strings.Repeat("9", 60_000)), status: 400, code: api.CodeInvalidField, field: "amount_minor"},
+		{name: "unknown member of 3000 bytes", body: replace(`"currency"`, `"`+strings.Repeat("m", 3000)+`":1,"currency"`), status: 400, code: api.CodeUnknownField, field: strings.Repeat("m", 64)},
+		{name: "currency of 3000 bytes", body: replace(`"usd"`, `"`+strings.Repeat("c", 3000)+`"`), status: 400, code: api.CodeInvalidField, field: "currency"},
+		{name: "path with an empty segment", method: "GET", path: "/v1//orders/ord_1", status: 404, code: api.CodeNotFound},
+		{name: "path with a dot-dot segment", method: "POST", path: "/v1/orders/x/refunds/..", status: 404, code: api.CodeNotFound},
+		{name: "path of 20 KB", method: "GET", path: "/" + strings.Repeat("p", 20<<10), status: 404, code: api.CodeNotFound},
+		{name: "method of 5 KB", method: strings.Repeat("M", 5<<10), path: "/v1/orders", status: 405, code: api.CodeMethodNotAllowed},
 	}
 	for i, tc := range cases {
 		method, path := tc.method, tc.path
@@ -129,6 +139,8 @@ func TestBadInputGetsItsStatusAndWritesNothing(t *testing.T) {
 		e := decodeError(t, r)
 		require.Equal(t, tc.code, e.Code, "%s: %s", tc.name, r.body)
 		require.Equal(t, tc.field, e.Field, "%s: %s", tc.name, r.body)
+		require.Less(t, len(e.Message), 300, "%s: a refused value is quoted cut short: %s", tc.name, r.body)
+		require.NotRegexp(t, `part \d`, e.Message, "%s: effect-key internals: %s", tc.name, r.body)
 		require.Equal(t, map[string]int{"orders": 0, "keyed_outbox": 0, "api_requests": 0, "effects": 0}, b.rows(t),
 			"%s wrote something", tc.name)
 	}

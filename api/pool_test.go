@@ -67,6 +67,8 @@ func (b *bundle) routeProbes() map[string][]probe {
 		"/v1/orders/{id}":                     {{"DELETE", "/v1/orders/ord_1", a, "", "", http.StatusMethodNotAllowed}},
 		"/v1/orders/{id}/refunds":             {{"GET", "/v1/orders/ord_1/refunds", a, "", "", http.StatusMethodNotAllowed}},
 		"/v1/orders/{id}/refunds/{refund_id}": {{"DELETE", "/v1/orders/ord_1/refunds/r1", a, "", "", http.StatusMethodNotAllowed}},
+		"/healthz":                            {{"POST", "/healthz", "", "", "", http.StatusMethodNotAllowed}},
+		"/metrics":                            {{"DELETE", "/metrics", "", "", "", http.StatusMethodNotAllowed}},
 		"/":                                   {{"GET", "/v2/nothing", a, "", "", http.StatusNotFound}},
 	}
 }

@@ -117,9 +117,8 @@ func refundInput(tenant, orderID string, req createRefundRequest) (refunds.Refun
 	if _, err := effects.NewKey(tenant, "order", orderID); err != nil {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "id", "%s is not a valid order ID", echo(orderID))
 	}
-	if _, err := effects.NewKey(tenant, "refund", in.RefundID); err != nil || in.RefundID == "" || len(in.RefundID) > refunds.MaxRefundIDBytes {
-		return in, newError(http.StatusBadRequest, CodeInvalidField, "refund_id",
-			"%s is not a valid refund ID: 1 to %d bytes of printable ASCII, without ':' or spaces", echo(in.RefundID), refunds.MaxRefundIDBytes)
+	if reason := orders.CheckID(in.RefundID); reason != "" {
+		return in, newError(http.StatusBadRequest, CodeInvalidField, "refund_id", "%s is not a valid refund ID: %s", echo(in.RefundID), reason)
 	}
 	if in.AmountMinor <= 0 || in.AmountMinor > refunds.MaxAmountMinor {
 		return in, newError(http.StatusBadRequest, CodeInvalidField, "amount_minor",

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/keyedhq/keyed/idempotency"
 )
 
 func TestLoneSurrogate(t *testing.T) {
@@ -23,15 +25,15 @@ func TestLoneSurrogate(t *testing.T) {
 	}
 }
 
-// An error quotes at most maxEchoBytes of a refused value, never cutting a
+// An error quotes at most idempotency.MaxEchoBytes of a refused value, never cutting a
 // character in two.
 func TestEchoCutsLongInput(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("r", 600)
 	for in, want := range map[string]string{
 		"r1":                                   `"r1"`,
-		long[:maxEchoBytes]:                    `"` + long[:maxEchoBytes] + `"`,
-		long:                                   `"` + long[:maxEchoBytes] + `"...`,
+		long[:idempotency.MaxEchoBytes]:        `"` + long[:idempotency.MaxEchoBytes] + `"`,
+		long:                                   `"` + long[:idempotency.MaxEchoBytes] + `"...`,
 		strings.Repeat("r", 63) + "é" + "tail": `"` + strings.Repeat("r", 63) + `"...`,
 		"a\nb":                                 `"a\nb"`,
 	} {

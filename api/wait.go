@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -188,7 +189,7 @@ func (h *Handler) createOrderWaiting(w http.ResponseWriter, r *http.Request, q *
 		if resp, err = responseOf(status, out, body); err != nil {
 			return err
 		}
-		setWaited(w, &resp, "/v1/orders/"+no.ID, wait)
+		setWaited(w, &resp, "/v1/orders/"+url.PathEscape(no.ID), wait)
 		return q.CompleteTx(actx, tx, resp)
 	})
 	if err != nil {
@@ -253,7 +254,7 @@ func (h *Handler) createRefundWaiting(w http.ResponseWriter, r *http.Request, q 
 		if resp, err = responseOf(status, refundOutcomeOf(view), body); err != nil {
 			return err
 		}
-		setWaited(w, &resp, "/v1/orders/"+in.OrderID+"/refunds/"+in.RefundID, wait)
+		setWaited(w, &resp, "/v1/orders/"+url.PathEscape(in.OrderID)+"/refunds/"+url.PathEscape(in.RefundID), wait)
 		return q.CompleteTx(actx, tx, resp)
 	})
 	if err != nil {

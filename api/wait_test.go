@@ -131,22 +131,25 @@ func TestPreferWaitAnswersPaidDeclinedOrPending(t *testing.T) {
 	b.requireReplay(t, "/v1/orders", "k-declined", declinedBody, declined)
 
 	b.w.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultLatency, Delay: 3 * time.Second, Match: "ord_slow"})
-	slowBody := orderBody("ord_slow", 1250)
+	// The slow order's ID holds characters a path must escape: its
+	// Location names it, not a query or a fragment.
+	const slowID = "ord_slow?x=1#f%20"
+	slowBody := orderBody(slowID, 1250)
 	slow, oc := b.order(t, "k-slow", slowBody, "wait=1")
 	require.Equal(t, http.StatusAccepted, slow.status, "%s", slow.body)
 	require.Equal(t, orders.StatusPending, oc.Order.Status)
 	require.Equal(t, api.ChargePending, oc.Charge.State)
-	require.Equal(t, "/v1/orders/ord_slow", slow.header.Get("Location"))
+	require.Equal(t, "/v1/orders/ord_slow%3Fx=1%23f%2520", slow.header.Get("Location"))
 	b.requireReplay(t, "/v1/orders", "k-slow", slowBody, slow)
 	require.Eventually(t, func() bool {
-		r := doAt(t, b.srv.Client(), b.srv.URL, "GET", "/v1/orders/ord_slow", b.key, "", "")
+		r := doAt(t, b.srv.Client(), b.srv.URL, "GET", slow.header.Get("Location"), b.key, "", "")
 		var d api.OrderDetail
 		require.NoError(t, json.Unmarshal(r.body, &d))
 		return d.Order.Status == orders.StatusPaid
 	}, 30*time.Second, 50*time.Millisecond, "the relay's or the API's run goes on after the 202")
 	b.requireReplay(t, "/v1/orders", "k-slow", slowBody, slow)
 
-	for _, id := range []string{"ord_paid", "ord_declined", "ord_slow"} {
+	for _, id := range []string{"ord_paid", "ord_declined", slowID} {
 		require.EqualValues(t, 1, b.runs(t, orders.WorkflowID(b.tenant, id)), id)
 	}
 	require.Equal(t, 2, b.w.Stripe.Charges(), "one charge per paid order, none for the declined")

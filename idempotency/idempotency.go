@@ -24,7 +24,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/internal/config"
@@ -111,6 +113,33 @@ func (e *Error) Error() string {
 // NewError returns an *Error with a formatted message.
 func NewError(status int, code, field, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// MaxEchoBytes bounds how much of a refused value an error quotes back.
+const MaxEchoBytes = 64
+
+// Echo quotes a value a client sent and the server refused, for an error
+// message: cut to its first MaxEchoBytes bytes (then ending in "..."), so
+// that an error never repeats a long input whole.
+func Echo(s string) string {
+	q, cut := EchoCut(s)
+	if cut {
+		return strconv.Quote(q) + "..."
+	}
+	return strconv.Quote(q)
+}
+
+// EchoCut returns s cut to at most MaxEchoBytes bytes at a rune's start,
+// and whether it was cut: a refused value fit to stand in an error's field.
+func EchoCut(s string) (string, bool) {
+	if len(s) <= MaxEchoBytes {
+		return s, false
+	}
+	cut := MaxEchoBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut], true
 }
 
 // WriteError writes e as {"error":{…}}, the body of every error response

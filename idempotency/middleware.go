@@ -208,7 +208,7 @@ func (m *Middleware) claim(w http.ResponseWriter, r *http.Request, q *Request, f
 		case errors.Is(err, errKeyReused):
 			m.observe("key_reused")
 			m.writeErr(w, r, NewError(http.StatusUnprocessableEntity, CodeKeyReused, HeaderKey,
-				"Idempotency-Key %q was first used with a different request body; use a new key for a new request", q.key))
+				"Idempotency-Key %s was first used with a different request body; use a new key for a new request", Echo(q.key)))
 			return nil, false
 		case errors.Is(err, errInProgress) && time.Now().Add(pause).Before(until) && r.Context().Err() == nil:
 			time.Sleep(pause)
@@ -218,7 +218,7 @@ func (m *Middleware) claim(w http.ResponseWriter, r *http.Request, q *Request, f
 			m.observe("in_progress")
 			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 			m.writeErr(w, r, NewError(http.StatusConflict, CodeRequestInProgress, HeaderKey,
-				"a request with Idempotency-Key %q is still running; retry after %d s", q.key, RetryAfterSeconds))
+				"a request with Idempotency-Key %s is still running; retry after %d s", Echo(q.key), RetryAfterSeconds))
 			return nil, false
 		case err != nil:
 			m.release(r.Context(), q)
@@ -293,7 +293,7 @@ func (m *Middleware) Fail(w http.ResponseWriter, r *http.Request, what string, e
 			key = q.key
 		}
 		m.writeErr(w, r, NewError(http.StatusConflict, CodeRequestInProgress, HeaderKey,
-			"this request outlived its hold on Idempotency-Key %q and was undone; retry after %d s", key, RetryAfterSeconds))
+			"this request outlived its hold on Idempotency-Key %s and was undone; retry after %d s", Echo(key), RetryAfterSeconds))
 		return
 	case Unavailable(err):
 		m.logger.ErrorContext(r.Context(), what, "error", err)

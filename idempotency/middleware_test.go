@@ -269,7 +269,8 @@ func TestPreferredWait(t *testing.T) {
 		{[]string{"wait=10"}, 10 * time.Second, true},
 		{[]string{"respond-async, WAIT=3"}, 3 * time.Second, true},
 		{[]string{"handling=lenient", `wait="4"; x=1`}, 4 * time.Second, true},
-		{[]string{"wait=100"}, 20 * time.Second, true}, // capped
+		{[]string{"wait=100"}, 20 * time.Second, true},                  // capped
+		{[]string{"wait=99999999999999999999"}, 20 * time.Second, true}, // capped, not ignored
 		{[]string{"wait=0"}, 0, true},
 		{[]string{"wait=-1"}, 0, false},
 		{[]string{"wait=soon"}, 0, false},

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,8 +16,8 @@ const (
 )
 
 // PreferredWait returns the wait r prefers (RFC 7240 §4.3, "Prefer: wait=N",
-// N seconds), capped at limit, and whether it asked for one and limit is
-// positive. Preference names are case-insensitive, a value may be quoted,
+// N seconds), capped at limit (N past 32 bits too), and whether it asked
+// for one and limit is positive. Preference names are case-insensitive, a value may be quoted,
 // other preferences and parameters are ignored, and the first wait counts.
 func PreferredWait(r *http.Request, limit time.Duration) (time.Duration, bool) {
 	if limit <= 0 {
@@ -31,6 +32,10 @@ func PreferredWait(r *http.Request, limit time.Duration) (time.Duration, bool) {
 			}
 			value = strings.Trim(strings.TrimSpace(value), `"`)
 			n, err := strconv.ParseUint(value, 10, 32)
+			var num *strconv.NumError
+			if errors.As(err, &num) && num.Err == strconv.ErrRange {
+				return limit, true // more seconds than anyone waits: the most there is
+			}
 			if err != nil {
 				return 0, false
 			}

@@ -14,7 +14,7 @@ import (
 func NormalizeCurrency(code string) (string, error) {
 	for i := 0; i < len(code); i++ {
 		if code[i] >= 0x80 {
-			return "", &ValidationError{Field: "currency", Reason: fmt.Sprintf("%q is not an ISO 4217 code: it has non-ASCII characters", code)}
+			return "", &ValidationError{Field: "currency", Reason: fmt.Sprintf("%.16q is not an ISO 4217 code: it has non-ASCII characters", code)}
 		}
 	}
 	return strings.ToLower(code), nil

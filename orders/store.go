@@ -104,19 +104,15 @@ var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
 // Validate returns a *ValidationError naming the first invalid field. The
 // customer email must pass ValidateEmail.
 func (o NewOrder) Validate() error {
+	if _, err := effects.NewKey(o.TenantID, "x"); err != nil {
+		return &ValidationError{Field: "tenant_id", Reason: strings.TrimPrefix(err.Error(), effects.ErrInvalidKey.Error()+": ")}
+	}
+	if reason := CheckID(o.ID); reason != "" {
+		return &ValidationError{Field: "order_id", Reason: reason}
+	}
 	// StepMarkFailed is the longest step: if its key fits, every step's does.
 	if _, err := effects.NewKey(o.TenantID, "order", o.ID, StepMarkFailed); err != nil {
-		field := "order_id"
-		if _, terr := effects.NewKey(o.TenantID, "x"); terr != nil {
-			field = "tenant_id"
-		}
-		return &ValidationError{Field: field, Reason: strings.TrimPrefix(err.Error(), effects.ErrInvalidKey.Error()+": ")}
-	}
-	if len(o.ID) > 64 {
-		return &ValidationError{Field: "order_id", Reason: "longer than 64 bytes"}
-	}
-	if strings.Contains(o.ID, "/") || strings.Trim(o.ID, ".") == "" {
-		return &ValidationError{Field: "order_id", Reason: `holds "/" or only dots: it names one segment of the path /v1/orders/{id}`}
+		return &ValidationError{Field: "order_id", Reason: fmt.Sprintf("too long for this tenant: its effect keys would be over %d bytes", effects.MaxKeyLen)}
 	}
 	if o.AmountMinor <= 0 {
 		return &ValidationError{Field: "amount_minor", Reason: fmt.Sprintf("%d is not a positive amount in minor units", o.AmountMinor)}
@@ -125,7 +121,7 @@ func (o NewOrder) Validate() error {
 		return &ValidationError{Field: "amount_minor", Reason: "above the 99999999 Stripe accepts"}
 	}
 	if !Currencies[o.Currency] {
-		return &ValidationError{Field: "currency", Reason: fmt.Sprintf("%q is not a supported lower-case ISO 4217 code", o.Currency)}
+		return &ValidationError{Field: "currency", Reason: fmt.Sprintf("%.16q is not a supported lower-case ISO 4217 code", o.Currency)}
 	}
 	if err := ValidateEmail(o.CustomerEmail); err != nil {
 		return err

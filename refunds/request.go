@@ -14,6 +14,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/step"
 )
 
 // ErrNotRefundable means the order is not paid (pending, failed) or is
@@ -73,7 +74,7 @@ func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
 
 // RequestTx checks in against its order and the ledger and enqueues its refund
 // run's start in tx; created=false when the same refund was requested already
-// (nothing written). It first takes the order's request lock, held until tx
+// (nothing written). The refund ID must pass orders.CheckID. It first takes the order's request lock, held until tx
 // ends, so that requests of one order count each other's refunds; Reserve
 // repeats the amount checks and is their authority. It returns errors
 // wrapping ErrInvalidInput (or the key's), orders.ErrNotFound, ErrConflict
@@ -82,6 +83,11 @@ func FromStartRequest(req outbox.Request) (RefundInput, string, error) {
 // ErrTooManyRefunds (the order has MaxPerOrder refunds), and database
 // errors. On an error roll tx back.
 func RequestTx(ctx context.Context, tx pgx.Tx, store *orders.Store, in RefundInput) (order *orders.Order, created bool, err error) {
+	// The ID rule binds new requests only: Validate keeps accepting the
+	// runs and outbox rows of refunds requested before it.
+	if reason := orders.CheckID(in.RefundID); reason != "" {
+		return nil, false, fmt.Errorf("request refund: %w: refund_id: %s", step.ErrInvalidInput, reason)
+	}
 	if err := in.Validate(); err != nil {
 		return nil, false, fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
 	}
