@@ -15,7 +15,7 @@ const StartFailed = "start_failed"
 const (
 	// EffectResolvedRetry is the code of an effect an operator resolved
 	// with "retry"; the next run acts again.
-	EffectResolvedRetry = "resolved_retry"
+	EffectResolvedRetry = effects.CodeResolvedRetry
 	// EffectUnclassified stands for a stored code outside the shape
 	// tenants are shown ([a-z][a-z0-9_]{0,63}), and for a failure without
 	// a code.

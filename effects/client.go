@@ -177,6 +177,9 @@ type Claim struct {
 	LeaseUntil time.Time
 	Done       bool
 	Result     json.RawMessage
+	// Resolved is set on a ModeRetry claim of a record an operator resolved
+	// with ResolveRetry: someone who checked says the effect did not happen.
+	Resolved bool
 
 	maxResult int       // ClaimParams.MaxResultBytes, or zero
 	createdAt time.Time // the record's created_at
@@ -365,7 +368,7 @@ func (c *Client) claim(ctx context.Context, db DB, p ClaimParams) (*Claim, error
 				return nil, &InProgressError{Key: p.Key.String(), Owner: rec.Owner, LeaseUntil: *rec.LeaseUntil}
 			}
 		case StateFailedTransient:
-			cl.Mode = ModeRetry
+			cl.Mode, cl.Resolved = ModeRetry, rec.ErrorCode == CodeResolvedRetry
 		}
 		cl.createdAt, cl.leaf = rec.CreatedAt, leaf
 		err = db.QueryRow(ctx, fmt.Sprintf(claimTakeSQL, cl.table()), p.Key.String(), rec.Generation, p.Owner, lease.Microseconds(), rec.CreatedAt).

@@ -22,6 +22,10 @@ const (
 	ResolveRetry Resolution = "retry"
 )
 
+// CodeResolvedRetry is the error code ResolveRetry stores: the next claim
+// takes the record with ModeRetry and Resolved set.
+const CodeResolvedRetry = "resolved_retry"
+
 // resolvedPrefix starts the error message Resolve stores with the reason.
 const resolvedPrefix = "resolved by operator: "
 
@@ -77,7 +81,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, p ResolveParams) (*Record
 		}
 		result = body
 	case ResolveRetry:
-		state, code = StateFailedTransient, "resolved_retry"
+		state, code = StateFailedTransient, CodeResolvedRetry
 	default:
 		return nil, fmt.Errorf("resolve %s: resolution %q is neither %q nor %q", key, p.Resolution, ResolveDone, ResolveRetry)
 	}

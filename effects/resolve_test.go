@@ -12,10 +12,14 @@ import (
 func TestResolve(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	var resolved []bool // each acting claim's Resolved
 	send := func(key effects.Key, sends *int) (string, error) {
 		return effects.Do(b.ctx, b.client, effects.ClaimParams{Key: key, Owner: "wf/receipt"},
-			func(context.Context, *effects.Claim) (string, error) { *sends++; return "msg-1", nil },
-			&effects.DoOpts{AtMostOnce: true})
+			func(_ context.Context, cl *effects.Claim) (string, error) {
+				resolved = append(resolved, cl.Resolved)
+				*sends++
+				return "msg-1", nil
+			}, &effects.DoOpts{AtMostOnce: true})
 	}
 
 	// An ambiguous send, resolved as "retry" after the provider shows nothing
@@ -34,6 +38,7 @@ func TestResolve(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "msg-1", got)
 	require.Equal(t, 1, sends)
+	require.Equal(t, []bool{true}, resolved, "the claim after an operator's retry says so")
 
 	// An ambiguous send resolved as "done": later runs replay, never send.
 	doneKey := effects.MustKey("acme", "order", "r2", "receipt")

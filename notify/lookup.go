@@ -51,13 +51,19 @@ func newLookupOpts(opts *SenderOpts, window, sendTimeout time.Duration) (lookupO
 
 // settle runs when an attempt finds an earlier unfinished claim, before it may
 // send. It returns done with the result when SendGrid shows a message under
-// the key; done false and no error when sending is safe under policy; else the
-// error to record (a transient *LookupError, or an ambiguous one at most once).
-func (s *Sender) settle(ctx context.Context, m Message, policy Policy, rcpt []byte, log *slog.Logger) (Result, bool, error) {
+// the key; done false and no error when sending is safe under policy, or an
+// operator resolved the key to retry (resolved: they checked, and SendGrid's
+// look-up, failing or lagging, does not overrule them); else the error to
+// record (a transient *LookupError, or an ambiguous one at most once).
+func (s *Sender) settle(ctx context.Context, m Message, policy Policy, rcpt []byte, resolved bool, log *slog.Logger) (Result, bool, error) {
 	id, lerr := s.find(ctx, m.Key)
 	if lerr == nil && id != "" {
 		log.InfoContext(ctx, "email found at SendGrid under the effect key; not sending again", "message_id", id)
 		return Result{MessageID: id}, true, nil
+	}
+	if resolved {
+		log.WarnContext(ctx, "an operator resolved the email as not sent; sending", "lookup_failed", lerr != nil)
+		return Result{}, false, nil
 	}
 	since, posted, err := s.lastPost(ctx, m, rcpt)
 	if err != nil {

@@ -253,6 +253,51 @@ func TestLookupOutage(t *testing.T) {
 		require.NotContains(t, b.logs.String(), apiKey)
 	})
 
+	t.Run("an operator's retry sends though the look-up is down", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, lookupOpts(notify.AtMostOnce))
+		ctx := context.Background()
+		m := message("9f3a", "receipt")
+		postedAndDied(t, b, m) // its row says it may have posted; it did not
+		b.fake.SetLookupOutage(true)
+		time.Sleep(testSendTimeout + testLag + testGiveUp)
+		_, err := b.sender.Send(ctx, m)
+		require.ErrorIs(t, err, effects.ErrAmbiguous)
+
+		// An operator checked SendGrid's dashboard: not sent.
+		_, err = b.claims.Resolve(ctx, m.Key, effects.ResolveParams{Resolution: effects.ResolveRetry, Reason: "not in the dashboard"})
+		require.NoError(t, err)
+		res, err := b.sender.Send(ctx, m)
+		require.NoError(t, err)
+		require.NotEmpty(t, res.MessageID)
+		require.Len(t, b.sent(m), 1)
+		require.Contains(t, b.logs.String(), "an operator resolved the email as not sent; sending")
+	})
+
+	t.Run("an operator's retry does not resend what SendGrid shows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, lookupOpts(notify.AtMostOnce))
+		ctx := context.Background()
+		m := message("9f3a", "receipt")
+		b.fake.Inject(fakesendgrid.Fault{Kind: fakesendgrid.FaultDropResponse})
+		_, err := b.sender.Send(ctx, m)
+		require.ErrorIs(t, err, notify.ErrUnconfirmed)
+		b.fake.SetLookupOutage(true)
+		time.Sleep(testSendTimeout + testLag + testGiveUp)
+		_, err = b.sender.Send(ctx, m)
+		require.ErrorIs(t, err, effects.ErrAmbiguous)
+
+		// A mistaken retry, decided once the look-up is back: SendGrid's
+		// record of the message wins.
+		b.fake.SetLookupOutage(false)
+		_, err = b.claims.Resolve(ctx, m.Key, effects.ResolveParams{Resolution: effects.ResolveRetry, Reason: "looked wrong"})
+		require.NoError(t, err)
+		res, err := b.sender.Send(ctx, m)
+		require.NoError(t, err)
+		require.Len(t, b.sent(m), 1)
+		require.Equal(t, b.sent(m)[0].MessageID, res.MessageID)
+	})
+
 	t.Run("at least once sends after the bound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, lookupOpts(notify.AtLeastOnce))

@@ -303,7 +303,7 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	res, err := effects.Do(ctx, s.claims, p, func(ctx context.Context, claim *effects.Claim) (Result, error) {
 		log := s.logger.With("effect_key", m.Key.String(), "template", m.Template, "policy", string(policy))
 		if claim.Mode != effects.ModeNew || m.LookUpFirst {
-			res, done, err := s.settle(ctx, m, policy, rcpt, log)
+			res, done, err := s.settle(ctx, m, policy, rcpt, claim.Resolved, log)
 			if err != nil || done {
 				return res, err
 			}
