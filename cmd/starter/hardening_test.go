@@ -74,13 +74,14 @@ func TestResolveRefusesBadInputWithExitTwo(t *testing.T) {
 	t.Parallel()
 	_, url := effectstest.NewSchema(t)
 	pool := dbtest.Connect(t, url)
-	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+	env := withTemporal(t, map[string]string{"DATABASE_URL": url})
 	fxc := effectstest.NewClient(t, pool, nil)
 	ctx := context.Background()
 	key := effects.MustKey("acme", "order", "r2", "receipt")
 	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/receipt"})
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("ambiguous", "may have been sent")))
+	runDeleted(t, pool, key)
 
 	resolve := func(args ...string) []string {
 		return append([]string{"resolve", "--key", key.String(), "--by", "ada"}, args...)

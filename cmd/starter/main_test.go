@@ -34,7 +34,7 @@ func starter(t *testing.T, vars map[string]string, args ...string) (int, string,
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	code := run(ctx, args, &env{stdout: &stdout, stderr: &stderr, lookup: fxapptest.Lookup(vars)})
+	code := run(ctx, args, &env{stdout: &stdout, stderr: &stderr, lookup: fxapptest.Lookup(vars), environ: fxapptest.Environ(vars)})
 	return code, stdout.String(), stderr.String()
 }
 
@@ -217,14 +217,51 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	require.Contains(t, errOut, "order not found")
 }
 
+// workerEnv is the environment that points the starter at w's database,
+// Temporal, namespace and task queue.
+func workerEnv(w *fxapptest.Worker) map[string]string {
+	env := map[string]string{}
+	for _, k := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE"} {
+		env[k] = w.Env[k]
+	}
+	return env
+}
+
+// closedRun starts a run of the workflow id on a queue nobody polls and
+// terminates it: a run that has ended, as after a decision timeout.
+func closedRun(t *testing.T, w *fxapptest.Worker, id string) {
+	t.Helper()
+	ctx := context.Background()
+	run, err := w.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: w.Env["TEMPORAL_TASK_QUEUE"] + "-nobody"}, "OrderWorkflow")
+	require.NoError(t, err)
+	require.NoError(t, w.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "test: the run has ended"))
+}
+
+// withTemporal adds to env a dev server of the test's own, which has no run
+// of any order: resolve settles a record alone there once runDeleted.
+func withTemporal(t *testing.T, env map[string]string) map[string]string {
+	t.Helper()
+	srv := fxapptest.StartServer(t)
+	env["TEMPORAL_ADDRESS"], env["TEMPORAL_NAMESPACE"] = srv.Address(), srv.Namespace()
+	return env
+}
+
+// runDeleted ages k's record past any namespace's retention, as when the
+// run that made it closed long ago and has been deleted.
+func runDeleted(t *testing.T, db effects.DB, k effects.Key) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `UPDATE keyed_effects SET updated_at = now() - interval '400 days' WHERE key = $1`, k.String())
+	require.NoError(t, err)
+}
+
 func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 	t.Parallel()
-	_, url := effectstest.NewSchema(t)
-	pool := dbtest.Connect(t, url)
-	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
-	fxc := effectstest.NewClient(t, pool, nil)
+	w := fxapptest.Start(t, nil)
+	env := workerEnv(w)
+	fxc := w.Effects
 	ctx := context.Background()
 	key := effects.MustKey("acme", "order", "r1", "receipt")
+	closedRun(t, w, orders.WorkflowID("acme", "r1"))
 	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/receipt"})
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("ambiguous", "may have been sent")))
@@ -286,10 +323,7 @@ func TestResolveSettlesAnAmbiguousEffect(t *testing.T) {
 func TestResolveRefusesWhileTheRunRuns(t *testing.T) {
 	t.Parallel()
 	w := fxapptest.Start(t, nil)
-	env := map[string]string{}
-	for _, k := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE"} {
-		env[k] = w.Env[k]
-	}
+	env := workerEnv(w)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// An open run of the order on a queue no worker polls: running, waiting for nothing.
@@ -313,6 +347,45 @@ func TestResolveRefusesWhileTheRunRuns(t *testing.T) {
 	after, err := w.Effects.Get(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, before, after)
+}
+
+// A decision is settled in the record alone only when Temporal says no run
+// can settle it: with Temporal unreachable resolve exits 1, and with no run
+// in a namespace that should still hold it (the record changed within its
+// retention) it refuses with exit 2, naming TEMPORAL_NAMESPACE; neither
+// changes anything. Once the record is older than the retention, the run
+// was deleted and resolve settles the record.
+func TestResolveSettlesTheRecordOnlyWhenNoRunCan(t *testing.T) {
+	t.Parallel()
+	w := fxapptest.Start(t, nil)
+	ctx := context.Background()
+	key := effects.MustKey("acme", "order", "gone-1", "receipt")
+	cl, err := w.Effects.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/receipt"})
+	require.NoError(t, err)
+	require.NoError(t, w.Effects.Fail(ctx, cl, effects.NewCodedError("ambiguous", "may have been sent")))
+	before, err := w.Effects.Get(ctx, key)
+	require.NoError(t, err)
+	retry := []string{"resolve", "--key", key.String(), "--as", "retry", "--by", "ada", "--reason", "not in SendGrid"}
+
+	down := workerEnv(w)
+	down["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	code, out, errOut := starter(t, down, retry...)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errOut, "ask Temporal whether the run order:acme:gone-1:fulfil waits")
+	require.Contains(t, errOut, "nothing changed")
+
+	code, out, errOut = starter(t, workerEnv(w), retry...)
+	require.Equal(t, 2, code, out)
+	require.Contains(t, errOut, "has no run order:acme:gone-1:fulfil")
+	require.Contains(t, errOut, "TEMPORAL_NAMESPACE")
+	after, err := w.Effects.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+
+	runDeleted(t, w.Pool, key)
+	code, out, errOut = starter(t, workerEnv(w), retry...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "is now failed_transient")
 }
 
 func TestReconcileExitsThreeOnFindings(t *testing.T) {

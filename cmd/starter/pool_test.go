@@ -120,6 +120,7 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 			cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/receipt"})
 			require.NoError(t, err)
 			require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("ambiguous", "may have been sent")))
+			runDeleted(t, pool, key)
 			require.Contains(t, ok("resolve", "--key", key.String(), "--as", "retry", "--reason", "not in SendGrid", "--by", "ops"), "is now")
 		}},
 		{"reconcile", func() { require.Contains(t, ok("reconcile", "--since", "1h"), "no findings") }},

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -42,11 +43,14 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 			"When the run of the key's order or refund waits for this decision (KeyedAttention, see\n"+
 			"'starter attention'), resolve sends it the decide update: the run checks and applies it, fenced and\n"+
 			"audited with --by, and continues in the same run. While that run runs and waits for nothing it\n"+
-			"settles the step itself, and resolve refuses (exit 2). Otherwise it checks and settles the record alone,\n"+
-			"asking Stripe with STRIPE_SECRET_KEY (STRIPE_API_BASE) and SendGrid with SENDGRID_API_KEY\n"+
-			"(SENDGRID_API_BASE) from the environment; then re-run the order's checkout with 'starter start' (a\n"+
-			"refund: 'starter refund'). Live claims and succeeded effects are refused, and so is every effect of a\n"+
-			"failed order (a declined charge): a failed order is final. A refused decision exits 2 and says why.",
+			"settles the step itself, and resolve refuses (exit 2). If Temporal cannot be asked it exits 1, and if the\n"+
+			"namespace has no run of the key although its record changed within the namespace's retention (a wrong\n"+
+			"TEMPORAL_NAMESPACE?) it refuses (exit 2): both change nothing. Once the run has closed, or was deleted\n"+
+			"after its retention, it checks and settles the record alone, asking Stripe with STRIPE_SECRET_KEY\n"+
+			"(STRIPE_API_BASE) and SendGrid with SENDGRID_API_KEY (SENDGRID_API_BASE) from the environment; then\n"+
+			"re-run the order's checkout with 'starter start' (a refund: 'starter refund'). Live claims and\n"+
+			"succeeded effects are refused, and so is every effect of a failed order (a declined charge): a failed\n"+
+			"order is final. A refused decision exits 2 and says why.",
 		config.MigrateFlag)
 	key := f.String("key", "", "the effect `key`, such as acme:order:9f3a:receipt (required)")
 	as := f.String("as", "", "the `outcome`: done (it happened) or retry (it did not) (required)")
@@ -88,7 +92,7 @@ func runResolve(ctx context.Context, e *env, args []string) error {
 		if err := refuseFinalOrder(ctx, store, k); err != nil {
 			return migrationHint(ctx, pool, cfg, err)
 		}
-		decided, err := decideWaitingRun(ctx, e, tc, k, d)
+		decided, err := decideWaitingRun(ctx, cfg, tc, fxc, k, d)
 		if err != nil || decided != nil {
 			return printDecision(e, decided, err, *asJSON)
 		}
@@ -175,12 +179,13 @@ func declaredOutcome(name string) step.Outcome {
 
 // decideWaitingRun sends d to the run that makes k's effect, an order's or
 // a refund's (runOfKey), when it waits on k's step, and returns what the
-// run applied. It returns nil and no error when there is no open run (or
-// Temporal cannot be asked, which it reports on stderr), so that the
-// caller settles the record alone; and a usage error when the run is open
-// but waits for nothing, waits on another step or refuses the decision,
-// saying why.
-func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.Key, d pipeline.Decision) (*pipeline.DecisionResult, error) {
+// run applied. It returns nil and no error when no run can settle the step
+// (the run has closed, or is gone: runGone), so that the caller settles the
+// record alone; a usage error when the run is open but waits for nothing,
+// waits on another step or refuses the decision, or when the namespace
+// should hold the run and does not; and an error when Temporal cannot be
+// asked, since a record settled beside a waiting run leaves it waiting.
+func decideWaitingRun(ctx context.Context, cfg *config.Config, tc client.Client, fxc *effects.Client, k effects.Key, d pipeline.Decision) (*pipeline.DecisionResult, error) {
 	id, keyStep, ok := runOfKey(k)
 	if !ok {
 		return nil, nil
@@ -193,11 +198,13 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 	case errors.Is(err, pipeline.ErrRunning):
 		return nil, usagef("the run %s is still running and does not wait for a decision: it settles %s itself, "+
 			"and a decision written beside it would race it; nothing changed. Decide once it waits (starter attention) or has ended", id, keyStep)
-	case errors.Is(err, pipeline.ErrNotWaiting), errors.As(err, &notFound):
+	case errors.Is(err, pipeline.ErrNotWaiting):
 		return nil, nil
+	case errors.As(err, &notFound):
+		return nil, runGone(askCtx, cfg.Temporal.Namespace, tc, fxc, k, id)
 	case err != nil:
-		fmt.Fprintf(e.stderr, "starter resolve: cannot ask Temporal whether the run %s waits (%v); settling the record only\n", id, err)
-		return nil, nil
+		return nil, fmt.Errorf("ask Temporal whether the run %s waits for this decision: %w; nothing changed: "+
+			"a record settled beside a waiting run would leave it waiting, so retry once Temporal answers", id, err)
 	}
 	if w.Step != keyStep {
 		return nil, usagef("the run %s waits on %s (%s), not on %s: decide that step", id, w.Step, w.Attention, keyStep)
@@ -208,6 +215,33 @@ func decideWaitingRun(ctx context.Context, e *env, tc client.Client, k effects.K
 		return nil, usagef("the waiting run %s refused the decision: %s", id, failureMessage(err))
 	}
 	return res, nil
+}
+
+// runGone returns nil when namespace has no run id because it was deleted:
+// k's record (or its absence, which resolveRecord reports) last changed
+// longer ago than the namespace's retention, so a run that made it has
+// closed and been removed since. Otherwise the namespace should still hold
+// that run, and it is probably the wrong one: a usage error.
+func runGone(ctx context.Context, namespace string, tc client.Client, fxc *effects.Client, k effects.Key, id string) error {
+	rec, err := fxc.Get(ctx, k)
+	if errors.Is(err, effects.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", k, err)
+	}
+	ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("read namespace %s's retention: %w; nothing changed", namespace, err)
+	}
+	retention := ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
+	since := time.Since(rec.UpdatedAt)
+	if since > retention {
+		return nil
+	}
+	return usagef("namespace %s has no run %s, yet %s changed %s ago, within the namespace's retention (%s): "+
+		"the run that made it would still be there. Is TEMPORAL_NAMESPACE (--temporal-namespace) the one the workers use? Nothing changed",
+		namespace, id, k, since.Round(time.Second), retention)
 }
 
 // failureMessage returns the message of the application error in err's

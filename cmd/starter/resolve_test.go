@@ -63,8 +63,8 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 	fake := fakestripe.New(nil)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1",
-		"STRIPE_SECRET_KEY": "sk_test_resolve", "STRIPE_API_BASE": srv.URL}
+	env := withTemporal(t, map[string]string{"DATABASE_URL": url,
+		"STRIPE_SECRET_KEY": "sk_test_resolve", "STRIPE_API_BASE": srv.URL})
 	fxc := effectstest.NewClient(t, pool, nil)
 	ctx := context.Background()
 	store, err := orders.NewStore(pool)
@@ -76,6 +76,7 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 	cl, err := fxc.Claim(ctx, effects.ClaimParams{Key: key, Owner: "wf/charge"})
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, effects.NewCodedError("key_reused", "the key came back with other inputs")))
+	runDeleted(t, pool, key)
 	sc, err := stripestep.NewClient("sk_test_resolve", srv.URL, nil)
 	require.NoError(t, err)
 	p := &stripe.PaymentIntentParams{Amount: stripe.Int64(2500), Currency: stripe.String("eur"),
@@ -115,6 +116,7 @@ func TestResolveDoneChecksTheProvider(t *testing.T) {
 	cl, err = fxc.Claim(ctx, effects.ClaimParams{Key: reserve, Owner: "refund:acme:p1:r1/refund_reserve"})
 	require.NoError(t, err)
 	require.NoError(t, fxc.Fail(ctx, cl, &step.Error{Type: step.ErrTypeInvalidState, Message: "order is pending, not paid: nothing to refund"}))
+	runDeleted(t, pool, reserve)
 	code, _, errOut = starter(t, env, "resolve", "--key", reserve.String(), "--as", "done", "--by", "ops", "--reason", "x", "--unverified",
 		"--result", `{"amount_minor":500,"currency":"eur","refunded_minor":500,"charged_minor":500}`)
 	require.Equal(t, 2, code, errOut)
