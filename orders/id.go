@@ -8,6 +8,13 @@ import (
 // MaxIDBytes bounds an order's ID and a refund's.
 const MaxIDBytes = 64
 
+// RefundKeyRoom is what the effect key of a refund of an order adds to the
+// order's key: ":refund:", a refund ID of up to MaxIDBytes, ':' and a
+// refund step's name of up to 16 bytes (package refunds, whose tests hold
+// its steps to it). NewOrder.Validate keeps that room, so that every order
+// that can be charged can be refunded.
+const RefundKeyRoom = len(":refund:") + MaxIDBytes + len(":") + 16
+
 // CheckID returns why id cannot name an order or a refund, or "" if it
 // can. An ID is 1 to MaxIDBytes bytes of printable ASCII without spaces,
 // ':' (it is a part of effect keys and workflow IDs) or '/', and not only

@@ -24,3 +24,20 @@ func TestCheckID(t *testing.T) {
 		}
 	}
 }
+
+// An order keeps room for its refunds' keys: a long tenant gets shorter
+// order IDs, and one too long for any order is named.
+func TestValidateKeepsRoomForRefunds(t *testing.T) {
+	t.Parallel()
+	o := orders.NewOrder{TenantID: strings.Repeat("t", 150), ID: strings.Repeat("o", orders.MaxIDBytes), AmountMinor: 1,
+		Currency: "eur", CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"}
+	var ve *orders.ValidationError
+	require.ErrorAs(t, o.Validate(), &ve)
+	require.Equal(t, "order_id", ve.Field)
+	require.Contains(t, ve.Reason, "its refunds would have effect keys over 255 bytes; at most 9 bytes here")
+	o.ID = strings.Repeat("o", 9)
+	require.NoError(t, o.Validate())
+	o.TenantID = strings.Repeat("t", 170)
+	require.ErrorAs(t, o.Validate(), &ve)
+	require.Equal(t, "tenant_id", ve.Field)
+}

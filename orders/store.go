@@ -110,9 +110,15 @@ func (o NewOrder) Validate() error {
 	if reason := CheckID(o.ID); reason != "" {
 		return &ValidationError{Field: "order_id", Reason: reason}
 	}
-	// StepMarkFailed is the longest step: if its key fits, every step's does.
-	if _, err := effects.NewKey(o.TenantID, "order", o.ID, StepMarkFailed); err != nil {
-		return &ValidationError{Field: "order_id", Reason: fmt.Sprintf("too long for this tenant: its effect keys would be over %d bytes", effects.MaxKeyLen)}
+	// Its refunds' keys are the longest of an order's: if they fit, every
+	// step's does.
+	prefix := len(o.TenantID) + len(effects.Separator+"order"+effects.Separator)
+	if most := effects.MaxKeyLen - RefundKeyRoom - prefix; len(o.ID) > most {
+		if most < 1 {
+			return &ValidationError{Field: "tenant_id", Reason: fmt.Sprintf("%d bytes, too long for orders: an order's refunds would have effect keys over %d bytes", len(o.TenantID), effects.MaxKeyLen)}
+		}
+		return &ValidationError{Field: "order_id", Reason: fmt.Sprintf("%d bytes, too long for this tenant: its refunds would have effect keys over %d bytes; at most %d bytes here",
+			len(o.ID), effects.MaxKeyLen, most)}
 	}
 	if o.AmountMinor <= 0 {
 		return &ValidationError{Field: "amount_minor", Reason: fmt.Sprintf("%d is not a positive amount in minor units", o.AmountMinor)}
