@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -109,7 +108,7 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 		case err != nil:
 			return migrationHint(ctx, pool, cfg, err)
 		}
-		return startCheckout(ctx, e.stdout, cfg, tc, o, &created, *asJSON)
+		return startCheckout(ctx, e, cfg, tc, o, &created, *asJSON)
 	}, &pool, &store, &tc)
 }
 
@@ -144,7 +143,7 @@ func runStart(ctx context.Context, e *env, args []string) error {
 		if err := o.CheckRunnable(); err != nil {
 			return usagef("%v", err)
 		}
-		return startCheckout(ctx, e.stdout, cfg, tc, o, nil, *asJSON)
+		return startCheckout(ctx, e, cfg, tc, o, nil, *asJSON)
 	}, &pool, &store, &tc)
 }
 
@@ -161,7 +160,8 @@ type startResult struct {
 	Start string `json:"start"`
 }
 
-func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc client.Client, o *orders.Order, created *bool, asJSON bool) error {
+func startCheckout(ctx context.Context, e *env, cfg *config.Config, tc client.Client, o *orders.Order, created *bool, asJSON bool) error {
+	w := e.stdout
 	in := orders.NewOrderInput(o.TenantID, o.ID)
 	st, err := orderflow.Start(ctx, tc, in, &orderflow.StartOpts{TaskQueue: cfg.Temporal.TaskQueue, Order: o})
 	if err != nil {
@@ -177,6 +177,7 @@ func startCheckout(ctx context.Context, w io.Writer, cfg *config.Config, tc clie
 	// An order created by this very call can only have a run started from
 	// its own outbox row: if the worker's relay got there first, this
 	// checkout is still new, not a duplicate.
+	warnUnpolledQueue(ctx, e.stderr, tc, st.WorkflowID, cfg.Temporal.TaskQueue)
 	isNew := st.Created || (created != nil && *created)
 	res := startResult{TenantID: o.TenantID, OrderID: o.ID, OrderCreated: created, WorkflowID: st.WorkflowID, RunID: st.RunID, Start: "new"}
 	if !isNew {

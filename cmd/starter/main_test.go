@@ -159,6 +159,7 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 
 	code, out, errOut := starter(t, env, append([]string{"create"}, args...)...)
 	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, errOut, "warning", "a worker polls the queue")
 	require.Contains(t, out, "workflow ID  order:acme:cli-1:fulfil")
 	require.Contains(t, out, "start        new")
 	require.Contains(t, out, "(created)")
@@ -182,6 +183,20 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	require.False(t, *res.OrderCreated)
 	require.Equal(t, 1, w.Stripe.Charges())
 	require.Len(t, w.SendGrid.Messages(), 1)
+
+	// A mistyped queue: the run is started (its worker may come), with a
+	// warning that names the queue; a start on the right queue joins it
+	// and says it cannot move it.
+	typo := []string{"--tenant", "acme", "--order", "cli-typo", "--amount", "2500", "--currency", "eur",
+		"--email", "ann@example.com", "--payment-method", "pm_card_visa", "--task-queue", env["TEMPORAL_TASK_QUEUE"] + "-TYPO"}
+	code, _, errOut = starter(t, env, append([]string{"create"}, typo...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, `is on task queue "`+env["TEMPORAL_TASK_QUEUE"]+`-TYPO", and no worker has polled that queue lately`)
+	code, out, errOut = starter(t, env, "start", "--tenant", "acme", "--order", "cli-typo")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "collapsed into existing run")
+	require.Contains(t, errOut, `, not on "`+env["TEMPORAL_TASK_QUEUE"]+`": starting it again joins this run and cannot move it`)
+	require.NoError(t, w.Client.TerminateWorkflow(ctx, orders.WorkflowID("acme", "cli-typo"), "", "test over"))
 
 	// A different order under the same ID is refused.
 	code, _, errOut = starter(t, env, "create", "--tenant", "acme", "--order", "cli-1", "--amount", "1",

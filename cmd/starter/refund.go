@@ -92,6 +92,9 @@ func runRefund(ctx context.Context, e *env, args []string) error {
 		res := refundResult{TenantID: in.TenantID, OrderID: in.OrderID, RefundID: in.RefundID, AmountMinor: in.AmountMinor,
 			Currency: o.Currency, Requested: created, WorkflowID: in.WorkflowID()}
 		startRefund(ctx, cfg, tc, in, o.Currency, &res)
+		if res.RunID != "" {
+			warnUnpolledQueue(ctx, e.stderr, tc, res.WorkflowID, cfg.Temporal.TaskQueue)
+		}
 		if *asJSON {
 			return writeJSON(e.stdout, res)
 		}
