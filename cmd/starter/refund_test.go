@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
@@ -180,4 +181,18 @@ func TestShowRefundsNamesWhatIsInFlight(t *testing.T) {
 	out.Reset()
 	require.NoError(t, printRefunds(&out, res))
 	require.Contains(t, out.String(), "refunds (2, 750 eur refunded)\n")
+}
+
+// A refund with no ledger row shows refused, with its code, once its
+// reserve failed for good, and requested until then.
+func TestShowsARefundRefusedAtItsReserve(t *testing.T) {
+	t.Parallel()
+	o := &orders.Order{TenantID: "acme", ID: "9f3a"}
+	reserve := effects.MustKey("acme", "order", "9f3a", "refund", "r1", refunds.StepReserve).String()
+	require.Equal(t, "requested", refusedAtReserve(nil, o, "r1"))
+	recs := []*effects.Record{{Key: reserve, State: effects.StateFailedTransient, ErrorCode: "transient"}}
+	require.Equal(t, "requested", refusedAtReserve(recs, o, "r1"), "a transient failure is retried")
+	recs[0].State, recs[0].ErrorCode = effects.StateFailedTerminal, "refund_exceeds_charge"
+	require.Equal(t, "refused (refund_exceeds_charge)", refusedAtReserve(recs, o, "r1"))
+	require.Equal(t, "requested", refusedAtReserve(recs, o, "r2"))
 }

@@ -40,8 +40,9 @@ type showResult struct {
 }
 
 // shownRefund is a refund as show prints it: how far it got, as State
-// says (requested, reserved, refunded, or released with Stripe's refusal
-// code; a failed step shows in the effects), and its run's workflow ID.
+// says (requested, refused at its reserve with the step's code, reserved,
+// refunded, or released with Stripe's refusal code; a failed step shows in
+// the effects), and its run's workflow ID.
 type shownRefund struct {
 	refunds.Refund
 	State      string `json:"state"`
@@ -235,12 +236,30 @@ func showRefunds(ctx context.Context, pool *pgxpool.Pool, o *orders.Order, res *
 			s.State = "released (" + r.Release.Code + ")"
 		case r.Entry != nil:
 			s.State = "reserved"
+		default:
+			s.State = refusedAtReserve(res.Effects, o, r.RefundID)
 		}
 		res.RefundedMinor += r.Refunded()
 		res.ReservedMinor += r.Reserved()
 		res.Refunds = append(res.Refunds, s)
 	}
 	return nil
+}
+
+// refusedAtReserve is the state of a refund with no ledger row: "refused
+// (code)" when its reserve step failed for good (it reserved nothing, so
+// it never will), else "requested".
+func refusedAtReserve(recs []*effects.Record, o *orders.Order, refundID string) string {
+	key, err := refunds.NewInput(o.TenantID, o.ID, refundID, 1, "").EffectKey(refunds.StepReserve)
+	if err != nil {
+		return "requested"
+	}
+	for _, rec := range recs {
+		if rec.Key == key.String() && rec.State == effects.StateFailedTerminal {
+			return "refused (" + rec.ErrorCode + ")"
+		}
+	}
+	return "requested"
 }
 
 func printRefunds(w io.Writer, res showResult) error {
