@@ -389,6 +389,12 @@ func TestResolveSettlesTheRecordOnlyWhenNoRunCan(t *testing.T) {
 	require.Contains(t, errOut, "ask Temporal whether the run order:acme:gone-1:fulfil waits")
 	require.Contains(t, errOut, "nothing changed")
 
+	batch := []string{"resolve", "--query", "TenantID = 'acme'", "--as", "retry", "--by", "ada", "--reason", "x"}
+	code, out, errOut = starter(t, down, batch...)
+	require.Equal(t, 1, code, "Temporal down is no usage error: %s%s", out, errOut)
+	code, out, errOut = starter(t, workerEnv(w), "resolve", "--query", "TenantID = ", "--as", "retry", "--by", "ada", "--reason", "x")
+	require.Equal(t, 2, code, "a malformed query is: %s%s", out, errOut)
+
 	code, out, errOut = starter(t, workerEnv(w), retry...)
 	require.Equal(t, 2, code, out)
 	require.Contains(t, errOut, "has no run order:acme:gone-1:fulfil")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/keyedhq/keyed/effects"
@@ -56,8 +57,12 @@ func runResolveQuery(ctx context.Context, e *env, f *flags, cfg *config.Config, 
 	)
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		waits, err := pipeline.ListWaits(ctx, tc, *b.query)
-		if err != nil {
+		var invalid *serviceerror.InvalidArgument
+		switch {
+		case errors.As(err, &invalid):
 			return usagef("list the runs of --query: %s", failureMessage(err))
+		case err != nil: // Temporal down: nothing was decided, retry
+			return fmt.Errorf("list the runs of --query: %w", err)
 		}
 		if waits, err = oneStep(waits, *b.step); err != nil {
 			return err
