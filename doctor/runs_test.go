@@ -195,6 +195,10 @@ func TestRetriesTheGuardSawPass(t *testing.T) {
 
 	c = one(t, d.run(t, func(o *doctor.Opts) { o.Gatherer = reg }, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
 	require.Contains(t, c.Evidence, "suppressed 1 duplicate (this worker's counter since it started)")
-	c = one(t, d.run(t, func(o *doctor.Opts) { o.MetricsURL = "http://127.0.0.1:1/metrics" }, doctor.CheckSuppression), doctor.CheckSuppression, "Charge")
+	unread := d.run(t, func(o *doctor.Opts) { o.MetricsURL = "http://127.0.0.1:1/metrics" }, doctor.CheckSuppression)
+	c = one(t, unread, doctor.CheckSuppression, "Charge")
 	require.Contains(t, c.Evidence, `suppressed duplicates not read: Get "http://127.0.0.1:1/metrics"`)
+	c = one(t, unread, doctor.CheckSuppression, "metrics")
+	require.Equal(t, doctor.StatusError, c.Status, "metrics asked for and not read are no pass")
+	require.Contains(t, c.Fix, "--metrics-url")
 }

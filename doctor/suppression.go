@@ -33,10 +33,13 @@ func (r *run) suppression(ctx context.Context) []Check {
 		return []Check{errorCheck(CheckSuppression, "deployment", err, "")}
 	}
 	suppressed, source, err := r.suppressed(ctx)
-	if err != nil {
-		source = "not read: " + err.Error()
-	}
 	var out []Check
+	if err != nil {
+		// The operator asked for these metrics: not reading them is no pass.
+		source = "not read: " + err.Error()
+		out = append(out, errorCheck(CheckSuppression, "metrics", err,
+			"point --metrics-url at a running worker's /metrics (its METRICS_ADDR)"))
+	}
 	for _, a := range r.o.Activities {
 		if a.KeyShape == "" {
 			continue
