@@ -22,6 +22,7 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fxapp"
+	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
@@ -511,4 +512,24 @@ func TestMigrationsCheckFailsOnASchemaBehindTheBuild(t *testing.T) {
 	require.Contains(t, fail.Evidence, fmt.Sprintf("effects [%d]", last))
 	require.Contains(t, fail.Fix, "starter migrate")
 	require.Equal(t, doctor.ExitFailures, rep.ExitCode())
+}
+
+// A schema ahead of the build (a newer build migrated it, as during a
+// rolling deploy) warns, naming the versions, instead of passing.
+func TestMigrationsCheckWarnsOnASchemaAheadOfTheBuild(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, 24*time.Hour, allAttributes)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	next := all[len(all)-1].Version + 1
+	_, err = d.pool.Exec(d.ctx, `INSERT INTO keyed_schema_migrations (version, name) VALUES ($1, 'from_a_newer_build.sql')`, next)
+	require.NoError(t, err)
+
+	rep := d.run(t, nil, doctor.CheckMigrations)
+	warn := one(t, rep, doctor.CheckMigrations, "schema")
+	require.Equal(t, doctor.StatusWarn, warn.Status, warn.Evidence)
+	require.Contains(t, warn.Evidence, fmt.Sprintf("app [%d]", next))
+	require.Contains(t, warn.Evidence, "a newer build migrated it")
+	require.Contains(t, warn.Fix, "rolling deploy")
+	require.Equal(t, doctor.ExitWarnings, rep.ExitCode())
 }

@@ -105,7 +105,8 @@ type Opts struct {
 // Apply runs the effects migrations (see effects.Migrator) and then every
 // file that has not run yet against the pool's current schema, and returns
 // the versions of the files it applied. It returns an error naming the file
-// or effects version that failed; earlier files stay applied.
+// or effects version that failed, earlier files staying applied, or a
+// *NoSchemaError when the search_path names no existing schema.
 func Apply(ctx context.Context, pool *pgxpool.Pool, opts *Opts) (_ []int, err error) {
 	if opts == nil {
 		opts = &Opts{}
@@ -119,6 +120,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, opts *Opts) (_ []int, err er
 		return nil, fmt.Errorf("acquire connection for migrations: %w", err)
 	}
 	defer conn.Release()
+	if _, err := CurrentSchema(ctx, conn); err != nil {
+		return nil, err
+	}
 
 	const lockKey = `hashtextextended('keyed.migrations:' || current_schema(), 0)`
 	if err := lock(ctx, conn.Conn(), lockKey); err != nil {
@@ -193,6 +197,96 @@ func Pending(ctx context.Context, pool *pgxpool.Pool) (effectsPending, appPendin
 		}
 	}
 	return effectsPending, appPending, nil
+}
+
+// Ahead returns the versions of the effects migrations and of the files
+// that the pool's current schema records but this build does not have, in
+// order: a newer build migrated the schema. Every migration keeps the
+// previous build working on the new schema, so this is expected during a
+// rolling deploy, and a sign of an older build left running otherwise. It
+// returns the database error.
+func Ahead(ctx context.Context, db effects.DB) (effectsAhead, appAhead []int, err error) {
+	all, err := All()
+	if err != nil {
+		return nil, nil, err
+	}
+	if effectsAhead, err = effectsBeyond(ctx, db, len(effects.Migrations())); err != nil {
+		return nil, nil, err
+	}
+	done, err := appliedVersions(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range all {
+		delete(done, m.Version)
+	}
+	for v := range done {
+		appAhead = append(appAhead, v)
+	}
+	sort.Ints(appAhead)
+	return effectsAhead, appAhead, nil
+}
+
+// Versions names the versions of each line for a message, as
+// "effects [3], app [18]"; "" when there are none.
+func Versions(effectsVersions, appVersions []int) string {
+	var parts []string
+	if len(effectsVersions) > 0 {
+		parts = append(parts, fmt.Sprintf("effects %v", effectsVersions))
+	}
+	if len(appVersions) > 0 {
+		parts = append(parts, fmt.Sprintf("app %v", appVersions))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// effectsBeyond returns the versions of effects.MigrationLine above last
+// that keyed_effects_migrations records, in order; none when the table
+// does not exist. The effects versions run from 1 without gaps.
+func effectsBeyond(ctx context.Context, db effects.DB, last int) ([]int, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('keyed_effects_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("look for keyed_effects_migrations: %w", err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, `SELECT version FROM keyed_effects_migrations WHERE line = $1 AND version > $2 ORDER BY version`,
+		effects.MigrationLine, last)
+	if err != nil {
+		return nil, fmt.Errorf("read applied effects migrations: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("read applied effects migrations: %w", err)
+	}
+	return versions, nil
+}
+
+// NoSchemaError is CurrentSchema's error when no schema on the search_path
+// exists: Postgres then has nowhere to create or find keyed's tables.
+type NoSchemaError struct {
+	// SearchPath is the session's search_path.
+	SearchPath string
+}
+
+func (e *NoSchemaError) Error() string {
+	return fmt.Sprintf("search_path %s names no existing schema", e.SearchPath)
+}
+
+// CurrentSchema returns the schema keyed's tables go to: the first
+// existing one on db's search_path. It returns a *NoSchemaError when
+// there is none, or the database error.
+func CurrentSchema(ctx context.Context, db effects.DB) (string, error) {
+	var schema *string
+	var path string
+	if err := db.QueryRow(ctx, `SELECT current_schema(), current_setting('search_path')`).Scan(&schema, &path); err != nil {
+		return "", fmt.Errorf("read current schema: %w", err)
+	}
+	if schema == nil {
+		return "", &NoSchemaError{SearchPath: path}
+	}
+	return *schema, nil
 }
 
 // appliedVersions returns the versions keyed_schema_migrations records,

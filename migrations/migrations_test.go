@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/migrations"
 )
 
@@ -140,4 +142,56 @@ func TestPendingListsWhatApplyWouldRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, effectsPending)
 	require.Empty(t, appPending)
+}
+
+// A schema a newer build migrated records versions this build lacks: Ahead
+// names them, Apply leaves them alone, and Pending does not count them.
+func TestAheadNamesWhatANewerBuildApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	effectsAhead, appAhead, err := migrations.Ahead(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, effectsAhead)
+	require.Empty(t, appAhead)
+
+	all, err := migrations.All()
+	require.NoError(t, err)
+	nextApp, nextEffects := len(all)+1, len(effects.Migrations())+1
+	_, err = pool.Exec(ctx, `INSERT INTO keyed_schema_migrations (version, name) VALUES ($1, 'newer.sql')`, nextApp)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO keyed_effects_migrations (line, version, name) VALUES ($1, $2, 'newer.sql')`,
+		effects.MigrationLine, nextEffects)
+	require.NoError(t, err)
+
+	effectsAhead, appAhead, err = migrations.Ahead(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{nextEffects}, effectsAhead)
+	require.Equal(t, []int{nextApp}, appAhead)
+	applied, err := migrations.Apply(ctx, pool, quiet)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+	effectsPending, appPending, err := migrations.Pending(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, effectsPending)
+	require.Empty(t, appPending)
+}
+
+// A search_path that names no existing schema leaves Postgres nowhere to
+// put the tables: Apply says so instead of failing on the lock's key.
+func TestApplyNamesASearchPathWithoutASchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	absent := "keyed_test_absent_" + strings.ToLower(rand.Text())[:12]
+	pool, err := pgxpool.New(ctx, effectstest.WithSearchPath(effectstest.DatabaseURL(), absent))
+	require.NoError(t, err)
+	defer pool.Close()
+
+	_, err = migrations.Apply(ctx, pool, quiet)
+	var nse *migrations.NoSchemaError
+	require.ErrorAs(t, err, &nse)
+	require.Equal(t, absent, nse.SearchPath)
+	require.EqualError(t, err, "search_path "+absent+" names no existing schema")
+	_, err = migrations.CurrentSchema(ctx, pool)
+	require.ErrorAs(t, err, &nse)
 }

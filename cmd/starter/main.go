@@ -49,7 +49,7 @@ func init() { config.UseFastGzip() }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv})
+	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv, environ: os.Environ()})
 	stop()
 	os.Exit(code)
 }
@@ -58,6 +58,8 @@ func main() {
 type env struct {
 	stdout, stderr io.Writer
 	lookup         func(string) (string, bool)
+	// environ, as os.Environ, is checked for misspelled settings.
+	environ []string
 }
 
 // command is one subcommand.
@@ -213,6 +215,7 @@ func newFlags(e *env, name, synopsis, description string, omit ...config.FlagGro
 	l := config.NewLoader(config.Starter, e.lookup)
 	l.Command(name)
 	l.Omit(omit...)
+	l.Environ(e.environ)
 	f := &flags{FlagSet: fs, loader: l, e: e}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, "Usage: starter %s %s\n\n%s\n\nFlags:\n", name, synopsis, description)

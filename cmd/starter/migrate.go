@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -22,6 +23,10 @@ type migrateResult struct {
 	Applied []int `json:"applied"`
 	// Partitioned is set when --partition converted keyed_effects.
 	Partitioned bool `json:"partitioned,omitempty"`
+	// EffectsAhead and AppAhead list the versions the schema has that
+	// this build does not: a newer build migrated it (migrations.Ahead).
+	EffectsAhead []int `json:"effects_ahead,omitempty"`
+	AppAhead     []int `json:"app_ahead,omitempty"`
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
@@ -41,17 +46,18 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	var logger *slog.Logger
 	return f.runApp(ctx, cfg, func(ctx context.Context) error {
 		var res migrateResult
-		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&res.Schema); err != nil {
-			return fmt.Errorf("read current schema: %w", err)
-		}
-		if res.Schema == "" {
-			return fmt.Errorf("the search_path of DATABASE_URL (%s) names no existing schema: create it first", cfg.Database.Redacted())
+		var err error
+		if res.Schema, err = migrations.CurrentSchema(ctx, pool); err != nil {
+			return noSchema(cfg, err)
 		}
 		applied, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: logger})
 		if err != nil {
 			return err
 		}
 		res.Applied = append([]int{}, applied...)
+		if res.EffectsAhead, res.AppAhead, err = migrations.Ahead(ctx, pool); err != nil {
+			return err
+		}
 		if *partition {
 			if res.Partitioned, err = effects.Partition(ctx, pool); err != nil {
 				return err
@@ -65,11 +71,35 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
-		if len(applied) == 0 {
-			_, err = fmt.Fprintf(e.stdout, "schema %s is up to date\n", clean(res.Schema))
-			return err
-		}
-		_, err = fmt.Fprintf(e.stdout, "applied migrations %v to schema %s\n", applied, clean(res.Schema))
-		return err
+		return printMigrated(e, res)
 	}, &pool, &logger)
+}
+
+// noSchema makes a *migrations.NoSchemaError bad configuration (exit 2),
+// saying what to fix; other errors are returned as they are.
+func noSchema(cfg *config.Config, err error) error {
+	var nse *migrations.NoSchemaError
+	if !errors.As(err, &nse) {
+		return err
+	}
+	return usagef("the search_path of DATABASE_URL (%s) names no existing schema: create it, or fix DATABASE_URL's search_path",
+		cfg.Database.Redacted())
+}
+
+// printMigrated prints what migrate did and, when a newer build migrated
+// the schema further, which versions this build does not have.
+func printMigrated(e *env, res migrateResult) error {
+	var err error
+	switch {
+	case len(res.Applied) > 0:
+		_, err = fmt.Fprintf(e.stdout, "applied migrations %v to schema %s\n", res.Applied, clean(res.Schema))
+	case len(res.EffectsAhead)+len(res.AppAhead) == 0:
+		_, err = fmt.Fprintf(e.stdout, "schema %s is up to date\n", clean(res.Schema))
+	}
+	if err != nil || len(res.EffectsAhead)+len(res.AppAhead) == 0 {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "schema %s is ahead of this build: it has migrations %s that a newer build applied; "+
+		"fine during a rolling deploy to that build, otherwise deploy it\n", clean(res.Schema), migrations.Versions(res.EffectsAhead, res.AppAhead))
+	return err
 }

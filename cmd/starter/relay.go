@@ -21,7 +21,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	app := fx.New(fxapp.Starter(cfg, logger, fxapp.RelayModule))
+	// SchemaModule first: it refuses a schema without keyed's tables before
+	// the relay starts polling one.
+	app := fx.New(fxapp.Starter(cfg, logger, fxapp.SchemaModule, fxapp.RelayModule))
 	return fxapp.Run(ctx, app, func(ctx context.Context) error {
 		var err error
 		if *asJSON {

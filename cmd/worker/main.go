@@ -26,7 +26,7 @@ import (
 func init() { config.UseFastGzip() }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Environ(), os.Stdout, os.Stderr))
 }
 
 const usage = `Usage: worker [flags]
@@ -36,8 +36,9 @@ Runs the keyed order workflow and its activities on Temporal.
 Environment (flags override the non-secret ones; see docs/configuration.md):
 `
 
-// run is main without the process: it returns the exit code.
-func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+// run is main without the process: it returns the exit code. environ, as
+// os.Environ, is checked for misspelled settings.
+func run(args []string, lookup func(string) (string, bool), environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -46,7 +47,9 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 		fmt.Fprint(fs.Output(), "\nFlags:\n")
 		config.PrintFlags(fs.Output(), fs)
 	}
-	cfg, err := config.Load(config.Worker, fs, args, lookup)
+	l := config.NewLoader(config.Worker, lookup)
+	l.Environ(environ)
+	cfg, err := l.Parse(fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -24,9 +25,11 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
+	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/internal/logbuf"
+	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
@@ -34,7 +37,7 @@ import (
 func TestMissingConfigurationIsOneMessage(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	code := run(nil, fxapptest.Lookup(map[string]string{"STRIPE_SECRET_KEY": "pk_live_oops"}), &stdout, &stderr)
+	code := run(nil, fxapptest.Lookup(map[string]string{"STRIPE_SECRET_KEY": "pk_live_oops"}), nil, &stdout, &stderr)
 	require.Equal(t, 2, code)
 	require.Empty(t, stdout.String())
 	msg := stderr.String()
@@ -57,7 +60,7 @@ func runOffline(t *testing.T, databaseURL string, extra map[string]string) (int,
 	env["TEMPORAL_CONFIG_FILE"] = filepath.Join(t.TempDir(), "none.toml")
 	env["METRICS_ADDR"] = "127.0.0.1:0"
 	maps.Copy(env, extra)
-	code := run(nil, fxapptest.Lookup(env), &stdout, &stderr)
+	code := run(nil, fxapptest.Lookup(env), fxapptest.Environ(env), &stdout, &stderr)
 	return code, stdout.String() + stderr.String()
 }
 
@@ -82,12 +85,55 @@ func TestUnmigratedSchemaExitsTwo(t *testing.T) {
 	require.Contains(t, out, "run `starter migrate` against it")
 }
 
+// A misspelled setting is refused before anything starts, naming the
+// setting meant, instead of running with that setting's default.
+func TestMisspelledSettingExitsTwo(t *testing.T) {
+	t.Parallel()
+	code, out := runOffline(t, "postgres://127.0.0.1:1/none", map[string]string{"WORKER_MAX_ACTIVITES": "2", "MIGRATE_ON_STRAT": "false"})
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "invalid worker configuration (2 problems)")
+	require.Contains(t, out, "WORKER_MAX_ACTIVITES: not a setting; did you mean WORKER_MAX_ACTIVITIES?")
+	require.Contains(t, out, "MIGRATE_ON_STRAT: not a setting; did you mean MIGRATE_ON_START?")
+}
+
+// A search_path naming no existing schema is bad configuration, said as
+// such, whether the worker migrates at start or not.
+func TestSearchPathWithoutASchemaExitsTwo(t *testing.T) {
+	t.Parallel()
+	schema, _ := effectstest.NewSchema(t)
+	url := effectstest.WithSearchPath(effectstest.DatabaseURL(), schema+"_absent")
+	for _, migrate := range []string{"true", "false"} {
+		code, out := runOffline(t, url, map[string]string{"MIGRATE_ON_START": migrate})
+		require.Equal(t, 2, code, out)
+		require.Contains(t, out, "DATABASE_URL's search_path ("+schema+"_absent) names no existing schema")
+		require.Contains(t, out, "create the schema, or fix DATABASE_URL's search_path")
+	}
+}
+
+// A schema a newer build migrated further does not stop the worker (the
+// migrations keep older builds working), but it says so at start.
+func TestSchemaAheadOfTheBuildIsLogged(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	pool := dbtest.Connect(t, url)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	next := all[len(all)-1].Version + 1
+	_, err = pool.Exec(context.Background(), `INSERT INTO keyed_schema_migrations (version, name) VALUES ($1, 'newer.sql')`, next)
+	require.NoError(t, err)
+
+	_, out := runOffline(t, url, map[string]string{"MIGRATE_ON_START": "false"})
+	require.Contains(t, out, "the schema is ahead of this build")
+	require.Contains(t, out, fmt.Sprintf(`"app_ahead":[%d]`, next))
+	require.NotContains(t, out, "keyed's tables are missing")
+}
+
 // TestHelpListsTheEnvironment checks -h against the settings table: every
 // variable the worker reads, and every flag of them.
 func TestHelpListsTheEnvironment(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	require.Equal(t, 0, run([]string{"-h"}, fxapptest.Lookup(nil), &stdout, &stderr))
+	require.Equal(t, 0, run([]string{"-h"}, fxapptest.Lookup(nil), nil, &stdout, &stderr))
 	env, flags, _ := strings.Cut(stderr.String(), "\nFlags:\n")
 	listed := regexp.MustCompile(`(?m)^  --([a-z-]+)`).FindAllStringSubmatch(flags, -1)
 	var want []string

@@ -26,6 +26,9 @@ type Loader struct {
 	problems []string
 	checks   []func(c *Config, add func(name, format string, args ...any))
 	fs       *flag.FlagSet
+	// environ is the names of the process's variables, checked for
+	// misspelled settings (Environ).
+	environ []string
 }
 
 // NewLoader returns a Loader of the settings role reads, through lookup
@@ -56,6 +59,18 @@ func (l *Loader) Omit(groups ...FlagGroup) {
 // Load reports with the others. The message must not hold a secret.
 func (l *Loader) Problem(name, format string, args ...any) {
 	l.problems = append(l.problems, name+": "+fmt.Sprintf(format, args...))
+}
+
+// Environ gives Load the process's environment (os.Environ), whose
+// variables it checks for misspelled settings: each variable that is no
+// setting but looks like one misspelled (Misspelled) is a problem that
+// names it and the setting it probably stands for, never its value.
+func (l *Loader) Environ(environ []string) {
+	l.environ = l.environ[:0]
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		l.environ = append(l.environ, name)
+	}
 }
 
 // Check adds fn, which Load runs on the parsed configuration after the
@@ -101,6 +116,9 @@ func (l *Loader) Load() (*Config, error) {
 		}
 	}
 	problems = append(problems, l.problems...)
+	for name, meant := range Misspelled(l.environ) {
+		problems = append(problems, fmt.Sprintf("%s: not a setting; did you mean %s? Rename or unset it", name, meant))
+	}
 	for i := range Settings {
 		if s := &Settings[i]; s.Field != "" && l.active(s) && (l.envProblems[s.Env] == "" || overridden(s.Env)) {
 			l.checkRow(s, &c, add)
@@ -135,17 +153,21 @@ func (l *Loader) checkRow(s *Setting, c *Config, add func(name, format string, a
 	}
 }
 
-// Load is NewLoader, BindFlags, fs.Parse(args) and Load in one call, for a
-// program whose only flags are the configuration's. A flag error is
-// returned as is (flag.ErrHelp for -h).
+// Load is NewLoader and Parse in one call.
 func Load(role Role, fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) (*Config, error) {
-	l := NewLoader(role, lookup)
+	return NewLoader(role, lookup).Parse(fs, args)
+}
+
+// Parse is BindFlags, fs.Parse(args) and Load in one call, for a program
+// whose only flags are the configuration's. A flag error is returned as
+// is (flag.ErrHelp for -h).
+func (l *Loader) Parse(fs *flag.FlagSet, args []string) (*Config, error) {
 	l.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%s: unexpected arguments: %s", role, strings.Join(fs.Args(), " "))
+		return nil, fmt.Errorf("%s: unexpected arguments: %s", l.role, strings.Join(fs.Args(), " "))
 	}
 	return l.Load()
 }

@@ -33,12 +33,24 @@ sorted, each naming the variable and the flag that overrides it, and exit
 status 2; never a panic. For ` + "`starter serve`" + ` that includes the API key list,
 for ` + "`starter reconcile`" + ` the Stripe settings. What can only be judged on
 start is bad configuration too, and exits 2 with its own message: a
-` + "`pool_max_conns`" + ` in ` + "`DATABASE_URL`" + ` below what the process needs, or an
+` + "`pool_max_conns`" + ` in ` + "`DATABASE_URL`" + ` below what the process needs, an
 ` + "`EFFECTS_RETENTION`" + ` shorter than the namespace's retention plus the longest
-run. No message holds a secret: not the keys (Temporal's API key and client
+run, or a ` + "`search_path`" + ` in ` + "`DATABASE_URL`" + ` that names no existing schema.
+No message holds a secret: not the keys (Temporal's API key and client
 key included; an unreadable or malformed TLS file is named, never quoted),
 not the password of ` + "`DATABASE_URL`" + `, not the credentials of a URL such as
 ` + "`STRIPE_API_BASE=https://user:pass@…`" + ` (refused).
+
+A variable that is no setting but looks like one misspelled is bad
+configuration too, so that a typo does not run with the default: one at
+most two edits (a letter added, left out or changed, two swapped) from a
+setting's name, whose first word is the setting's or one edit from it, as
+` + "`WORKER_MAX_ACTIVITES`, `MIGRATE_ON_STRAT` or `RECIEPT_POLICY`" + `. The message
+names it and the setting it probably stands for, never its value: rename or
+unset it. Every program checks every setting's name, including those it
+does not read, so a shared environment is checked whole. Other programs'
+variables (` + "`PATH`, `HOME`, `PG*`, `GO*`" + `) and the families ` + "`OTEL_*`" + ` and
+` + "`TEMPORAL_GRPC_META_*`" + ` are never taken for one.
 
 `
 

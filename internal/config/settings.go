@@ -99,7 +99,7 @@ var Settings = []Setting{
 		Default: ByRole{Worker: true, Starter: false},
 		Help:    "apply keyed's database migrations on start",
 		Doc: "apply `migrations/` on start, under an advisory lock; run `starter migrate` from a deployment job instead when workers run with `false`. " +
-			"With `false` the worker and `starter serve` refuse to start (exit 2) on a schema without keyed's tables, and log the migrations still pending"},
+			"With `false` the worker, `starter serve` and `starter relay` refuse to start (exit 2) on a schema without keyed's tables, and log the migrations still pending. Either way they log a warning, and start, on a schema a newer build migrated further"},
 	{Env: "TEMPORAL_ADDRESS", Flag: "temporal-address", Field: "Temporal.Address", For: InWorker | InStarter, Group: TemporalFlags,
 		Default: DefaultTemporalAddress, Check: hostPort,
 		Help: "Temporal frontend `host:port`",

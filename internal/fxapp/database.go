@@ -1,7 +1,9 @@
 package fxapp
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -24,41 +26,81 @@ var DatabaseModule = fx.Module("database",
 	fx.Provide(newPool, newOrderStore),
 )
 
-// SchemaModule, for the long-running processes (the worker, the API),
-// refuses to start when keyed's tables are missing from DATABASE_URL's
-// schema and MIGRATE_ON_START is off: every activity or request would fail
-// later instead. Some migrations pending is allowed (a release may run
-// before its migrations, docs/operating.md) and logged.
+// SchemaModule, for the long-running processes (the worker, the API, the
+// relay), refuses to start when keyed's tables are missing from
+// DATABASE_URL's schema and MIGRATE_ON_START is off: every activity or
+// request would fail later instead. Some migrations pending is allowed (a
+// release may run before its migrations, docs/operating.md) and logged; so
+// is a schema that a newer build migrated further (a rolling deploy).
 var SchemaModule = fx.Module("schema", fx.Invoke(requireSchema))
 
 func requireSchema(lc fx.Lifecycle, pool *pgxpool.Pool, cfg config.Database, logger *slog.Logger) {
-	if cfg.Migrate {
-		return
-	}
 	lc.Append(fx.StartHook(func(ctx context.Context) error {
-		all, err := migrations.All()
-		if err != nil {
-			return err
-		}
-		effectsPending, appPending, err := migrations.Pending(ctx, pool)
-		if err != nil {
-			return fmt.Errorf("read keyed's migrations in %s: %w", cfg.Redacted(), err)
-		}
-		if len(appPending) == len(all) || len(effectsPending) == len(effects.Migrations()) {
-			var path string
-			if err := pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path); err != nil {
-				return fmt.Errorf("read the search_path of %s: %w", cfg.Redacted(), err)
+		if !cfg.Migrate {
+			if err := requireTables(ctx, pool, cfg, logger); err != nil {
+				return err
 			}
-			return configErrorf("keyed's tables are missing from %s (search_path %s) and MIGRATE_ON_START is off: "+
-				"run `starter migrate` against it, start with MIGRATE_ON_START=true, or point DATABASE_URL's search_path at keyed's schema",
-				cfg.Redacted(), path)
 		}
-		if len(effectsPending)+len(appPending) > 0 {
-			logger.Warn("keyed's migrations are pending; run `starter migrate`", "database", cfg.Redacted(),
-				"effects_pending", effectsPending, "app_pending", appPending)
-		}
-		return nil
+		return warnAhead(ctx, pool, cfg, logger)
 	}))
+}
+
+// requireTables refuses a schema without keyed's tables and logs the
+// migrations pending.
+func requireTables(ctx context.Context, pool *pgxpool.Pool, cfg config.Database, logger *slog.Logger) error {
+	all, err := migrations.All()
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.CurrentSchema(ctx, pool); err != nil {
+		return cmp.Or(noSchema(cfg, err), err)
+	}
+	effectsPending, appPending, err := migrations.Pending(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("read keyed's migrations in %s: %w", cfg.Redacted(), err)
+	}
+	if len(appPending) == len(all) || len(effectsPending) == len(effects.Migrations()) {
+		var path string
+		if err := pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path); err != nil {
+			return fmt.Errorf("read the search_path of %s: %w", cfg.Redacted(), err)
+		}
+		return configErrorf("keyed's tables are missing from %s (search_path %s) and MIGRATE_ON_START is off: "+
+			"run `starter migrate` against it, start with MIGRATE_ON_START=true, or point DATABASE_URL's search_path at keyed's schema",
+			cfg.Redacted(), path)
+	}
+	if len(effectsPending)+len(appPending) > 0 {
+		logger.Warn("keyed's migrations are pending; run `starter migrate`", "database", cfg.Redacted(),
+			"effects_pending", effectsPending, "app_pending", appPending)
+	}
+	return nil
+}
+
+// warnAhead logs the migrations a newer build applied that this one does
+// not have: fine while a rolling deploy replaces this build, a forgotten
+// old build otherwise. Older builds keep working on a newer schema, so it
+// does not refuse to start.
+func warnAhead(ctx context.Context, pool *pgxpool.Pool, cfg config.Database, logger *slog.Logger) error {
+	effectsAhead, appAhead, err := migrations.Ahead(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("read keyed's migrations in %s: %w", cfg.Redacted(), err)
+	}
+	if len(effectsAhead)+len(appAhead) > 0 {
+		logger.Warn("the schema is ahead of this build: a newer build applied migrations this one does not have; "+
+			"fine during a rolling deploy, otherwise deploy the newer build", "database", cfg.Redacted(),
+			"effects_ahead", effectsAhead, "app_ahead", appAhead)
+	}
+	return nil
+}
+
+// noSchema returns, when err is a *migrations.NoSchemaError, the
+// configuration error that says what to fix; else nil.
+func noSchema(cfg config.Database, err error) error {
+	var nse *migrations.NoSchemaError
+	if !errors.As(err, &nse) {
+		return nil
+	}
+	return configErrorf("DATABASE_URL's search_path (%s) names no existing schema in %s: "+
+		"create the schema, or fix DATABASE_URL's search_path", nse.SearchPath, cfg.Redacted())
 }
 
 func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *slog.Logger) (*pgxpool.Pool, error) {
@@ -84,7 +126,7 @@ func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *
 			}
 			applied, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: logger})
 			if err != nil {
-				return fmt.Errorf("migrate %s: %w", cfg.Redacted(), err)
+				return cmp.Or(noSchema(cfg, err), fmt.Errorf("migrate %s: %w", cfg.Redacted(), err))
 			}
 			logger.Info("database ready", "database", cfg.Redacted(), "migrations_applied", applied)
 			return nil

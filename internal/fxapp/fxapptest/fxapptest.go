@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,6 +219,16 @@ func Required(u config.Uses) map[string]string {
 		}
 	}
 	return m
+}
+
+// Environ returns env as os.Environ lists it, "NAME=value", sorted.
+func Environ(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Lookup returns an os.LookupEnv over env.
