@@ -43,6 +43,10 @@ var (
 	// later than the claim itself: it is not when a record the key derives
 	// from was created. Nothing is claimed; it is never retryable.
 	ErrLateNotBefore = errors.New("effect claim's NotBefore is later than the claim")
+
+	// ErrNoSchema means the search_path names no existing schema: there is
+	// nowhere to create keyed_effects (Migrator).
+	ErrNoSchema = errors.New("the search_path names no existing schema")
 )
 
 // CodeAmbiguous is the code a record stores when an at-most-once effect

@@ -131,6 +131,14 @@ func (m *Migrator) Migrate(ctx context.Context) ([]int, error) {
 // held until tx ends. On error, which names the version that failed and
 // wraps the database error, tx is aborted and must be rolled back.
 func (m *Migrator) MigrateTx(ctx context.Context, tx pgx.Tx) ([]int, error) {
+	var schema *string
+	var path string
+	if err := tx.QueryRow(ctx, `SELECT current_schema(), current_setting('search_path')`).Scan(&schema, &path); err != nil {
+		return nil, fmt.Errorf("effects: read the current schema: %w", err)
+	}
+	if schema == nil {
+		return nil, fmt.Errorf("effects: migrate: %w: search_path %s", ErrNoSchema, path)
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('keyed.effects.migrations:' || current_schema(), 0))`); err != nil {
 		return nil, fmt.Errorf("effects: take migration lock: %w", err)
 	}
@@ -181,6 +189,35 @@ func (m *Migrator) Pending(ctx context.Context) ([]int, error) {
 		}
 		for _, mig := range pending {
 			versions = append(versions, mig.Version)
+		}
+		return nil
+	})
+	return versions, err
+}
+
+// Ahead returns the versions keyed_effects_migrations records beyond this
+// build's migrations, in order: a newer release migrated the schema. Each
+// migration keeps the release before it working, so this is expected
+// while a rolling deploy replaces this build. It changes nothing and
+// returns the database error, wrapped.
+func (m *Migrator) Ahead(ctx context.Context) ([]int, error) {
+	var versions []int
+	err := pgx.BeginFunc(ctx, m.db, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('keyed_effects_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+			return fmt.Errorf("effects: look for keyed_effects_migrations: %w", err)
+		}
+		if !exists {
+			return nil
+		}
+		rows, err := tx.Query(ctx, `SELECT version FROM keyed_effects_migrations WHERE line = $1 AND version > $2 ORDER BY version`,
+			MigrationLine, m.migrations[len(m.migrations)-1].Version)
+		if err != nil {
+			return fmt.Errorf("effects: read applied migrations: %w", err)
+		}
+		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return fmt.Errorf("effects: read applied migrations: %w", err)
 		}
 		return nil
 	})

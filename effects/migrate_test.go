@@ -104,6 +104,50 @@ func TestMigrateAppliesEachVersionOnce(t *testing.T) {
 	require.NoError(t, err, "the migrated schema serves claims")
 }
 
+// A schema a newer release migrated further is named by Ahead, and still
+// migrates (nothing to do) without a word: the release before a migration
+// keeps working on it.
+func TestAheadNamesVersionsOfANewerRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	m, err := effects.NewMigrator(pool, quiet)
+	require.NoError(t, err)
+	ahead, err := m.Ahead(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ahead, "nothing migrated yet")
+	_, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	next := len(allVersions()) + 1
+	_, err = pool.Exec(ctx, `INSERT INTO keyed_effects_migrations (line, version, name) VALUES ($1, $2, 'from_a_newer_release.sql')`,
+		effects.MigrationLine, next)
+	require.NoError(t, err)
+	ahead, err = m.Ahead(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{next}, ahead)
+	applied, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+}
+
+// A search_path that names no existing schema is ErrNoSchema, before any
+// lock or table.
+func TestMigrateWithoutASchema(t *testing.T) {
+	t.Parallel()
+	_, url := effectstest.NewSchema(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = "keyed_no_such_schema_here"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	m, err := effects.NewMigrator(pool, quiet)
+	require.NoError(t, err)
+	_, err = m.Migrate(context.Background())
+	require.ErrorIs(t, err, effects.ErrNoSchema)
+	require.Contains(t, err.Error(), "search_path keyed_no_such_schema_here")
+}
+
 // MigrateTx leaves nothing behind when the caller rolls back.
 func TestMigrateTxRollsBackWithTheCaller(t *testing.T) {
 	t.Parallel()

@@ -205,15 +205,19 @@ func Pending(ctx context.Context, pool *pgxpool.Pool) (effectsPending, appPendin
 // previous build working on the new schema, so this is expected during a
 // rolling deploy, and a sign of an older build left running otherwise. It
 // returns the database error.
-func Ahead(ctx context.Context, db effects.DB) (effectsAhead, appAhead []int, err error) {
+func Ahead(ctx context.Context, pool *pgxpool.Pool) (effectsAhead, appAhead []int, err error) {
 	all, err := All()
 	if err != nil {
 		return nil, nil, err
 	}
-	if effectsAhead, err = effectsBeyond(ctx, db, len(effects.Migrations())); err != nil {
+	m, err := effects.NewMigrator(pool, nil)
+	if err != nil {
 		return nil, nil, err
 	}
-	done, err := appliedVersions(ctx, db)
+	if effectsAhead, err = m.Ahead(ctx); err != nil {
+		return nil, nil, err
+	}
+	done, err := appliedVersions(ctx, pool)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -238,29 +242,6 @@ func Versions(effectsVersions, appVersions []int) string {
 		parts = append(parts, fmt.Sprintf("app %v", appVersions))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// effectsBeyond returns the versions of effects.MigrationLine above last
-// that keyed_effects_migrations records, in order; none when the table
-// does not exist. The effects versions run from 1 without gaps.
-func effectsBeyond(ctx context.Context, db effects.DB, last int) ([]int, error) {
-	var exists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('keyed_effects_migrations') IS NOT NULL`).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("look for keyed_effects_migrations: %w", err)
-	}
-	if !exists {
-		return nil, nil
-	}
-	rows, err := db.Query(ctx, `SELECT version FROM keyed_effects_migrations WHERE line = $1 AND version > $2 ORDER BY version`,
-		effects.MigrationLine, last)
-	if err != nil {
-		return nil, fmt.Errorf("read applied effects migrations: %w", err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, fmt.Errorf("read applied effects migrations: %w", err)
-	}
-	return versions, nil
 }
 
 // NoSchemaError is CurrentSchema's error when no schema on the search_path
