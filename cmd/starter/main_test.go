@@ -186,12 +186,15 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 
 	// A mistyped queue: the run is started (its worker may come), with a
 	// warning that names the queue; a start on the right queue joins it
-	// and says it cannot move it.
-	typo := []string{"--tenant", "acme", "--order", "cli-typo", "--amount", "2500", "--currency", "eur",
-		"--email", "ann@example.com", "--payment-method", "pm_card_visa", "--task-queue", env["TEMPORAL_TASK_QUEUE"] + "-TYPO"}
-	code, _, errOut = starter(t, env, append([]string{"create"}, typo...)...)
+	// and says it cannot move it. (The order has no outbox row, which the
+	// worker's relay would start on its own queue first.)
+	_, _, err := w.Orders.Create(ctx, orders.NewOrder{TenantID: "acme", ID: "cli-typo", AmountMinor: 2500, Currency: "eur",
+		CustomerEmail: "ann@example.com", PaymentMethod: "pm_card_visa"})
+	require.NoError(t, err)
+	typo := env["TEMPORAL_TASK_QUEUE"] + "-TYPO"
+	code, _, errOut = starter(t, env, "start", "--tenant", "acme", "--order", "cli-typo", "--task-queue", typo)
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, errOut, `is on task queue "`+env["TEMPORAL_TASK_QUEUE"]+`-TYPO", and no worker has polled that queue lately`)
+	require.Contains(t, errOut, `is on task queue "`+typo+`", and no worker has polled that queue lately`)
 	code, out, errOut = starter(t, env, "start", "--tenant", "acme", "--order", "cli-typo")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "collapsed into existing run")
