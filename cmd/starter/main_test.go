@@ -200,6 +200,17 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 	require.Contains(t, out, "collapsed into existing run")
 	require.Contains(t, errOut, `, not on "`+env["TEMPORAL_TASK_QUEUE"]+`": starting it again joins this run and cannot move it`)
 	require.NoError(t, w.Client.TerminateWorkflow(ctx, orders.WorkflowID("acme", "cli-typo"), "", "test over"))
+	// create's --task-queue goes into the outbox row: the worker's relay
+	// starts the run on the same queue, whoever starts first.
+	code, _, errOut = starter(t, env, "create", "--tenant", "acme", "--order", "cli-typo-2", "--amount", "2500", "--currency", "eur",
+		"--email", "ann@example.com", "--payment-method", "pm_card_visa", "--task-queue", typo)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, `is on task queue "`+typo+`"`)
+	var rowQueue string
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT task_queue FROM keyed_outbox WHERE workflow_id = $1`,
+		orders.WorkflowID("acme", "cli-typo-2")).Scan(&rowQueue))
+	require.Equal(t, typo, rowQueue)
+	require.NoError(t, w.Client.TerminateWorkflow(ctx, orders.WorkflowID("acme", "cli-typo-2"), "", "test over"))
 
 	// A different order under the same ID is refused.
 	code, _, errOut = starter(t, env, "create", "--tenant", "acme", "--order", "cli-1", "--amount", "1",
