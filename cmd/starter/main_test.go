@@ -211,6 +211,14 @@ func TestCreateStartShowAgainstAWorker(t *testing.T) {
 		orders.WorkflowID("acme", "cli-typo-2")).Scan(&rowQueue))
 	require.Equal(t, typo, rowQueue)
 	require.NoError(t, w.Client.TerminateWorkflow(ctx, orders.WorkflowID("acme", "cli-typo-2"), "", "test over"))
+	// A relay on a queue no worker polls says so at start; on the workers'
+	// queue it says nothing.
+	var warned bytes.Buffer
+	warnRelayQueue(ctx, &warned, w.Client, typo)
+	require.Contains(t, warned.String(), `no worker has polled task queue "`+typo+`" lately`)
+	warned.Reset()
+	warnRelayQueue(ctx, &warned, w.Client, env["TEMPORAL_TASK_QUEUE"])
+	require.Empty(t, warned.String())
 
 	// A different order under the same ID is refused.
 	code, _, errOut = starter(t, env, "create", "--tenant", "acme", "--order", "cli-1", "--amount", "1",

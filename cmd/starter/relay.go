@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
 	"github.com/keyedhq/keyed/internal/fxapp"
@@ -23,7 +24,8 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	// SchemaModule first: it refuses a schema without keyed's tables before
 	// the relay starts polling one.
-	app := fx.New(fxapp.Starter(cfg, logger, fxapp.SchemaModule, fxapp.RelayModule))
+	var tc client.Client
+	app := fx.New(fxapp.Starter(cfg, logger, fxapp.SchemaModule, fxapp.RelayModule, fx.Populate(&tc)))
 	return fxapp.Run(ctx, app, func(ctx context.Context) error {
 		var err error
 		if *asJSON {
@@ -36,6 +38,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		warnRelayQueue(ctx, e.stderr, tc, cfg.Temporal.TaskQueue)
 		<-ctx.Done()
 		return nil
 	})
