@@ -262,7 +262,8 @@ func migrationHint(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 			where = fmt.Sprintf("search_path %s names no existing schema", path)
 		}
 	}
-	return fmt.Errorf("%w\nkeyed's tables are missing from %s: %s.\n"+
+	// Bad configuration, like the worker's and serve's refusal: exit 2.
+	return usagef("%v\nkeyed's tables are missing from %s: %s.\n"+
 		"Point DATABASE_URL at the database and schema the worker uses (add search_path=SCHEMA; after\n"+
 		"`make demo KEEP=1`, run `source .demo/env`). To set keyed up in this schema instead, run `starter migrate`",
 		err, cfg.Database.Redacted(), where)

@@ -252,13 +252,14 @@ func TestServeConfigurationIsOneMessage(t *testing.T) {
 
 // TestMissingTablesNameTheSchema checks that a command pointed at a schema
 // without keyed's tables says which schema it searched and how to point
-// DATABASE_URL elsewhere, and that migrate reports where it applied.
+// DATABASE_URL elsewhere, as bad configuration (exit 2), and that migrate
+// reports where it applied.
 func TestMissingTablesNameTheSchema(t *testing.T) {
 	t.Parallel()
 	schema, url := effectstest.NewSchema(t)
 	env := map[string]string{"DATABASE_URL": url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
 	code, out, errOut := starter(t, env, "show", "--tenant", "acme", "--order", "o1")
-	require.Equal(t, 1, code, errOut)
+	require.Equal(t, 2, code, errOut)
 	require.Empty(t, out)
 	require.Contains(t, errOut, `relation "orders" does not exist`)
 	require.Contains(t, errOut, `keyed's tables are missing from postgres://postgres@127.0.0.1:5432/postgres?search_path=`+schema+
@@ -267,12 +268,12 @@ func TestMissingTablesNameTheSchema(t *testing.T) {
 	require.NotContains(t, errOut, "--migrate")
 
 	code, _, errOut = starter(t, env, "resolve", "--key", "acme:order:o1:receipt", "--as", "retry", "--by", "ada", "--reason", "x")
-	require.Equal(t, 1, code, errOut)
+	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, `searched schema "`+schema+`"`)
 
 	env["DATABASE_URL"] = effectstest.WithSearchPath(effectstest.DatabaseURL(), "no_such_schema_x")
 	code, _, errOut = starter(t, env, "start", "--tenant", "acme", "--order", "o1")
-	require.Equal(t, 1, code, errOut)
+	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "search_path no_such_schema_x names no existing schema")
 
 	env["DATABASE_URL"] = url
