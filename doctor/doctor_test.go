@@ -24,6 +24,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fxapp"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/workflows"
 )
@@ -193,24 +194,29 @@ func TestLeaseAgainstItsRenewal(t *testing.T) {
 func TestShortRetentionFails(t *testing.T) {
 	t.Parallel()
 	d := deploy(t, 30*24*time.Hour, nil)
+	// What it takes, from the declarations: the namespace's 30 days, the
+	// longest run's retry windows and the decision timeout, to the next
+	// whole hour.
+	least := (30*24*time.Hour+pipeline.LongestRun(workflows.Pipelines())+config.DefaultDecisionTimeout).Round(time.Hour) + time.Hour
 	// The default EFFECTS_RETENTION, 30 days, does not outlive a 30-day namespace retention.
 	rep := d.run(t, nil, doctor.CheckRetention)
 	c := one(t, rep, doctor.CheckRetention, "EFFECTS_RETENTION")
 	require.Equal(t, doctor.StatusFail, c.Status)
 	require.Contains(t, c.Evidence, "EFFECTS_RETENTION 720h0m0s is shorter than namespace \""+d.ns+"\"'s retention 720h0m0s")
-	require.Contains(t, c.Evidence, "set it to at least 891h0m0s")
+	require.Contains(t, c.Evidence, fmt.Sprintf("set it to at least %s", least))
 	require.Contains(t, c.Fix, "set EFFECTS_RETENTION on every worker")
 	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckRetention, "Idempotency-Key").Status)
 	require.Equal(t, doctor.StatusPass, one(t, rep, doctor.CheckRetention, "outbox").Status)
 
 	rep = d.run(t, func(o *doctor.Opts) {
-		o.EffectsRetention = 891 * time.Hour
+		o.EffectsRetention = least
 		o.IdempotencyRetention = 12 * time.Hour
 		o.OutboxRetention = 30 * time.Second
 	}, doctor.CheckRetention)
 	c = one(t, rep, doctor.CheckRetention, "EFFECTS_RETENTION")
 	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
-	require.Contains(t, c.Evidence, "891h covers namespace \""+d.ns+"\"'s retention 30d + the longest run 2h (retry windows: Charge 30m,")
+	require.Contains(t, c.Evidence, " covers namespace \""+d.ns+"\"'s retention 30d + the longest run ")
+	require.Contains(t, c.Evidence, "(retry windows: Charge 30m,")
 	c = one(t, rep, doctor.CheckRetention, "Idempotency-Key")
 	require.Equal(t, doctor.StatusFail, c.Status)
 	require.Contains(t, c.Evidence, "stored responses kept 12h, less than the published 24h")

@@ -24,6 +24,7 @@ import (
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
 )
@@ -191,7 +192,26 @@ func (s *stack) workerEnv(o options) ([]string, error) {
 	if os.Getenv("RECEIPT_FROM") == "" {
 		env = append(env, "RECEIPT_FROM=receipts@keyed.example")
 	}
-	return env, nil
+	return withRequired(env), nil
+}
+
+// withRequired adds to env the example of every setting the worker
+// requires that neither env nor the demo's environment sets: a step added
+// with a provider of its own then starts with the demo (its calls fail
+// until a fake of that provider serves the demo, see
+// docs/adding-an-activity.md).
+func withRequired(env []string) []string {
+	set := map[string]bool{}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
+	}
+	for name, example := range config.RequiredExamples(config.InWorker) {
+		if _, inOS := os.LookupEnv(name); !set[name] && !inOS {
+			env = append(env, name+"="+example)
+		}
+	}
+	return env
 }
 
 // stopWorker sends the worker SIGTERM, on which it drains and exits 0,

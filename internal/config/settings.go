@@ -487,3 +487,17 @@ func burst(v any, c *Config) error {
 	}
 	return nil
 }
+
+// RequiredExamples returns, for every setting that programs of u require,
+// its Example by variable: what a demo or a test sets when it has nothing
+// better, so that a new required setting (a new provider's key) breaks
+// neither.
+func RequiredExamples(u Uses) map[string]string {
+	m := map[string]string{}
+	for _, s := range Settings {
+		if s.Required&u != 0 {
+			m[s.Env] = s.Example
+		}
+	}
+	return m
+}

@@ -157,8 +157,30 @@ func TestWorkerAppBoundsProviderCalls(t *testing.T) {
 			queues[a.GetActivityType().GetName()] = a.GetTaskQueue().GetName()
 		}
 	}
-	require.Equal(t, map[string]string{orderacts.NameCharge: tq + "-stripe", orderacts.NameSendReceipt: tq + "-sendgrid"}, queues, "MarkPaid is a local activity: no task queue")
-	for queue, rate := range map[string]float32{tq + "-stripe": 5, tq + "-sendgrid": 7} {
+	// Each step went to its provider's queue when that provider's calls are
+	// bounded, else to the worker's; a local one to none.
+	rates := map[string]float32{}
+	providerQueue := map[string]string{}
+	for _, l := range fxapp.ProviderRates(tq, w.Config.Stripe, w.Config.SendGrid) {
+		if l.PerSecond > 0 {
+			providerQueue[l.Provider], rates[l.TaskQueue] = l.TaskQueue, float32(l.PerSecond)
+		}
+	}
+	for _, d := range orderacts.Declarations() {
+		queue, scheduled := queues[d.Name]
+		switch {
+		case d.Local:
+			require.False(t, scheduled, "%s is a local activity: no task queue", d.Name)
+		case scheduled && providerQueue[d.Provider] != "":
+			require.Equal(t, providerQueue[d.Provider], queue, d.Name)
+		case scheduled:
+			require.Equal(t, tq, queue, d.Name)
+		}
+	}
+	require.Contains(t, queues, orderacts.NameCharge)
+	require.Contains(t, queues, orderacts.NameSendReceipt)
+	require.Equal(t, map[string]float32{tq + "-stripe": 5, tq + "-sendgrid": 7}, rates, "the rates the test set")
+	for queue, rate := range rates {
 		resp, err := w.Client.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{Namespace: w.Config.Temporal.Namespace,
 			TaskQueue: &taskqueuepb.TaskQueue{Name: queue}, TaskQueueType: enumspb.TASK_QUEUE_TYPE_ACTIVITY, ReportConfig: true})
 		require.NoError(t, err)

@@ -211,15 +211,7 @@ func (w *Worker) Stop() error {
 
 // Required returns the settings the programs in u require, each set to
 // its row's example (config.Setting.Example).
-func Required(u config.Uses) map[string]string {
-	m := map[string]string{}
-	for _, s := range config.Settings {
-		if s.Required&u != 0 {
-			m[s.Env] = s.Example
-		}
-	}
-	return m
-}
+func Required(u config.Uses) map[string]string { return config.RequiredExamples(u) }
 
 // Environ returns env as os.Environ lists it, "NAME=value", sorted.
 func Environ(env map[string]string) []string {
