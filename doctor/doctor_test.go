@@ -197,7 +197,7 @@ func TestShortRetentionFails(t *testing.T) {
 	// What it takes, from the declarations: the namespace's 30 days, the
 	// longest run's retry windows and the decision timeout, to the next
 	// whole hour.
-	least := (30*24*time.Hour+pipeline.LongestRun(workflows.Pipelines())+config.DefaultDecisionTimeout).Round(time.Hour) + time.Hour
+	least := (30*24*time.Hour + pipeline.LongestRun(workflows.Pipelines()) + config.DefaultDecisionTimeout).Round(time.Hour) + time.Hour
 	// The default EFFECTS_RETENTION, 30 days, does not outlive a 30-day namespace retention.
 	rep := d.run(t, nil, doctor.CheckRetention)
 	c := one(t, rep, doctor.CheckRetention, "EFFECTS_RETENTION")

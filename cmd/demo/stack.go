@@ -21,10 +21,10 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/keyedhq/keyed/effects"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
-	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
 )
