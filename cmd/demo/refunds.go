@@ -88,7 +88,10 @@ func (s *stack) requestRefund(ctx context.Context, r *demoRefund, dups int) erro
 		if err != nil {
 			return fmt.Errorf("start refused refund %s: %w", in.WorkflowID(), err)
 		}
-		r.forcedErr = s.tc.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil)
+		r.forcedErr = s.await(ctx, st.WorkflowID, st.RunID, runWait, nil)
+		if errors.Is(r.forcedErr, errStuck) {
+			return r.forcedErr
+		}
 		return ctx.Err()
 	case err != nil:
 		return fmt.Errorf("request refund %s: %w", in.WorkflowID(), err)
@@ -126,9 +129,12 @@ func (s *stack) waitRefunds(ctx context.Context, list []*demoRefund) error {
 			continue
 		}
 		st := r.started[0]
-		r.err = s.tc.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &r.result)
+		r.err = s.await(ctx, st.WorkflowID, st.RunID, runWait, &r.result)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(r.err, errStuck) {
+			return r.err
 		}
 	}
 	return nil

@@ -54,9 +54,12 @@ func (s *stack) runScenarios(ctx context.Context, list []*demoOrder, dups int) e
 	s.say("waiting for the runs to finish")
 	for _, o := range list {
 		st := o.started[0]
-		o.err = s.tc.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, &o.result)
+		o.err = s.await(ctx, st.WorkflowID, st.RunID, runWait, &o.result)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(o.err, errStuck) {
+			return o.err
 		}
 	}
 	s.say("firing one more start at every finished order")
@@ -125,7 +128,10 @@ func (s *stack) startLater(ctx context.Context, o *demoOrder) error {
 	}
 	o.later = st
 	if st.Created {
-		o.rerunErr = s.tc.GetWorkflow(ctx, st.WorkflowID, st.RunID).Get(ctx, nil)
+		o.rerunErr = s.await(ctx, st.WorkflowID, st.RunID, runWait, nil)
+		if errors.Is(o.rerunErr, errStuck) {
+			return o.rerunErr
+		}
 	}
 	return ctx.Err()
 }
