@@ -23,10 +23,21 @@ func (s *stack) await(ctx context.Context, id, runID string, wait time.Duration,
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	err := s.tc.GetWorkflow(wctx, id, runID).Get(wctx, out)
-	if wctx.Err() == nil || ctx.Err() != nil {
+	// A run that ended returns its own error; one still open ran out the
+	// wait (whose deadline the RPC may report before wctx does).
+	if err == nil || ctx.Err() != nil || !s.open(ctx, id, runID) {
 		return err
 	}
 	return fmt.Errorf("%w: %s after %s: %s; the worker's log is %s", errStuck, id, wait, s.pending(ctx, id, runID), s.logPath)
+}
+
+// open reports whether the run has not closed; false when Temporal cannot
+// say.
+func (s *stack) open(ctx context.Context, id, runID string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	desc, err := s.tc.DescribeWorkflow(ctx, id, runID)
+	return err == nil && desc.RawResponse.GetWorkflowExecutionInfo().GetCloseTime() == nil
 }
 
 // pending says which activities the run waits on, with each one's attempt

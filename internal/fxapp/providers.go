@@ -113,14 +113,33 @@ func newSender(in senderIn) (*notify.Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc.Append(fx.StartHook(func() {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), providerTimeout)
-			defer cancel()
-			if err := s.CheckLookup(ctx); err != nil {
-				logger.Warn("SendGrid's Email Activity API cannot be used; lost answers to receipt sends will wait for it and then follow RECEIPT_POLICY", "error", err)
-			}
-		}()
-	}))
+	lc.Append(checkLookupHook(s, logger))
 	return s, nil
+}
+
+// checkLookupHook asks SendGrid at start, in the background, whether its
+// Email Activity API can be used, and warns when it cannot. The check ends
+// with the app (a stop, or a start that failed later): it never logs after
+// the app is gone.
+func checkLookupHook(s *notify.Sender, logger *slog.Logger) fx.Hook {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	return fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() {
+				defer close(done)
+				cctx, ccancel := context.WithTimeout(ctx, providerTimeout)
+				defer ccancel()
+				if err := s.CheckLookup(cctx); err != nil && ctx.Err() == nil {
+					logger.Warn("SendGrid's Email Activity API cannot be used; lost answers to receipt sends will wait for it and then follow RECEIPT_POLICY", "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			cancel()
+			<-done
+			return nil
+		},
+	}
 }
