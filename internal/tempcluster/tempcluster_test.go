@@ -53,15 +53,22 @@ func TestClusterServesThroughANodeKill(t *testing.T) {
 		began := time.Now()
 		var err error
 		for try := 1; try <= 10; try++ {
+			// Each try has a deadline of its own: a task lost while the
+			// cluster's membership settles (a fresh cluster under load)
+			// is retried, not waited on until the test's end.
+			tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			var r client.WorkflowRun
-			if r, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "tempcluster-test"}, echo, id); err == nil {
+			if r, err = tc.ExecuteWorkflow(tctx, client.StartWorkflowOptions{ID: id, TaskQueue: "tempcluster-test"}, echo, id); err == nil {
 				var got string
-				if err = r.Get(ctx, &got); err == nil {
+				err = r.Get(tctx, &got)
+				cancel()
+				if err == nil {
 					require.Equal(t, id, got)
 					t.Logf("%s: done after %s and %d tries", id, time.Since(began).Round(time.Millisecond), try)
 					return
 				}
 			}
+			cancel()
 			t.Logf("%s: try %d: %v", id, try, err)
 			time.Sleep(time.Second)
 		}
