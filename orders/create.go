@@ -25,6 +25,12 @@ const (
 // input, an error wrapping ErrConflict for an existing order with other
 // details, and the database error otherwise; on error roll tx back.
 func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (order *Order, created bool, err error) {
+	return s.CreateAndEnqueueOnTx(ctx, tx, o, "")
+}
+
+// CreateAndEnqueueOnTx is CreateAndEnqueueTx whose start request names the
+// task queue the relay starts the run on ("": the relay's own).
+func (s *Store) CreateAndEnqueueOnTx(ctx context.Context, tx pgx.Tx, o NewOrder, queue string) (order *Order, created bool, err error) {
 	if s == nil {
 		return nil, false, errors.New("create order: store is nil")
 	}
@@ -32,8 +38,13 @@ func (s *Store) CreateAndEnqueueTx(ctx context.Context, tx pgx.Tx, o NewOrder) (
 	if err != nil {
 		return nil, false, err
 	}
-	if _, err := EnqueueTx(ctx, tx, NewOrderInput(order.TenantID, order.ID), order); err != nil {
-		return nil, false, fmt.Errorf("create order %s/%s: %w", order.TenantID, order.ID, err)
+	req, err := StartRequest(NewOrderInput(order.TenantID, order.ID), order)
+	if err == nil {
+		req.TaskQueue = queue
+		_, err = outbox.EnqueueTx(ctx, tx, req)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("create order %s/%s: enqueue order run: %w", order.TenantID, order.ID, err)
 	}
 	return order, created, nil
 }

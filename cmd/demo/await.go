@@ -23,31 +23,27 @@ func (s *stack) await(ctx context.Context, id, runID string, wait time.Duration,
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	err := s.tc.GetWorkflow(wctx, id, runID).Get(wctx, out)
-	// A run that ended returns its own error; one still open ran out the
-	// wait (whose deadline the RPC may report before wctx does).
-	if err == nil || ctx.Err() != nil || !s.open(ctx, id, runID) {
+	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	return fmt.Errorf("%w: %s after %s: %s; the worker's log is %s", errStuck, id, wait, s.pending(ctx, id, runID), s.logPath)
+	// A run that ended returns its own error; one still open ran out the
+	// wait (whose deadline the RPC may report before wctx does).
+	what, open := s.stuck(ctx, id, runID)
+	if !open {
+		return err
+	}
+	return fmt.Errorf("%w: %s after %s: %s; the worker's log is %s", errStuck, id, wait, what, s.logPath)
 }
 
-// open reports whether the run has not closed; false when Temporal cannot
-// say.
-func (s *stack) open(ctx context.Context, id, runID string) bool {
+// stuck reports whether the run is still open and, if so, which activities
+// it waits on, with each one's attempt and last failure; open is false when
+// Temporal cannot say.
+func (s *stack) stuck(ctx context.Context, id, runID string) (what string, open bool) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	desc, err := s.tc.DescribeWorkflow(ctx, id, runID)
-	return err == nil && desc.RawResponse.GetWorkflowExecutionInfo().GetCloseTime() == nil
-}
-
-// pending says which activities the run waits on, with each one's attempt
-// and last failure.
-func (s *stack) pending(ctx context.Context, id, runID string) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	desc, err := s.tc.DescribeWorkflow(ctx, id, runID)
-	if err != nil {
-		return "its state could not be read: " + err.Error()
+	if err != nil || desc.RawResponse.GetWorkflowExecutionInfo().GetCloseTime() != nil {
+		return "", false
 	}
 	var parts []string
 	for _, a := range desc.RawResponse.GetPendingActivities() {
@@ -58,7 +54,7 @@ func (s *stack) pending(ctx context.Context, id, runID string) string {
 		parts = append(parts, p)
 	}
 	if len(parts) == 0 {
-		return "no activity is running: is a worker polling task queue " + s.taskQueue + "?"
+		return "no activity is running: is a worker polling task queue " + s.taskQueue + "?", true
 	}
-	return "waiting on " + strings.Join(parts, ", ")
+	return "waiting on " + strings.Join(parts, ", "), true
 }

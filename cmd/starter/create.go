@@ -14,7 +14,6 @@ import (
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/orders"
-	"github.com/keyedhq/keyed/outbox"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
@@ -105,7 +104,7 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			o, created, err = createAndEnqueueTx(ctx, tx, store, no, queue)
+			o, created, err = store.CreateAndEnqueueOnTx(ctx, tx, no, queue)
 			return err
 		})
 		switch {
@@ -117,27 +116,6 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 		}
 		return startCheckout(ctx, e, cfg, tc, o, &created, *asJSON)
 	}, &pool, &store, &tc)
-}
-
-// createAndEnqueueTx is store.CreateAndEnqueueTx whose outbox row names
-// queue, the task queue the relay starts the run on ("": the relay's own).
-func createAndEnqueueTx(ctx context.Context, tx pgx.Tx, store *orders.Store, no orders.NewOrder, queue string) (*orders.Order, bool, error) {
-	if queue == "" {
-		return store.CreateAndEnqueueTx(ctx, tx, no)
-	}
-	o, created, err := store.CreateTx(ctx, tx, no)
-	if err != nil {
-		return nil, false, err
-	}
-	req, err := orders.StartRequest(orders.NewOrderInput(o.TenantID, o.ID), o)
-	if err != nil {
-		return nil, false, err
-	}
-	req.TaskQueue = queue
-	if _, err := outbox.EnqueueTx(ctx, tx, req); err != nil {
-		return nil, false, fmt.Errorf("create order %s/%s: %w", o.TenantID, o.ID, err)
-	}
-	return o, created, nil
 }
 
 func runStart(ctx context.Context, e *env, args []string) error {
