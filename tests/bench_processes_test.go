@@ -617,12 +617,10 @@ func keyedWorkerEnv(b testing.TB, world *bundle, appName string) (env []string, 
 	port := l.Addr().(*net.TCPAddr).Port
 	require.NoError(b, l.Close())
 	healthz = "http://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
-	return []string{
+	return append([]string{
 		"DATABASE_URL=" + world.dbURL + "&application_name=" + appName, "TEMPORAL_ADDRESS=" + temporalAddr, "TEMPORAL_TASK_QUEUE=" + world.taskQueue,
-		"STRIPE_SECRET_KEY=" + stripeKey, "STRIPE_API_BASE=" + world.stripeURL,
-		"SENDGRID_API_KEY=" + sendgridKey, "SENDGRID_API_BASE=" + world.mailURL, "RECEIPT_FROM=" + receiptFrom,
 		"METRICS_ADDR=127.0.0.1:" + strconv.Itoa(port), "LOG_LEVEL=info", "RECONCILE_EVERY=0",
-	}, healthz
+	}, world.workerEnv...), healthz
 }
 
 // waitHealthy waits until url answers 200 or the process behind it exits.

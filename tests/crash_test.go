@@ -34,13 +34,9 @@ func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *logbuf.Buffe
 		"TEMPORAL_ADDRESS="+temporalAddr,
 		"TEMPORAL_NAMESPACE=default",
 		"TEMPORAL_TASK_QUEUE="+b.taskQueue,
-		"STRIPE_SECRET_KEY="+stripeKey,
-		"STRIPE_API_BASE="+b.stripeURL,
-		"SENDGRID_API_KEY="+sendgridKey,
-		"SENDGRID_API_BASE="+b.mailURL,
-		"RECEIPT_FROM="+receiptFrom,
 		"METRICS_ADDR=127.0.0.1:0",
 	)
+	cmd.Env = append(cmd.Env, b.workerEnv...)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

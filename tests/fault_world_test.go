@@ -121,11 +121,6 @@ func (w *faultWorld) spawn(i int) error {
 		"TEMPORAL_ADDRESS="+w.addr,
 		"TEMPORAL_NAMESPACE=default",
 		"TEMPORAL_TASK_QUEUE="+w.taskQueue,
-		"STRIPE_SECRET_KEY="+stripeKey,
-		"STRIPE_API_BASE="+w.stripeURL,
-		"SENDGRID_API_KEY="+sendgridKey,
-		"SENDGRID_API_BASE="+w.mailURL,
-		"RECEIPT_FROM="+receiptFrom,
 		"RECEIPT_POLICY="+w.policy,
 		// The fake's index lags 2 s: a lost send is settled within seconds,
 		// not after SendGrid's production margin of minutes.
@@ -133,7 +128,7 @@ func (w *faultWorld) spawn(i int) error {
 		"SENDGRID_LOOKUP_GIVE_UP=30s",
 		"METRICS_ADDR=127.0.0.1:0",
 	)
-	cmd.Env = append(cmd.Env, w.env...)
+	cmd.Env = append(append(cmd.Env, w.workerEnv...), w.env...)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -25,6 +25,7 @@ import (
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/dbtest"
+	"github.com/keyedhq/keyed/internal/fakeproviders"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
@@ -54,6 +55,10 @@ type bundle struct {
 	stripeURL string
 	mail      *fakesendgrid.Server
 	mailURL   string
+	// workerEnv is a worker process's provider settings: the fakes above,
+	// the fakes of every other provider and the examples of the settings
+	// the worker requires (fakeproviders.Complete).
+	workerEnv []string
 	temporal  client.Client
 	taskQueue string
 	tenant    string
@@ -97,6 +102,8 @@ func newBundle(t testing.TB, ctx context.Context, poolURL, dbURL, queue, addr st
 	mailSrv := httptest.NewServer(b.mail)
 	t.Cleanup(mailSrv.Close)
 	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
+	b.workerEnv = fakeproviders.CompleteT(t, []string{"STRIPE_SECRET_KEY=" + stripeKey, "STRIPE_API_BASE=" + b.stripeURL,
+		"SENDGRID_API_KEY=" + sendgridKey, "SENDGRID_API_BASE=" + b.mailURL, "RECEIPT_FROM=" + receiptFrom})
 	b.temporal, err = client.Dial(client.Options{HostPort: addr, Logger: quietSDK()})
 	require.NoError(t, err, "dial Temporal at %s", addr)
 	t.Cleanup(b.temporal.Close)

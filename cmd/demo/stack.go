@@ -21,9 +21,8 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/keyedhq/keyed/effects"
-	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/devserver"
-	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fakeproviders"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/migrations"
 	"github.com/keyedhq/keyed/orders"
@@ -135,20 +134,24 @@ func (s *stack) prepareDB(ctx context.Context, _ options) error {
 	return nil
 }
 
-// providerEnv starts fake Stripe and SendGrid, unless the real ones' keys
-// are set, and returns the worker's settings for them.
-func (s *stack) providerEnv() []string {
+// withProviders returns env with the worker's settings for its providers:
+// the real Stripe (test mode) and SendGrid when their keys are set,
+// otherwise a fake Stripe the demo counts charges at and, from
+// internal/fakeproviders' table, a fake of every other provider; and the
+// example of every other setting the worker requires.
+func (s *stack) withProviders(env []string) []string {
 	if os.Getenv("STRIPE_SECRET_KEY") != "" && os.Getenv("SENDGRID_API_KEY") != "" {
 		s.say("using real Stripe (test mode) and SendGrid: their keys are set")
-		return []string{"STRIPE_SECRET_KEY=" + os.Getenv("STRIPE_SECRET_KEY"), "SENDGRID_API_KEY=" + os.Getenv("SENDGRID_API_KEY")}
+		return fakeproviders.WithExamples(append(env, "STRIPE_SECRET_KEY="+os.Getenv("STRIPE_SECRET_KEY"),
+			"SENDGRID_API_KEY="+os.Getenv("SENDGRID_API_KEY")))
 	}
 	s.say("starting fake Stripe and SendGrid (set STRIPE_SECRET_KEY and SENDGRID_API_KEY for the real ones)")
 	s.stripeFake = fakestripe.New(nil)
 	st := httptest.NewServer(s.stripeFake)
-	sg := httptest.NewServer(fakesendgrid.New(nil))
-	s.stops = append(s.stops, func() error { st.Close(); sg.Close(); return nil })
-	return []string{"STRIPE_SECRET_KEY=sk_test_demo", "STRIPE_API_BASE=" + st.URL,
-		"SENDGRID_API_KEY=SG.demo", "SENDGRID_API_BASE=" + sg.URL}
+	env, stop := fakeproviders.Complete(append(env, "STRIPE_SECRET_KEY=sk_test_demo", "STRIPE_API_BASE="+st.URL,
+		"SENDGRID_API_KEY=SG.demo"))
+	s.stops = append(s.stops, func() error { st.Close(); stop(); return nil })
+	return env
 }
 
 // startWorker starts the worker binary, its output in .demo/worker.log,
@@ -188,30 +191,10 @@ func (s *stack) workerEnv(o options) ([]string, error) {
 	}
 	s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	env := append(s.cliEnv(), "METRICS_ADDR="+s.metricsAddr)
-	env = append(env, s.providerEnv()...)
 	if os.Getenv("RECEIPT_FROM") == "" {
 		env = append(env, "RECEIPT_FROM=receipts@keyed.example")
 	}
-	return withRequired(env), nil
-}
-
-// withRequired adds to env the example of every setting the worker
-// requires that neither env nor the demo's environment sets: a step added
-// with a provider of its own then starts with the demo (its calls fail
-// until a fake of that provider serves the demo, see
-// docs/adding-an-activity.md).
-func withRequired(env []string) []string {
-	set := map[string]bool{}
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		set[name] = true
-	}
-	for name, example := range config.RequiredExamples(config.InWorker) {
-		if _, inOS := os.LookupEnv(name); !set[name] && !inOS {
-			env = append(env, name+"="+example)
-		}
-	}
-	return env
+	return s.withProviders(env), nil
 }
 
 // stopWorker sends the worker SIGTERM, on which it drains and exits 0,

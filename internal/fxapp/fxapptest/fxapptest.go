@@ -1,7 +1,7 @@
 // Package fxapptest runs keyed's real worker app in a test: a Temporal dev
-// server (internal/devserver), a fresh Postgres schema, and the Stripe and
-// SendGrid fakes on httptest servers, wired by fxapp.Worker exactly as
-// cmd/worker wires them.
+// server (internal/devserver), a fresh Postgres schema, and the providers'
+// fakes on httptest servers (Stripe's and SendGrid's its own, to count
+// at), wired by fxapp.Worker exactly as cmd/worker wires them.
 package fxapptest
 
 import (
@@ -27,6 +27,7 @@ import (
 	"github.com/keyedhq/keyed/effects/effectstest"
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/fakeproviders"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp"
@@ -141,8 +142,11 @@ func Prepare(t testing.TB, opts *Opts) *Deps {
 		// point the test at another cluster.
 		"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "no-temporal.toml"),
 	}
-	// A setting the worker requires that this helper does not set (a new
-	// provider's key) gets its row's example, so adding one breaks no test.
+	// A provider this helper does not fake itself gets the fake of
+	// internal/fakeproviders' table, and a setting the worker requires that
+	// it does not set (a new provider's key) its row's example, so adding a
+	// provider breaks no test.
+	fakeproviders.ServeT(t, d.Env)
 	for k, v := range Required(config.InWorker) {
 		if _, ok := d.Env[k]; !ok {
 			d.Env[k] = v
