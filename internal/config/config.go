@@ -177,6 +177,9 @@ type Config struct {
 	API API
 	// LogLevel is the minimum level logged (LOG_LEVEL).
 	LogLevel slog.Level
+	// NotSettings is the variables of other programs, comma-separated,
+	// that the misspelling check lets through (KEYED_NOT_SETTINGS).
+	NotSettings string
 
 	// uses and omit are the programs the Loader read for and the groups
 	// it left out, for String and LogValue.

@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -73,6 +74,15 @@ func (l *Loader) Environ(environ []string) {
 	}
 }
 
+// notSettings returns names without those NotSettings lists.
+func notSettings(names []string, c *Config) []string {
+	listed := map[string]bool{}
+	for _, n := range strings.Split(c.NotSettings, ",") {
+		listed[strings.TrimSpace(n)] = true
+	}
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return listed[n] })
+}
+
 // Check adds fn, which Load runs on the parsed configuration after the
 // table's checks: fn reports each problem through add, which names the
 // setting (a variable) as the table's problems are named.
@@ -116,8 +126,9 @@ func (l *Loader) Load() (*Config, error) {
 		}
 	}
 	problems = append(problems, l.problems...)
-	for name, meant := range Misspelled(l.environ) {
-		problems = append(problems, fmt.Sprintf("%s: not a setting; did you mean %s? Rename or unset it", name, meant))
+	for name, meant := range Misspelled(notSettings(l.environ, &c)) {
+		problems = append(problems, fmt.Sprintf("%s: not a setting; did you mean %s? Rename or unset it, "+
+			"or list it in %s if another program reads it", name, meant, NotSettingsEnv))
 	}
 	for i := range Settings {
 		if s := &Settings[i]; s.Field != "" && l.active(s) && (l.envProblems[s.Env] == "" || overridden(s.Env)) {

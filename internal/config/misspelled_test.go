@@ -3,6 +3,7 @@ package config_test
 import (
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -112,4 +113,25 @@ func TestLoadRefusesAMisspelledSetting(t *testing.T) {
 
 	_, err = load(t, config.Worker, vars)
 	require.ErrorContains(t, err, "(1 problems)", "only LOG_LEVEL without the environment")
+}
+
+// A variable of another program that looks like a misspelled setting is
+// refused, the message saying how to let it through, and passes once
+// KEYED_NOT_SETTINGS lists it.
+func TestNotSettingsLetsAnotherProgramsVariableThrough(t *testing.T) {
+	t.Parallel()
+	load := func(extra map[string]string) error {
+		vars := workerEnv()
+		vars["DATABASE_URI"] = "mysql://other-app"
+		maps.Copy(vars, extra)
+		l := config.NewLoader(config.Worker, env(vars))
+		l.Environ(fxapptest.Environ(vars))
+		_, err := l.Load()
+		return err
+	}
+	err := load(nil)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	require.Contains(t, err.Error(), "DATABASE_URI: not a setting; did you mean DATABASE_URL? Rename or unset it, or list it in KEYED_NOT_SETTINGS if another program reads it")
+	require.NotContains(t, err.Error(), "mysql")
+	require.NoError(t, load(map[string]string{config.NotSettingsEnv: "OTHER, DATABASE_URI"}))
 }

@@ -47,8 +47,10 @@ most two edits (a letter added, left out or changed, two swapped) from a
 setting's name, whose first word is the setting's or one edit from it, as
 ` + "`WORKER_MAX_ACTIVITES`, `MIGRATE_ON_STRAT` or `RECIEPT_POLICY`" + `. The message
 names it and the setting it probably stands for, never its value: rename or
-unset it. Every program checks every setting's name, including those it
-does not read, so a shared environment is checked whole. Other programs'
+unset it, or, when another program in a shared environment reads it (a
+platform's ` + "`DATABASE_URI`" + `), list it in ` + "`KEYED_NOT_SETTINGS`" + `. Every
+program checks every setting's name, including those it does not read, so
+a shared environment is checked whole. Other programs'
 variables (` + "`PATH`, `HOME`, `PG*`, `GO*`" + `) and the families ` + "`OTEL_*`" + ` and
 ` + "`TEMPORAL_GRPC_META_*`" + ` are never taken for one.
 

@@ -188,6 +188,9 @@ var Settings = []Setting{
 	{Env: "OTEL_*", For: InWorker | InStarter,
 		Help: "the OpenTelemetry SDK's other standard variables",
 		Doc:  "the OpenTelemetry SDK's other standard variables: `OTEL_SDK_DISABLED`, `OTEL_EXPORTER_OTLP_HEADERS` and the exporter's other settings, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`"},
+	{Env: NotSettingsEnv, Field: "NotSettings", For: InWorker | InStarter,
+		Help: "comma-separated variables of other programs that look like misspelled settings",
+		Doc:  "names, comma-separated, the variables of other programs in a shared environment that look like a misspelled setting (such as a platform's `DATABASE_URI`), so that they are not refused as one"},
 	{Env: "GOMEMLIMIT", For: InWorker | InStarter,
 		Help: "the Go runtime's soft memory limit",
 		Doc:  "the Go runtime's soft memory limit; the Kubernetes manifests set it from the container's memory limit"},
@@ -321,6 +324,10 @@ var Settings = []Setting{
 		Help: "PostgreSQL's server binaries for the tests' own clusters",
 		Doc:  "where the tests that start their own PostgreSQL cluster find `initdb` and `postgres`"},
 }
+
+// NotSettingsEnv names the variables of other programs that the
+// misspelling check lets through, comma-separated.
+const NotSettingsEnv = "KEYED_NOT_SETTINGS"
 
 // The checks rows use. Each returns what is wrong with v, the field's
 // value, without naming the setting.
