@@ -129,7 +129,7 @@ func TestStepBoundariesSurviveTerminatedBackends(t *testing.T) {
 	sender, err := notify.NewSender(fxc, pool, &notify.SenderOpts{APIKey: sendgridKey, BaseURL: mailSrv.URL, From: receiptFrom, Logger: quiet()})
 	require.NoError(t, err)
 	w := worker.New(b.temporal, b.taskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&boundaryInterceptor{t: t, k: k}}})
-	deps := pipeline.Deps{DB: pool, Effects: fxc, Logger: quiet(), Providers: []any{sc, sender}}
+	deps := pipeline.Deps{DB: pool, Effects: fxc, Logger: quiet(), Providers: b.providers(t, pool, fxc, sc, sender)}
 	require.NoError(t, pipeline.Register(w, workflows.Pipelines(), deps, nil))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)

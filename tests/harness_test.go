@@ -27,6 +27,7 @@ import (
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/fakeproviders"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
+	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
@@ -122,7 +123,21 @@ func (b *bundle) newDeps(t testing.TB, edit ...func(*notify.SenderOpts)) pipelin
 	}
 	sender, err := notify.NewSender(b.effects, b.pool, so)
 	require.NoError(t, err)
-	return pipeline.Deps{DB: b.pool, Effects: b.effects, Logger: quiet(), Providers: []any{sc, sender}}
+	return pipeline.Deps{DB: b.pool, Effects: b.effects, Logger: quiet(), Providers: b.providers(t, b.pool, b.effects, sc, sender)}
+}
+
+// providers returns own, the clients a test binds its steps with, and
+// after them every provider the worker builds from the bundle's worker
+// settings (fxapptest.Providers), so that a step added with a provider of
+// its own finds its client, pointed at its fake.
+func (b *bundle) providers(t testing.TB, pool *pgxpool.Pool, claims *effects.Client, own ...any) []any {
+	t.Helper()
+	env := map[string]string{}
+	for _, kv := range b.workerEnv {
+		name, value, _ := strings.Cut(kv, "=")
+		env[name] = value
+	}
+	return append(own, fxapptest.Providers(t, env, pool, claims)...)
 }
 
 // startWorker runs an in-process worker on the test's task queue until the

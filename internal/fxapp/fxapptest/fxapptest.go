@@ -213,6 +213,26 @@ func (w *Worker) Stop() error {
 	return w.App.Stop(ctx)
 }
 
+// Providers returns the provider clients the worker hands its steps, built
+// by fxapp.ProvidersModule as the worker builds them, from env (a worker's
+// settings, such as Deps.Env) over pool and claims; the app is built, not
+// started. A test that binds steps with clients of its own puts them first
+// (pipeline.Provider takes the first of a type) and these after, so that a
+// step added with a provider of its own finds its client.
+func Providers(t testing.TB, env map[string]string, pool *pgxpool.Pool, claims *effects.Client) []any {
+	t.Helper()
+	cfg, err := config.NewLoader(config.Worker, Lookup(env)).Load()
+	require.NoError(t, err, "the providers' settings")
+	var out struct {
+		fx.In
+		Providers []any `group:"providers"`
+	}
+	app := fx.New(fx.NopLogger, fx.Supply(cfg, slog.New(slog.DiscardHandler), pool, claims),
+		fxapp.ConfigModule, fxapp.ProvidersModule, fx.Populate(&out))
+	require.NoError(t, app.Err(), "build the providers")
+	return out.Providers
+}
+
 // Required returns the settings the programs in u require, each set to
 // its row's example (config.Setting.Example).
 func Required(u config.Uses) map[string]string { return config.RequiredExamples(u) }
