@@ -51,7 +51,7 @@ func TestRetriedPostsRunThePipelineOnce(t *testing.T) {
 		r := doAt(t, srv.Client(), srv.URL, "GET", "/v1/orders/ord_pipeline", key, "", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.NoError(t, json.Unmarshal(r.body, &detail))
-		if detail.Order.Status != orders.StatusPaid || len(detail.Effects) != paidPath() {
+		if detail.Order.Status != orders.StatusPaid || len(detail.Effects) != len(orderacts.PaidPath()) {
 			return false
 		}
 		for _, e := range detail.Effects {
@@ -86,16 +86,4 @@ func TestRetriedPostsRunThePipelineOnce(t *testing.T) {
 	// The request's record, the three steps' and the worker's prune
 	// schedule's: none holds the customer's email.
 	require.GreaterOrEqual(t, requireNoPersonalData(t, w.Pool), 4)
-}
-
-// paidPath is the number of steps a paid order takes: every declared step
-// of the order pipeline but the one a decline takes.
-func paidPath() int {
-	n := 0
-	for _, d := range orderacts.Declarations() {
-		if d.Name != orderacts.NameMarkFailed {
-			n++
-		}
-	}
-	return n
 }

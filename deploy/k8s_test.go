@@ -396,15 +396,27 @@ func dockerfileBinaries(t *testing.T) []string {
 	return bins
 }
 
+// secretStandIns returns a value for each secret setting a manifest may
+// take from a Secret: its row's example, or one written here for the
+// secrets without one, so that a provider's new key needs no line here.
+func secretStandIns() map[string]string {
+	standIns := map[string]string{"DATABASE_URL": "postgres://keyed@db.internal:5432/keyed?sslmode=require",
+		"KEYED_API_KEYS": "acme=sk_keyed_standin", "TEMPORAL_API_KEY": "standin-temporal-api-key"}
+	for _, s := range config.Settings {
+		if _, written := standIns[s.Env]; s.Secret && s.Example != "" && !written {
+			standIns[s.Env] = s.Example
+		}
+	}
+	return standIns
+}
+
 // TestManifestConfigurationLoads loads each keyed container's environment
 // (its literals and the generated ConfigMap, with stand-ins for the
 // Secrets) through keyed's own configuration loader, so that a bad
 // duration, address or sender in a manifest fails here, not at rollout.
 func TestManifestConfigurationLoads(t *testing.T) {
 	t.Parallel()
-	standIns := map[string]string{"DATABASE_URL": "postgres://keyed@db.internal:5432/keyed?sslmode=require",
-		"STRIPE_SECRET_KEY": "sk_test_standin", "SENDGRID_API_KEY": "SG.standin", "KEYED_API_KEYS": "acme=sk_keyed_standin",
-		"TEMPORAL_API_KEY": "standin-temporal-api-key"}
+	standIns := secretStandIns()
 	for _, dir := range kustomizations {
 		b := build(t, dir)
 		for _, p := range b.pods() {

@@ -6,6 +6,7 @@ package order
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	stripeclient "github.com/stripe/stripe-go/v76/client"
 
@@ -51,6 +52,12 @@ var (
 // Definitions.
 func Declarations() []step.Declaration {
 	return []step.Declaration{DeclCharge.Declaration, DeclMarkPaid.Declaration, DeclSendReceipt.Declaration, DeclMarkFailed.Declaration}
+}
+
+// PaidPath returns the declarations of the steps a paid order takes:
+// every order step but MarkFailed, which only a declined order takes.
+func PaidPath() []step.Declaration {
+	return slices.DeleteFunc(Declarations(), func(d step.Declaration) bool { return d.Name == NameMarkFailed })
 }
 
 // Activities implements the order steps over a pipeline.Deps.

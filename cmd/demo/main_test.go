@@ -212,11 +212,19 @@ func TestDemosRunSideBySideAndTheCLIReachesTheKeptOne(t *testing.T) {
 	var kept logbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(keepCtx, keepOpts, &kept) }()
-	require.Eventually(t, func() bool {
+	up := func() bool {
 		b, err := os.ReadFile(envPath())
 		return err == nil && strings.Contains(string(b), "KEYED_DEMO_ID") && strings.Contains(kept.String(), "Worker log: ")
-	}, 3*time.Minute, 100*time.Millisecond,
-		"the demo writes %s while it keeps its servers up:\n%s", envPath(), kept.String())
+	}
+	for !up() {
+		select {
+		case err := <-done:
+			require.Failf(t, "the kept demo ended before it was up", "%v; its output:\n%s", err, &kept)
+		case <-ctx.Done():
+			require.Failf(t, "the kept demo never wrote "+envPath(), "its output:\n%s", &kept)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	t.Logf("the kept demo was up after %s", time.Since(began).Round(time.Second))
 	require.Contains(t, kept.String(), "source .demo/env")
 	keptID, keptSchema, keptQueue := demoOf(t, kept.String())
