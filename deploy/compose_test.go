@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/fakeproviders"
 )
 
 // compose holds the parts of docker-compose.yml the tests check.
@@ -157,5 +158,18 @@ func TestSearchAttributesMatchTheDevServer(t *testing.T) {
 		require.NotNil(t, m, "%s registers search attributes in a for loop", file)
 		require.ElementsMatch(t, want, strings.Fields(m[1]), "%s registers the dev server's search attributes, as Name=Type", file)
 		require.Contains(t, s, `--type "`, file)
+	}
+}
+
+// TestComposeWorkerUsesEveryFake checks that the compose worker reaches
+// each provider at its fake in the fakes service (cmd/fakes serves every
+// row of internal/fakeproviders' table on its port) unless the shell says
+// otherwise, so a provider added with its fake needs one line here.
+func TestComposeWorkerUsesEveryFake(t *testing.T) {
+	t.Parallel()
+	env := readCompose(t).Services["worker"].Environment
+	for _, f := range fakeproviders.Fakes {
+		require.Equal(t, fmt.Sprintf("${%s:-http://fakes:%d}", f.Base, f.Port), env[f.Base],
+			"docker-compose.yml's worker sets %s", f.Base)
 	}
 }

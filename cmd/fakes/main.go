@@ -1,9 +1,11 @@
-// Command fakes serves the fake Stripe and SendGrid APIs for the demo.
+// Command fakes serves the fakes of every provider in
+// internal/fakeproviders' table, each on its own port (Fake.Port), for the
+// demo and docker-compose.
 //
-// Addresses come from -stripe-addr and -sendgrid-addr, or from the
-// FAKE_STRIPE_ADDR and FAKE_SENDGRID_ADDR environment variables. The fake
-// SendGrid's Email Activity API shows a message -sendgrid-index-lag (or
-// FAKE_SENDGRID_INDEX_LAG, a Go duration such as "2s") after it was accepted.
+// The host they listen on comes from -host or FAKE_HOST (default
+// 127.0.0.1). The fake SendGrid's Email Activity API shows a message
+// -sendgrid-index-lag (or FAKE_SENDGRID_INDEX_LAG, a Go duration such as
+// "2s") after it was accepted.
 package main
 
 import (
@@ -16,16 +18,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/keyedhq/keyed/internal/fakeproviders"
 	"github.com/keyedhq/keyed/internal/fakesendgrid"
-	"github.com/keyedhq/keyed/internal/fakestripe"
 )
 
 func main() {
-	stripeAddr := flag.String("stripe-addr", cmp.Or(os.Getenv("FAKE_STRIPE_ADDR"), "127.0.0.1:12111"), "listen address of the fake Stripe API")
-	sendgridAddr := flag.String("sendgrid-addr", cmp.Or(os.Getenv("FAKE_SENDGRID_ADDR"), "127.0.0.1:12112"), "listen address of the fake SendGrid API")
+	host := flag.String("host", cmp.Or(os.Getenv("FAKE_HOST"), "127.0.0.1"), "the host the fakes listen on, each on its own port")
 	indexLag := flag.Duration("sendgrid-index-lag", envDuration("FAKE_SENDGRID_INDEX_LAG"), "how long the fake SendGrid's Email Activity API takes to show an accepted message")
 	flag.Parse()
 	if *indexLag < 0 {
@@ -35,10 +37,15 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, map[string]serve{
-		"stripe":   {*stripeAddr, fakestripe.New(nil)},
-		"sendgrid": {*sendgridAddr, fakesendgrid.New(&fakesendgrid.Opts{IndexLag: *indexLag})},
-	}); err != nil {
+	fakes := map[string]serve{}
+	for _, f := range fakeproviders.Fakes {
+		h := f.New()
+		if f.Base == "SENDGRID_API_BASE" {
+			h = fakesendgrid.New(&fakesendgrid.Opts{IndexLag: *indexLag})
+		}
+		fakes[f.Base] = serve{net.JoinHostPort(*host, strconv.Itoa(f.Port)), h}
+	}
+	if err := run(ctx, fakes); err != nil {
 		slog.Error("fakes failed", "err", err)
 		os.Exit(1)
 	}

@@ -14,7 +14,7 @@ import (
 // carrierRows holds the row docs/adding-an-activity.md adds to Fakes for
 // the carrier; it lives here because the shipped pipelines call no carrier.
 var carrierRows = []fakeproviders.Fake{
-	{Base: "CARRIER_API_BASE", New: func() http.Handler { return fakecarrier.New() }},
+	{Base: "CARRIER_API_BASE", Port: 12113, New: func() http.Handler { return fakecarrier.New() }},
 }
 
 // TestTheGuidesCarrierRowServesTheCarrier serves the guide's row.

@@ -24,14 +24,17 @@ type Fake struct {
 	// Base is the worker's setting naming the provider's API base URL,
 	// such as STRIPE_API_BASE.
 	Base string
+	// Port is where cmd/fakes serves it (docker-compose's worker reaches it
+	// at http://fakes:Port); every row has its own.
+	Port int
 	// New returns a fresh fake serving the provider's API in memory.
 	New func() http.Handler
 }
 
 // Fakes is the table: one row per provider the worker calls.
 var Fakes = []Fake{
-	{Base: "STRIPE_API_BASE", New: func() http.Handler { return fakestripe.New(nil) }},
-	{Base: "SENDGRID_API_BASE", New: func() http.Handler { return fakesendgrid.New(nil) }},
+	{Base: "STRIPE_API_BASE", Port: 12111, New: func() http.Handler { return fakestripe.New(nil) }},
+	{Base: "SENDGRID_API_BASE", Port: 12112, New: func() http.Handler { return fakesendgrid.New(nil) }},
 }
 
 // Serve serves, each on a local HTTP server of its own, the fake of every

@@ -24,8 +24,12 @@ func TestEveryProviderHasAFake(t *testing.T) {
 		}
 	}
 	var faked []string
+	ports := map[int]string{}
 	for _, f := range fakeproviders.Fakes {
 		faked = append(faked, f.Base)
+		require.NotContains(t, ports, f.Port, "%s's port is %s's", f.Base, ports[f.Port])
+		require.Positive(t, f.Port, f.Base)
+		ports[f.Port] = f.Base
 	}
 	require.ElementsMatch(t, bases, faked, "the worker's *_API_BASE settings and the fakes of internal/fakeproviders")
 }
