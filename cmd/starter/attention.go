@@ -18,7 +18,7 @@ import (
 
 func runAttention(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "attention", "[--json] [flags]",
-		"Lists the order and refund runs that wait for an operator's decision: those whose outcome keyed\n"+
+		"Lists the runs of every pipeline that wait for an operator's decision: those whose outcome keyed\n"+
 			"cannot know (an ambiguous receipt or refund email, a reused key, retries that ran out). It is the Web UI's query\n"+
 			"'"+pipeline.AttentionQuery+"'. Decide one with 'starter resolve --key KEY --as done|retry'\n"+
 			"or the run's decide update in the Web UI.",
