@@ -620,7 +620,7 @@ func keyedWorkerEnv(b testing.TB, world *bundle, appName string) (env []string, 
 	return append([]string{
 		"DATABASE_URL=" + world.dbURL + "&application_name=" + appName, "TEMPORAL_ADDRESS=" + temporalAddr, "TEMPORAL_TASK_QUEUE=" + world.taskQueue,
 		"METRICS_ADDR=127.0.0.1:" + strconv.Itoa(port), "LOG_LEVEL=info", "RECONCILE_EVERY=0",
-	}, world.workerEnv...), healthz
+	}, world.workerEnv()...), healthz
 }
 
 // waitHealthy waits until url answers 200 or the process behind it exits.

@@ -36,7 +36,7 @@ func (b *bundle) spawnWorker(t *testing.T, bin string) (*exec.Cmd, *logbuf.Buffe
 		"TEMPORAL_TASK_QUEUE="+b.taskQueue,
 		"METRICS_ADDR=127.0.0.1:0",
 	)
-	cmd.Env = append(cmd.Env, b.workerEnv...)
+	cmd.Env = append(cmd.Env, b.workerEnv()...)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

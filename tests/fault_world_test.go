@@ -128,7 +128,7 @@ func (w *faultWorld) spawn(i int) error {
 		"SENDGRID_LOOKUP_GIVE_UP=30s",
 		"METRICS_ADDR=127.0.0.1:0",
 	)
-	cmd.Env = append(append(cmd.Env, w.workerEnv...), w.env...)
+	cmd.Env = append(append(cmd.Env, w.workerEnv()...), w.env...)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

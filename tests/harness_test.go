@@ -56,13 +56,13 @@ type bundle struct {
 	stripeURL string
 	mail      *fakesendgrid.Server
 	mailURL   string
-	// workerEnv is a worker process's provider settings: the fakes above,
-	// the fakes of every other provider and the examples of the settings
-	// the worker requires (fakeproviders.Complete).
-	workerEnv []string
-	temporal  client.Client
-	taskQueue string
-	tenant    string
+	// otherProviders is what a worker process needs beyond the fakes
+	// above: the fakes of every other provider and the examples of the
+	// settings the worker requires (fakeproviders.Complete).
+	otherProviders []string
+	temporal       client.Client
+	taskQueue      string
+	tenant         string
 	// deps binds the steps of the test's workers: its database, effects
 	// client and the provider clients pointed at the fakes.
 	deps pipeline.Deps
@@ -103,8 +103,8 @@ func newBundle(t testing.TB, ctx context.Context, poolURL, dbURL, queue, addr st
 	mailSrv := httptest.NewServer(b.mail)
 	t.Cleanup(mailSrv.Close)
 	b.stripeURL, b.mailURL = stripeSrv.URL, mailSrv.URL
-	b.workerEnv = fakeproviders.CompleteT(t, []string{"STRIPE_SECRET_KEY=" + stripeKey, "STRIPE_API_BASE=" + b.stripeURL,
-		"SENDGRID_API_KEY=" + sendgridKey, "SENDGRID_API_BASE=" + b.mailURL, "RECEIPT_FROM=" + receiptFrom})
+	ours := b.workerEnv()
+	b.otherProviders = fakeproviders.CompleteT(t, ours)[len(ours):]
 	b.temporal, err = client.Dial(client.Options{HostPort: addr, Logger: quietSDK()})
 	require.NoError(t, err, "dial Temporal at %s", addr)
 	t.Cleanup(b.temporal.Close)
@@ -126,6 +126,14 @@ func (b *bundle) newDeps(t testing.TB, edit ...func(*notify.SenderOpts)) pipelin
 	return pipeline.Deps{DB: b.pool, Effects: b.effects, Logger: quiet(), Providers: b.providers(t, b.pool, b.effects, sc, sender)}
 }
 
+// workerEnv returns a worker process's provider settings: the bundle's
+// Stripe and SendGrid at their URLs as they are now (a test may put a
+// proxy in front of them) and the other providers' fakes.
+func (b *bundle) workerEnv() []string {
+	return append([]string{"STRIPE_SECRET_KEY=" + stripeKey, "STRIPE_API_BASE=" + b.stripeURL,
+		"SENDGRID_API_KEY=" + sendgridKey, "SENDGRID_API_BASE=" + b.mailURL, "RECEIPT_FROM=" + receiptFrom}, b.otherProviders...)
+}
+
 // providers returns own, the clients a test binds its steps with, and
 // after them every provider the worker builds from the bundle's worker
 // settings (fxapptest.Providers), so that a step added with a provider of
@@ -133,7 +141,7 @@ func (b *bundle) newDeps(t testing.TB, edit ...func(*notify.SenderOpts)) pipelin
 func (b *bundle) providers(t testing.TB, pool *pgxpool.Pool, claims *effects.Client, own ...any) []any {
 	t.Helper()
 	env := map[string]string{}
-	for _, kv := range b.workerEnv {
+	for _, kv := range b.workerEnv() {
 		name, value, _ := strings.Cut(kv, "=")
 		env[name] = value
 	}

@@ -95,6 +95,11 @@ func TestProviderRateLimitBurst(t *testing.T) {
 			require.Equal(t, rateOrders, paid, "orders paid")
 			require.Equal(t, rateOrders, w.stripe.Charges(), "one charge per order")
 			require.Equal(t, rateOrders, w.mail.Count(), "one receipt per order")
+			require.GreaterOrEqual(t, st.calls, rateOrders, "every order's charge went through the capped Stripe")
+			require.GreaterOrEqual(t, sg.calls, rateOrders, "every order's receipt went through the capped SendGrid")
+			if bound == 0 {
+				require.Positive(t, st.limited, "the unbounded workers met Stripe's 429s")
+			}
 			if bound > 0 {
 				require.LessOrEqual(t, st.pct(), 1.0, "Stripe calls answered 429 (%)")
 				require.LessOrEqual(t, sg.pct(), 1.0, "SendGrid calls answered 429 (%)")
