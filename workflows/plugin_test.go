@@ -56,3 +56,28 @@ func TestAThirdPipelinePlugsInThroughItsSpec(t *testing.T) {
 	require.Equal(t, "renewal:acme:s1", id)
 	require.Equal(t, "renew", s)
 }
+
+// TestEveryKeyFindsItsOwnPipeline derives each declared step's key from
+// its spec's Placeholder and checks that pipeline.RunOfKey, which takes the
+// first spec whose key shape matches, gives it to that spec and step: a
+// pipeline whose keys another pipeline's shape would take fails here, not
+// when an operator's decision reaches the wrong run.
+func TestEveryKeyFindsItsOwnPipeline(t *testing.T) {
+	t.Parallel()
+	specs := append(workflows.Pipelines(), pipelinetest.Renewal())
+	for _, s := range specs {
+		for _, d := range s.Steps {
+			k, err := s.Placeholder.EffectKey(d.Step)
+			require.NoError(t, err, "%s's step %s", s.Name, d.Name)
+			for _, other := range specs {
+				if _, _, ok := other.RunOfKey(k); ok {
+					require.Equal(t, s.Name, other.Name, "%s's key %s is taken by the %s pipeline", s.Name, k, other.Name)
+					break
+				}
+			}
+			_, st, ok := pipeline.RunOfKey(specs, k)
+			require.True(t, ok, "%s's key %s", s.Name, k)
+			require.Equal(t, d.Step, st, "%s's key %s", s.Name, k)
+		}
+	}
+}
