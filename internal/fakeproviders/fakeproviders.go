@@ -69,11 +69,14 @@ func ServeT(t testing.TB, env map[string]string) {
 // fakes needs and env does not set: the fake of each provider it does not
 // point elsewhere (Serve), and WithExamples. stop stops the fakes' servers.
 func Complete(env []string) (_ []string, stop func()) {
-	set := settings(env)
-	stop = Serve(set)
+	served := map[string]string{}
+	for name := range settings(env) {
+		served[name] = "" // set by the caller: Serve leaves it
+	}
+	stop = Serve(served)
 	for _, f := range Fakes {
-		if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, f.Base+"=") }) {
-			env = append(env, f.Base+"="+set[f.Base])
+		if url := served[f.Base]; url != "" {
+			env = append(env, f.Base+"="+url)
 		}
 	}
 	return WithExamples(env), stop
@@ -86,7 +89,8 @@ func WithExamples(env []string) []string {
 	set := settings(env)
 	examples := config.RequiredExamples(config.InWorker)
 	for _, name := range slices.Sorted(maps.Keys(examples)) {
-		if _, inOS := os.LookupEnv(name); !inOS && !hasKey(set, name) {
+		_, inOS := os.LookupEnv(name)
+		if _, inEnv := set[name]; !inOS && !inEnv {
 			env = append(env, name+"="+examples[name])
 		}
 	}
@@ -109,9 +113,4 @@ func CompleteT(t testing.TB, env []string) []string {
 	env, stop := Complete(env)
 	t.Cleanup(stop)
 	return env
-}
-
-func hasKey(m map[string]string, k string) bool {
-	_, ok := m[k]
-	return ok
 }
