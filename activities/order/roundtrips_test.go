@@ -199,8 +199,14 @@ func TestALaterAttemptClaimsThroughTheFunction(t *testing.T) {
 					function++
 				}
 			}
-			require.Equal(t, 1, fromGo, "the first attempt's claim")
-			require.Equal(t, 1, function, "the retry's claim")
+			// Within an hour of a leaf's edge (leaves are cut at UTC
+			// midnights) a told claim goes through the function too.
+			wantFromGo := 1
+			if midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour); time.Until(midnight) < time.Hour+2*time.Minute {
+				wantFromGo = 0
+			}
+			require.Equal(t, wantFromGo, fromGo, "the first attempt's claim")
+			require.Equal(t, 2-wantFromGo, function, "the retry's claim, and the first's near a leaf's edge")
 		})
 	}
 }
