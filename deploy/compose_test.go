@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -158,6 +159,39 @@ func TestSearchAttributesMatchTheDevServer(t *testing.T) {
 		require.NotNil(t, m, "%s registers search attributes in a for loop", file)
 		require.ElementsMatch(t, want, strings.Fields(m[1]), "%s registers the dev server's search attributes, as Name=Type", file)
 		require.Contains(t, s, `--type "`, file)
+	}
+}
+
+// TestDocumentedSearchAttributes checks the operator's hand-run commands
+// against the dev server's list: deploy/README.md's create commands and
+// dev server flags name every search attribute keyed's pipelines set, with
+// its type, and no command in the READMEs or docs/ names one they do not
+// set, or with another type.
+func TestDocumentedSearchAttributes(t *testing.T) {
+	t.Parallel()
+	want := devserver.SearchAttributes() // Name=Type
+	create := regexp.MustCompile(`--name (\w+) --type (\w+)`)
+	flag := regexp.MustCompile(`--search-attribute (\w+=\w+)`)
+	docs, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	require.NotEmpty(t, docs)
+	for _, file := range append(docs, "README.md", "../README.md") {
+		raw, err := os.ReadFile(file)
+		require.NoError(t, err)
+		var created, flagged []string
+		for _, m := range create.FindAllStringSubmatch(string(raw), -1) {
+			created = append(created, m[1]+"="+m[2])
+		}
+		for _, m := range flag.FindAllStringSubmatch(string(raw), -1) {
+			flagged = append(flagged, m[1])
+		}
+		for _, sa := range append(created, flagged...) {
+			require.Contains(t, want, sa, "%s registers a search attribute no pipeline sets, or with another type", file)
+		}
+		if file == "README.md" {
+			require.ElementsMatch(t, want, created, "deploy/README.md's commands create every search attribute, as Name=Type")
+			require.ElementsMatch(t, want, flagged, "deploy/README.md's dev server flags name every search attribute, as Name=Type")
+		}
 	}
 }
 
