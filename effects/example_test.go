@@ -2,8 +2,6 @@ package effects_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -19,7 +17,7 @@ import (
 // or from its own migration step; a second run finds nothing to do.
 func ExampleMigrator() {
 	ctx := context.Background()
-	pool, drop := examplePool(ctx)
+	pool, drop := effectstest.NewExamplePool(ctx)
 	defer drop()
 
 	migrator, err := effects.NewMigrator(pool, nil)
@@ -244,38 +242,10 @@ func ExampleClient_SetLifetimes() {
 	// true
 }
 
-// examplePool returns a pool on a new, empty schema and a function that
-// drops it. A real service connects to its own database instead.
-func examplePool(ctx context.Context) (*pgxpool.Pool, func()) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	schema := "keyed_example_" + hex.EncodeToString(b)
-	admin, err := pgxpool.New(ctx, effectstest.DatabaseURL())
-	if err != nil {
-		panic(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		panic(err)
-	}
-	pool, err := pgxpool.New(ctx, effectstest.WithSearchPath(effectstest.DatabaseURL(), schema))
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			panic(err)
-		}
-		admin.Close()
-	}
-}
-
 // exampleClient returns a pool on a new schema with the effects tables, a
 // Client on it, and a function that drops the schema.
 func exampleClient(ctx context.Context) (*pgxpool.Pool, *effects.Client, func()) {
-	pool, drop := examplePool(ctx)
+	pool, drop := effectstest.NewExamplePool(ctx)
 	migrator, err := effects.NewMigrator(pool, nil)
 	if err != nil {
 		panic(err)
@@ -295,7 +265,7 @@ func exampleClient(ctx context.Context) (*pgxpool.Pool, *effects.Client, func())
 // usual), and unsent rows stay.
 func ExampleOldestFirstSQL() {
 	ctx := context.Background()
-	pool, drop := examplePool(ctx)
+	pool, drop := effectstest.NewExamplePool(ctx)
 	defer drop()
 
 	_, err := pool.Exec(ctx, `CREATE TABLE notices (id int, sent_at timestamptz);

@@ -97,6 +97,33 @@ func NewSchema(t testing.TB) (schema, url string) {
 	return schema, WithSearchPath(cfg.ConnString(), schema)
 }
 
+// NewExamplePool returns a pool on a new, empty schema with a random name
+// in the database at DatabaseURL, and a function that closes the pool and
+// drops the schema. It is for runnable examples, which have no testing.TB:
+// it panics when Postgres cannot be reached. A real service connects to its
+// own database instead.
+func NewExamplePool(ctx context.Context) (*pgxpool.Pool, func()) {
+	schema := "keyed_example_" + strings.ToLower(rand.Text())[:12]
+	admin, err := pgxpool.New(ctx, DatabaseURL())
+	if err != nil {
+		panic(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		panic(fmt.Errorf("effectstest: create schema at %s (is Postgres running?): %w", redact(DatabaseURL()), err))
+	}
+	pool, err := pgxpool.New(ctx, WithSearchPath(DatabaseURL(), schema))
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			panic(err)
+		}
+		admin.Close()
+	}
+}
+
 // WithSearchPath returns url with its search_path set to schema.
 func WithSearchPath(url, schema string) string {
 	sep := "?"

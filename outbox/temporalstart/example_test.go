@@ -2,8 +2,6 @@ package temporalstart_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -126,22 +124,7 @@ func Example() {
 // both and drops the schema. A real service connects to its own database
 // and cluster instead.
 func exampleDeps(ctx context.Context) (*pgxpool.Pool, client.Client, func()) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	schema := "keyed_example_" + hex.EncodeToString(b)
-	admin, err := pgxpool.New(ctx, effectstest.DatabaseURL())
-	if err != nil {
-		panic(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		panic(err)
-	}
-	pool, err := pgxpool.New(ctx, effectstest.WithSearchPath(effectstest.DatabaseURL(), schema))
-	if err != nil {
-		panic(err)
-	}
+	pool, drop := effectstest.NewExamplePool(ctx)
 	quiet := slog.New(slog.DiscardHandler)
 	if _, err := migrations.Apply(ctx, pool, &migrations.Opts{Logger: quiet}); err != nil {
 		panic(err)
@@ -152,10 +135,6 @@ func exampleDeps(ctx context.Context) (*pgxpool.Pool, client.Client, func()) {
 	}
 	return pool, c, func() {
 		c.Close()
-		pool.Close()
-		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			panic(err)
-		}
-		admin.Close()
+		drop()
 	}
 }
