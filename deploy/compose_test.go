@@ -116,11 +116,12 @@ func TestComposePortsAndImages(t *testing.T) {
 	require.Regexp(t, `(?m)^FROM \S+ AS keyed$`, string(df))
 }
 
-// TestComposeTurnsFairnessOn checks that the compose file's Temporal server
-// reads temporal-dynamicconfig.yaml, and that the file sets every value of
-// the dev server `make demo` runs (devserver.FairnessOn) in the server's
-// dynamic config form: a list of values, the first unconstrained.
-func TestComposeTurnsFairnessOn(t *testing.T) {
+// TestComposeSetsTheRecommendedServerConfig checks that the compose file's
+// Temporal server reads temporal-dynamicconfig.yaml, and that the file sets
+// every value of the dev server `make demo` runs (devserver.Recommended:
+// fairness, fast dispatch) in the server's dynamic config form: a list of
+// values, the first unconstrained.
+func TestComposeSetsTheRecommendedServerConfig(t *testing.T) {
 	t.Parallel()
 	temporal := readCompose(t).Services["temporal"]
 	path := temporal.Environment["DYNAMIC_CONFIG_FILE_PATH"]
@@ -133,7 +134,7 @@ func TestComposeTurnsFairnessOn(t *testing.T) {
 		Constraints map[string]any `json:"constraints"`
 	}
 	require.NoError(t, yaml.UnmarshalStrict(raw, &dyn))
-	for k, v := range devserver.FairnessOn() {
+	for k, v := range devserver.Recommended() {
 		require.NotEmpty(t, dyn[k], "temporal-dynamicconfig.yaml sets %s", k)
 		require.Empty(t, dyn[k][0].Constraints, k)
 		require.Equal(t, v, fmt.Sprint(dyn[k][0].Value), k)

@@ -88,7 +88,7 @@ func (s *stack) startTemporal(ctx context.Context, o options) error {
 		uiPort = 0
 	}
 	s.say("starting the Temporal dev server (bin/temporal) with its Web UI and tenant fairness on")
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: uiPort, DynamicConfig: devserver.FairnessOn()})
+	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: uiPort, DynamicConfig: devserver.Recommended()})
 	if err != nil {
 		return err
 	}

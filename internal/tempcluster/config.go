@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/keyedhq/keyed/internal/devserver"
 )
 
 // nodePorts are the ports of one server process. Membership ports are
@@ -108,14 +110,14 @@ dynamicConfigClient:
 `))
 
 // DefaultDynamicConfig is the dynamic config every cluster starts with:
-// fairness on (Priority.FairnessKey is honoured, server 1.29), namespace
-// and search-attribute caches refreshed at once, as the dev server does.
+// keyed's recommended settings (devserver.Recommended: fairness on, so
+// Priority.FairnessKey is honoured, and fast dispatch), namespace and
+// search-attribute caches refreshed at once, as the dev server does.
 func DefaultDynamicConfig() map[string]string {
-	return map[string]string{
-		"matching.enableFairness":                        "true",
-		"system.forceSearchAttributesCacheRefreshOnRead": "true",
-		"system.namespaceCacheRefreshInterval":           "1s",
-	}
+	out := devserver.Recommended()
+	out["system.forceSearchAttributesCacheRefreshOnRead"] = "true"
+	out["system.namespaceCacheRefreshInterval"] = "1s"
+	return out
 }
 
 // writeDynamicConfig writes settings as the server's dynamic config file
