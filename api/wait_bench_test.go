@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,7 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
 	"github.com/keyedhq/keyed/api"
+	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/orders"
 )
 
@@ -78,6 +84,82 @@ func BenchmarkFinalAnswer(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkFinalAnswerServerConfig measures the same final answer under
+// light load (one client, an order every 100 ms) on two dev servers side by
+// side: as the CLI ships it, and with devserver.FastDispatch. It reports,
+// for each answer (wait, poll), the p50 and p99 of the time to "paid" in
+// ms, and the p50 and p90 of the time each run's tasks waited between being
+// scheduled and being started, read from the histories.
+//
+//	go test -run '^$' -bench FinalAnswerServerConfig -benchtime 40x ./api
+func BenchmarkFinalAnswerServerConfig(b *testing.B) {
+	for _, cfg := range []struct {
+		name string
+		dyn  map[string]string
+	}{{"shipped", nil}, {"fast-dispatch", devserver.FastDispatch()}} {
+		b.Run("server="+cfg.name, func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1, DynamicConfig: cfg.dyn})
+			cancel()
+			require.NoError(b, err)
+			b.Cleanup(func() { require.NoError(b, srv.Stop()) })
+			wb := waitSetupOn(b, srv)
+			for _, mode := range []string{"wait", "poll"} {
+				b.Run("answer="+mode, func(b *testing.B) { wb.lightLoad(b, mode) })
+			}
+		})
+	}
+}
+
+// lightLoad runs b.N orders one after another, 100 ms apart, answered by
+// mode (wait: Prefer: wait=10; poll: GET until paid), and reports the time
+// to the answer and the runs' dispatch waits.
+func (wb *waitBundle) lightLoad(b *testing.B, mode string) {
+	prefer := map[string]string{"wait": "wait=10"}[mode]
+	var took, waits []time.Duration
+	for i := range b.N {
+		id := fmt.Sprintf("ord_light_%s_%d", mode, i)
+		t0 := time.Now()
+		_, err := wb.finalAnswer(b, id, prefer)
+		took = append(took, time.Since(t0))
+		require.NoError(b, err)
+		waits = append(waits, dispatchWaits(b, wb.w.Client, orders.WorkflowID(wb.tenant, id))...)
+		time.Sleep(100 * time.Millisecond)
+	}
+	slices.Sort(took)
+	slices.Sort(waits)
+	at := func(d []time.Duration, q int) float64 { return ms(d[min(len(d)-1, len(d)*q/100)]) }
+	b.ReportMetric(at(took, 50), "p50-ms")
+	b.ReportMetric(at(took, 99), "p99-ms")
+	b.ReportMetric(at(waits, 50), "dispatch-p50-ms")
+	b.ReportMetric(at(waits, 90), "dispatch-p90-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// dispatchWaits returns, for each workflow and activity task of workflowID's
+// history, the time from its scheduling to its start.
+func dispatchWaits(b *testing.B, c client.Client, workflowID string) []time.Duration {
+	it := c.GetWorkflowHistory(context.Background(), workflowID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	scheduled := map[enums.EventType]time.Time{}
+	startOf := map[enums.EventType]enums.EventType{
+		enums.EVENT_TYPE_WORKFLOW_TASK_STARTED: enums.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+		enums.EVENT_TYPE_ACTIVITY_TASK_STARTED: enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+	}
+	var waits []time.Duration
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(b, err)
+		at := e.GetEventTime().AsTime()
+		switch t := e.GetEventType(); t {
+		case enums.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			scheduled[t] = at
+		case enums.EVENT_TYPE_WORKFLOW_TASK_STARTED, enums.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			waits = append(waits, at.Sub(scheduled[startOf[t]]))
+		}
+	}
+	return waits
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/idempotency"
+	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/internal/fxapp/fxapptest"
 	"github.com/keyedhq/keyed/orders"
@@ -38,8 +39,14 @@ type waitBundle struct {
 
 func waitSetup(t testing.TB) *waitBundle {
 	t.Helper()
+	return waitSetupOn(t, devServer)
+}
+
+// waitSetupOn is waitSetup with a worker app on srv.
+func waitSetupOn(t testing.TB, srv *devserver.Server) *waitBundle {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b := &waitBundle{w: fxapptest.Start(t, &fxapptest.Opts{Server: devServer, Logger: quiet}),
+	b := &waitBundle{w: fxapptest.Start(t, &fxapptest.Opts{Server: srv, Logger: quiet}),
 		tenant: "w" + randomID(4), key: "sk_test_" + randomID(12)}
 	keys, err := api.ParseKeys(b.tenant + "=" + b.key)
 	require.NoError(t, err)
