@@ -120,8 +120,9 @@ ON CONFLICT (workflow_id) DO NOTHING`,
 
 // NotifyWindow bounds how often one process's enqueues into one schema
 // notify relays: the first enqueue in a window notifies, the others in it
-// do not. A relay woken by Listen looks again every NotifyWindow for
-// 10×NotifyWindow after the wake-up, which finds their rows as they commit.
+// do not. A relay woken by Listen looks again every NotifyWindow (every
+// quarter of it while looks find rows) for 10×NotifyWindow after the
+// wake-up, which finds their rows as they commit.
 // A row committed later than that, or after a notifying transaction that
 // rolled back, waits for the relay's next poll (RelayOpts.PollInterval).
 // Why: docs/design.md, outbox.

@@ -110,9 +110,9 @@ type RelayOpts struct {
 	// Metrics receives the outbox gauges and counters. Nil means none.
 	Metrics *Metrics
 	// Wake, if set, makes the relay poll at once when it receives, instead
-	// of waiting out PollInterval, and then every NotifyWindow for
-	// 10×NotifyWindow, for the rows of enqueues that did not notify. Feed
-	// it from Listen.
+	// of waiting out PollInterval, and then for 10×NotifyWindow every
+	// NotifyWindow (every quarter of it while looks find rows), for the
+	// rows of enqueues that did not notify. Feed it from Listen.
 	Wake <-chan struct{}
 }
 
@@ -313,8 +313,8 @@ func (r *Relay) run(ctx context.Context) {
 		w := pause{d: r.poll, wake: r.wake}
 		if time.Now().Before(l.trailUntil) {
 			// Enqueues in the waking one's NotifyWindow did not notify:
-			// look again as they commit.
-			w.d = min(w.d, NotifyWindow)
+			// look again as they commit, sooner while looks find rows.
+			w.d = min(w.d, trailWait(n))
 		}
 		switch {
 		case err != nil:
@@ -332,6 +332,18 @@ func (r *Relay) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// trailWait is how long a woken relay waits before its next look, after
+// a look that claimed n rows: NotifyWindow after an empty look, a quarter
+// of it while rows keep committing, so that a steady stream of enqueues
+// that did not notify starts within milliseconds, not in bursts a window
+// apart, without more empty looks when the stream ends.
+func trailWait(n int) time.Duration {
+	if n > 0 {
+		return NotifyWindow / 4
+	}
+	return NotifyWindow
 }
 
 // pause describes what ends the loop's wait: the timer, a wake-up (nil
