@@ -59,20 +59,21 @@ func Example() {
 	}
 	defer w.Stop()
 
+	in := InvoiceInput{V: 1, TenantID: "acme", InvoiceID: "inv-7"}
+	payload, err := json.Marshal(in)
+	if err != nil {
+		panic(err)
+	}
+	req := outbox.Request{
+		WorkflowType: "InvoiceWorkflow",
+		WorkflowID:   "invoice:acme:inv-7:send",
+		Payload:      payload,
+		TenantID:     in.TenantID,
+	}
 	for range 2 {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			// … write the invoice row in tx …
-			in := InvoiceInput{V: 1, TenantID: "acme", InvoiceID: "inv-7"}
-			payload, err := json.Marshal(in)
-			if err != nil {
-				return err
-			}
-			enqueued, err := outbox.EnqueueTx(ctx, tx, outbox.Request{
-				WorkflowType: "InvoiceWorkflow",
-				WorkflowID:   "invoice:acme:inv-7:send",
-				Payload:      payload,
-				TenantID:     in.TenantID,
-			})
+			enqueued, err := outbox.EnqueueTx(ctx, tx, req)
 			fmt.Println("enqueued:", enqueued)
 			return err
 		})
@@ -100,13 +101,12 @@ func Example() {
 	fmt.Println("started:", sent)
 
 	var out string
-	if err := c.GetWorkflow(ctx, "invoice:acme:inv-7:send", "").Get(ctx, &out); err != nil {
+	if err := c.GetWorkflow(ctx, req.WorkflowID, "").Get(ctx, &out); err != nil {
 		panic(err)
 	}
 	fmt.Println(out)
 
-	again, err := starter.Start(ctx, outbox.Request{WorkflowType: "InvoiceWorkflow", WorkflowID: "invoice:acme:inv-7:send",
-		Payload: []byte(`{"v":1,"tenant_id":"acme","invoice_id":"inv-7"}`), TenantID: "acme"})
+	again, err := starter.Start(ctx, req)
 	if err != nil {
 		panic(err)
 	}
