@@ -1,8 +1,10 @@
 package fxapp
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -66,6 +68,33 @@ func newTemporalClient(in temporalIn) (client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("temporal client for %s: %w", cfg.Address, err)
 	}
-	in.Lifecycle.Append(fx.StopHook(c.Close))
+	in.Lifecycle.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			warmUp(ctx, c, in.Logger)
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			c.Close()
+			return nil
+		},
+	})
 	return c, nil
+}
+
+// warmUpTimeout bounds warmUp: a Temporal that is down must not hold up a
+// process that works without it until it comes back.
+const warmUpTimeout = time.Second
+
+// warmUp makes the client's first call, which reads the server's
+// capabilities, before the app's other start hooks call it from several
+// goroutines: in the SDK (v1.51) ExecuteWorkflow reads them without a lock
+// while a concurrent first call may still be storing them (a data race the
+// race detector caught between the relay and `starter relay`'s queue
+// check). It only logs a failure: the client reads them on its next call.
+func warmUp(ctx context.Context, c client.Client, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		logger.DebugContext(ctx, "temporal not reachable at start; its client connects on first use", "error", err)
+	}
 }
