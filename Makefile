@@ -18,7 +18,10 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disab
 export KEYED_TEMPORAL_BIN ?= $(TEMPORAL)
 export KEYED_STRIPE_MOCK_BIN ?= $(STRIPE_MOCK)
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m -p 2 -parallel 2
-FUZZ_TIME ?= 5s
+# A count, not a duration: a -fuzztime duration races the fuzz coordinator's
+# deadline and can fail a clean run with "context deadline exceeded" on a busy
+# machine (golang/go#75804). 50000 runs take about five seconds here.
+FUZZ_TIME ?= 50000x
 
 .PHONY: help
 help: ## List the targets.
@@ -107,8 +110,8 @@ bench-cluster: postgres tools ## On the dev server and a 2-node Temporal cluster
 	go test -tags cluster -run '^$$' -bench 'ClusterThroughput|TenantFairness' -benchtime 1x -timeout 60m ./tests
 
 .PHONY: fuzz
-fuzz: ## Fuzz key parsing for a minute (FUZZ_TIME=... to change).
-	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 5s,$(FUZZ_TIME)),1m,$(FUZZ_TIME)) ./effects
+fuzz: ## Fuzz key parsing for about a minute, 600000 runs (FUZZ_TIME=... to change).
+	go test -run '^$$' -fuzz FuzzParseKey -fuzztime $(if $(filter 50000x,$(FUZZ_TIME)),600000x,$(FUZZ_TIME)) ./effects
 
 .PHONY: postgres
 postgres: ## Make sure PostgreSQL runs on 127.0.0.1:5432 (starts or installs it).
