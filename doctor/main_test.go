@@ -32,7 +32,7 @@ var server *devserver.Server
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	srv, err := devserver.Start(ctx, devserver.ForTests())
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "doctor tests need the Temporal dev server (run `make tools` to build bin/temporal, or set KEYED_TEMPORAL_BIN): %v\n", err)

@@ -31,7 +31,9 @@ func TestBrowserOperatorDecidesWaitingOrderInWebUI(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	srv, err := devserver.Start(ctx, &devserver.Opts{}) // With the Web UI; the package's server is headless.
+	opts := devserver.ForTests()
+	opts.UIPort = 0 // With the Web UI; the package's server is headless.
+	srv, err := devserver.Start(ctx, opts)
 	require.NoError(t, err, "start a dev server with its Web UI")
 	t.Cleanup(func() { _ = srv.Stop() })
 

@@ -7,6 +7,7 @@ package devserver
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -102,13 +103,19 @@ func FastDispatch() map[string]string {
 }
 
 // Recommended is the dynamic config keyed recommends for a Temporal server:
-// FairnessOn and FastDispatch. `make demo`, the compose file and
-// internal/tempcluster run with it; the tests' dev servers run as the CLI
-// ships them.
+// FairnessOn and FastDispatch. `make demo`, the compose file,
+// internal/tempcluster and the tests' dev servers (ForTests) run with it.
 func Recommended() map[string]string {
 	out := FairnessOn()
 	maps.Copy(out, FastDispatch())
 	return out
+}
+
+// ForTests returns the options of a test's dev server: headless, with the
+// dynamic config keyed recommends, so that tests meet the server its users
+// run.
+func ForTests() *Opts {
+	return &Opts{UIPort: -1, DynamicConfig: Recommended()}
 }
 
 // Server is a running dev server.
@@ -332,16 +339,22 @@ func (quietLogger) Error(string, ...any) {}
 
 // RunTests is a test package's TestMain body: it starts one headless dev
 // server for the whole package, hands it to use (to keep its address), runs
-// the tests, stops the server and returns the exit code. When the server
-// cannot start it prints why and how to fix it, and fails the package
-// instead of skipping anything:
+// the tests, stops the server and returns the exit code. Tests get
+// ForTests's server; a run of benchmarks (-bench) gets the server as the
+// CLI ships it, which the benchmark pages' tables were measured on. When the
+// server cannot start it prints why and how to fix it, and fails the
+// package instead of skipping anything:
 //
 //	func TestMain(m *testing.M) {
 //		os.Exit(devserver.RunTests(m, "api", func(s *devserver.Server) { temporalAddr = s.Address() }))
 //	}
 func RunTests(m interface{ Run() int }, pkg string, use func(*Server)) int {
+	opts := ForTests()
+	if benchmarking() {
+		opts.DynamicConfig = nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := Start(ctx, &Opts{UIPort: -1})
+	srv, err := Start(ctx, opts)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s tests need a Temporal dev server: %v\n"+
@@ -351,4 +364,13 @@ func RunTests(m interface{ Run() int }, pkg string, use func(*Server)) int {
 	defer srv.Stop()
 	use(srv)
 	return m.Run()
+}
+
+// benchmarking reports whether the test binary was asked to run benchmarks.
+func benchmarking() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
 }

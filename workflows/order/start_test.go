@@ -99,7 +99,7 @@ func TestStartAgainstDevServer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	srv, err := devserver.Start(ctx, devserver.ForTests())
 	if errors.Is(err, devserver.ErrNoBinary) {
 		t.Fatalf("%v", err)
 	}

@@ -83,7 +83,7 @@ func StartServer(t testing.TB) *devserver.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	srv, err := devserver.Start(ctx, &devserver.Opts{UIPort: -1})
+	srv, err := devserver.Start(ctx, devserver.ForTests())
 	require.NoError(t, err, "start the Temporal dev server (run `make tools` to build bin/temporal)")
 	t.Cleanup(func() { _ = srv.Stop() })
 	return srv
