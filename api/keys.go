@@ -53,12 +53,14 @@ type keyEntry struct {
 
 // ParseKeys parses "tenant=key" entries separated by commas or newlines
 // (spaces, blank lines and # lines ignored). Tenants are effect-key parts of
-// at most MaxTenantLen bytes; keys at least MinKeyLen bytes of printable ASCII
-// without spaces or commas. It returns an error wrapping ErrBadKeys for a bad
-// entry or a key given to two tenants, and ErrNoKeys for no entries.
+// at most MaxTenantLen bytes, no two differing only in case; keys are bearer
+// tokens (RFC 6750: letters, digits and -._~+/, then = padding) of at least
+// MinKeyLen bytes. It returns an error wrapping ErrBadKeys for a bad entry
+// or a key given to two tenants, and ErrNoKeys for no entries.
 func ParseKeys(s string) (*Keys, error) {
 	k := &Keys{}
 	seen := map[[sha256.Size]byte]string{}
+	folded := map[string]string{} // lower-cased tenant -> tenant
 	n := 0
 	for _, line := range strings.Split(s, "\n") {
 		line = strings.TrimSpace(line)
@@ -85,11 +87,14 @@ func ParseKeys(s string) (*Keys, error) {
 			if len(key) < MinKeyLen {
 				return nil, fmt.Errorf("%w: entry %d (tenant %s): key is shorter than %d bytes", ErrBadKeys, n, tenant, MinKeyLen)
 			}
-			for i := 0; i < len(key); i++ {
-				if key[i] <= ' ' || key[i] >= 0x7f {
-					return nil, fmt.Errorf("%w: entry %d (tenant %s): key has a byte outside printable ASCII at %d", ErrBadKeys, n, tenant, i)
-				}
+			if i := badKeyByte(key); i >= 0 {
+				return nil, fmt.Errorf("%w: entry %d (tenant %s): key has a byte outside a bearer token's letters, digits and -._~+/ (then = padding) at %d; "+
+					"entries are separated by commas or newlines, and quotes are part of the key", ErrBadKeys, n, tenant, i)
 			}
+			if other, ok := folded[strings.ToLower(tenant)]; ok && other != tenant {
+				return nil, fmt.Errorf("%w: entry %d: tenants %s and %s differ only in case; tenants are case-sensitive, so use one spelling", ErrBadKeys, n, other, tenant)
+			}
+			folded[strings.ToLower(tenant)] = tenant
 			d := sha256.Sum256([]byte(key))
 			if other, dup := seen[d]; dup {
 				if other == tenant {
@@ -105,6 +110,27 @@ func ParseKeys(s string) (*Keys, error) {
 		return nil, ErrNoKeys
 	}
 	return k, nil
+}
+
+// badKeyByte returns the index of the first byte of key outside RFC 6750's
+// b64token (letters, digits, -._~+/, then only = to the end), or -1. A key
+// outside it is a mistake in the list, such as entries separated by ";" or
+// a key in quotes, which no client's Bearer header would match.
+func badKeyByte(key string) int {
+	padding := false
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case c == '=':
+			padding = true
+		case padding:
+			return i
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("-._~+/", c) >= 0:
+		default:
+			return i
+		}
+	}
+	return -1
 }
 
 // LoadKeysFile reads a key list in ParseKeys's format from path. It returns

@@ -49,11 +49,22 @@ func TestParseKeys(t *testing.T) {
 		"acme=sk_with space_0123456789",
 		"acme=" + secret + ",globex=" + secret,
 		strings.Repeat("t", 172) + "=" + secret, // no room left for an Idempotency-Key's effect key
+		"acme=" + secret + ";globex=sk_globex_0123456789abcdef", // entries are separated by commas, not ";"
+		`acme="` + secret + `"`,                                 // quotes would be part of the key
+		"acme='" + secret + "'",
+		"acme=" + secret + "=x",                              // padding only at the end
+		"acme=" + secret + ",ACME=sk_other_0123456789abcdef", // two spellings of one tenant
 	} {
 		_, err := api.ParseKeys(bad)
 		require.ErrorIs(t, err, api.ErrBadKeys, "%q", bad)
 		require.NotContains(t, err.Error(), "0123456789", "errors never show a key: %v", err)
 	}
+	// A bearer token's whole alphabet, base64 padding included.
+	k, err = api.ParseKeys("acme=c2tfYWNtZV8wMTIzNDU2Nzg5-._~+/==")
+	require.NoError(t, err)
+	tenant, ok := k.Tenant("c2tfYWNtZV8wMTIzNDU2Nzg5-._~+/==")
+	require.True(t, ok)
+	require.Equal(t, "acme", tenant)
 	_, err = api.ParseKeys(" # nothing\n ,, ")
 	require.ErrorIs(t, err, api.ErrNoKeys)
 }

@@ -296,7 +296,7 @@ var Settings = []Setting{
 		Doc:  "also run an outbox relay in the API process (the worker always runs one); the API uses the Temporal settings for it and for `Prefer: wait`"},
 	{Env: "KEYED_API_KEYS", Field: "API.Keys", For: InServe, Secret: true,
 		Help: "the API keys, tenant=key,…",
-		Doc: "`acme=sk_…,globex=sk_…`: one bearer key per tenant, at least 16 bytes; the tenant comes from the key, and must leave room for its effect keys, " +
+		Doc: "`acme=sk_…,globex=sk_…`: one bearer key per tenant, at least 16 bytes of letters, digits and `-._~+/` (then `=` padding), entries separated by commas; no two tenants may differ only in case; the tenant comes from the key, and must leave room for its effect keys, " +
 			"an Idempotency-Key's the longest (at most 171 bytes, `api.MaxTenantLen`). This or `KEYED_API_KEYS_FILE` is required"},
 	{Env: "KEYED_API_KEYS_FILE", Field: "API.KeysFile", For: InServe,
 		Help: "a file with one tenant=key a line, instead of KEYED_API_KEYS",
