@@ -143,8 +143,8 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 			require.Contains(t, r.stdout.String(), "outbox relay running")
 		}},
 		{"serve", func() {
-			addr := freeAddr(t)
-			r := startCommand(vars, "serve", "--relay", "--addr", addr)
+			addr, metricsAddr := freeAddr(t), freeAddr(t)
+			r := startCommand(vars, "serve", "--relay", "--addr", addr, "--metrics-addr", metricsAddr)
 			base := "http://" + addr
 			require.Eventually(t, func() bool {
 				resp, err := http.Get(base + "/healthz")
@@ -158,7 +158,7 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 				want                     int
 			}{
 				{"GET", "/healthz", "", "", http.StatusOK},
-				{"GET", "/metrics", "", "", http.StatusOK},
+				{"GET", "/metrics", "", "", http.StatusNotFound}, // on METRICS_ADDR, never where tenants call
 				{"POST", "/v1/orders", "one-3", `{"order_id":"one-3","amount_minor":900,"currency":"usd","customer_email":"bo@example.com","payment_method":"pm_card_visa"}`, http.StatusCreated},
 				{"GET", "/v1/orders/one-1", "", "", http.StatusOK},
 				{"POST", "/v1/orders/one-1/refunds", "one-1-r2", `{"refund_id":"r2","amount_minor":100}`, http.StatusAccepted},
@@ -168,10 +168,14 @@ func TestEveryCommandOnOneConnection(t *testing.T) {
 				got, body := call(t, base, apiKey, c.method, c.path, c.idem, c.body)
 				require.Equal(t, c.want, got, "%s %s: %s", c.method, c.path, body)
 			}
+			got, body := call(t, "http://"+metricsAddr, "", "GET", "/metrics", "", "")
+			require.Equal(t, http.StatusOK, got)
+			require.Contains(t, body, "keyed_api_requests_total")
 			sent(orders.WorkflowID("acme", "one-3"))
 			sent(refunds.NewInput("acme", "one-1", "r2", 100, "").WorkflowID())
 			require.Equal(t, 0, r.stop(t), r.stderr.String())
 			require.Contains(t, r.stdout.String(), "serving keyed's API on http://"+addr)
+			require.Contains(t, r.stdout.String(), "serving /metrics and /healthz on http://"+metricsAddr)
 		}},
 	}
 	names := make([]string, 0, len(steps))

@@ -113,11 +113,14 @@ const (
 	DefaultStripeAPIBase   = "https://api.stripe.com"
 	DefaultSendGridAPIBase = "https://api.sendgrid.com"
 	DefaultMetricsAddr     = "127.0.0.1:9464"
-	DefaultAPIAddr         = "127.0.0.1:8080"
-	DefaultReceiptPolicy   = AtMostOnce
-	DefaultCollapseWindow  = 10 * time.Minute
-	DefaultStopTimeout     = 30 * time.Second
-	DefaultMaxActivities   = 64
+	// DefaultServeMetricsAddr is METRICS_ADDR's default for starter serve:
+	// beside a worker's on one host, and never the API's port.
+	DefaultServeMetricsAddr = "127.0.0.1:9466"
+	DefaultAPIAddr          = "127.0.0.1:8080"
+	DefaultReceiptPolicy    = AtMostOnce
+	DefaultCollapseWindow   = 10 * time.Minute
+	DefaultStopTimeout      = 30 * time.Second
+	DefaultMaxActivities    = 64
 	// MaxActivities bounds WORKER_MAX_ACTIVITIES: far above what one
 	// process serves, far below what would exhaust it.
 	MaxActivities = 4096

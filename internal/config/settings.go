@@ -240,9 +240,11 @@ var Settings = []Setting{
 		Check: collapseWindow,
 		Help:  "drop a repeat receipt to the same recipient for the same order within this `duration`",
 		Doc:   "a repeat send to the same recipient, template and entity inside it is dropped; at least the provider timeout (30 s) plus `SENDGRID_LOOKUP_LAG`"},
-	{Env: "METRICS_ADDR", Flag: "metrics-addr", Field: "Metrics.Addr", For: InWorker, Default: DefaultMetricsAddr, Check: hostPort,
+	{Env: "METRICS_ADDR", Flag: "metrics-addr", Field: "Metrics.Addr", For: InWorker | InServe,
+		Default: ByRole{Worker: DefaultMetricsAddr, Starter: DefaultServeMetricsAddr}, Check: hostPort,
 		Help: "`host:port` serving /metrics and /healthz",
-		Doc:  "serves `/metrics` and `/healthz`; `0.0.0.0:9464` in a container (the image sets it)"},
+		Doc: "serves `/metrics` and `/healthz` (Postgres and Temporal); `0.0.0.0:9464` in a container (the image sets it). " +
+			"`starter serve` serves them here, never on the API's port, so that no tenant sees another's request counts or keyed's internal names"},
 	{Env: "WORKER_STOP_TIMEOUT", Flag: "stop-timeout", Field: "Worker.StopTimeout", For: InWorker, Default: DefaultStopTimeout, Check: positive,
 		Help: "on SIGTERM, how long to wait for in-flight activities",
 		Doc:  "on SIGTERM, how long in-flight activities may finish before their context is cancelled"},
