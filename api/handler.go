@@ -230,21 +230,24 @@ func (h *Handler) routeTable(gatherer prometheus.Gatherer) []route {
 	}
 	if gatherer != nil {
 		rs = append(rs, route{RouteMetrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})},
-			route{"/metrics", methodNotAllowed("GET")})
+			route{"/metrics", methodNotAllowed(allowGet)})
 	}
 	// Method-less patterns catch the other methods on the same paths, and
 	// "/" everything else, so that every error is JSON.
 	return append(rs,
 		route{"/v1/orders", methodNotAllowed("POST")},
-		route{"/v1/orders/{id}", methodNotAllowed("GET")},
+		route{"/v1/orders/{id}", methodNotAllowed(allowGet)},
 		route{"/v1/orders/{id}/refunds", methodNotAllowed("POST")},
-		route{"/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed("GET")},
-		route{"/healthz", methodNotAllowed("GET")},
+		route{"/v1/orders/{id}/refunds/{refund_id}", methodNotAllowed(allowGet)},
+		route{"/healthz", methodNotAllowed(allowGet)},
 		route{"/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no route for %s %s", short(r.Method), short(r.URL.Path)))
 		})},
 	)
 }
+
+// allowGet is the Allow of a GET route: net/http's mux serves HEAD on it too.
+const allowGet = "GET, HEAD"
 
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -117,7 +117,7 @@ func TestRefundRequestThenGetIt(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, b.do(t, "GET", "/v1/orders/ord_1/refunds/r1", b.keyB, "", "").status, "another tenant's")
 	r = b.do(t, "DELETE", "/v1/orders/ord_1/refunds/r1", b.keyA, "", "")
 	require.Equal(t, http.StatusMethodNotAllowed, r.status)
-	require.Equal(t, "GET", r.header.Get("Allow"))
+	require.Equal(t, "GET, HEAD", r.header.Get("Allow"))
 	r = b.do(t, "GET", "/v1/orders/ord_1/refunds", b.keyA, "", "")
 	require.Equal(t, http.StatusMethodNotAllowed, r.status)
 	require.Equal(t, "POST", r.header.Get("Allow"))
