@@ -208,7 +208,7 @@ func (m *Middleware) claim(w http.ResponseWriter, r *http.Request, q *Request, f
 		case errors.Is(err, errKeyReused):
 			m.observe("key_reused")
 			m.writeErr(w, r, NewError(http.StatusUnprocessableEntity, CodeKeyReused, HeaderKey,
-				"Idempotency-Key %s was first used with a different request body; use a new key for a new request", Echo(q.key)))
+				"Idempotency-Key %s was first used with a different request (another route or body); use a new key for a new request", Echo(q.key)))
 			return nil, false
 		case errors.Is(err, errInProgress) && time.Now().Add(pause).Before(until) && r.Context().Err() == nil:
 			time.Sleep(pause)
