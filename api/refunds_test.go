@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyedhq/keyed/api"
 	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 func refundBody(id string, amount int64, reason string) string {
@@ -433,4 +434,25 @@ func TestRacingRefundsNeverPassTheCap(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{http.StatusAccepted: refunds.MaxPerOrder, http.StatusUnprocessableEntity: extra}, statuses)
 	require.Equal(t, refunds.MaxPerOrder, b.refundRows(t))
+}
+
+// A refund refused at Reserve, after the request's own check let it
+// through (two refunds that each fit alone), says why in plain words,
+// with the step's code; the stored message stays inside.
+func TestRefundRefusedAtReserveSaysWhy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.paidOrder(t, "ord_r", 1000)
+	require.Equal(t, http.StatusAccepted, b.do(t, "POST", "/v1/orders/ord_r/refunds", b.keyA, "k", refundBody("r1", 600, "")).status)
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, error_code, error_message, finished_at)
+		VALUES ($1, $2, $3, 'failed_terminal', 'wf/refund_reserve', $4, 'refund of 6.00 exceeds what is left of the charge: 10.00 charged, 6.00 refunded or in flight, 4.00 left', now())`,
+		b.tenantA+":order:ord_r:refund:r1:"+refunds.StepReserve, b.tenantA, refunds.StepReserve, step.CodeInvalidState)
+	require.NoError(t, err)
+	r := b.do(t, "GET", "/v1/orders/ord_r/refunds/r1", b.keyA, "", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	v := decodeRefund(t, r)
+	require.Equal(t, api.RefundFailed, v.State)
+	require.Equal(t, step.CodeInvalidState, v.ErrorCode)
+	require.Contains(t, v.Error, "no longer fit in what was left of the charge")
+	require.NotContains(t, string(r.body), "4.00 left")
 }

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"fmt"
 	"regexp"
 
 	"github.com/keyedhq/keyed/effects"
 	"github.com/keyedhq/keyed/outbox"
+	"github.com/keyedhq/keyed/refunds"
+	"github.com/keyedhq/keyed/step"
 )
 
 // StartFailed is StartView.LastErrorCode while the workflow's start keeps
@@ -21,6 +24,15 @@ const (
 	// a code.
 	EffectUnclassified = "unclassified"
 )
+
+// stepFailures are the plain messages of the terminal failures whose
+// generic message would not tell a tenant why, by the step's kind and the
+// stored code. Anything else gets the generic message.
+var stepFailures = map[[2]string]string{
+	{refunds.StepReserve, step.CodeInvalidState}: fmt.Sprintf("the refund was refused when its amount was reserved: "+
+		"by then it no longer fit in what was left of the charge (another refund had reserved it first), "+
+		"the order was no longer paid, or the order already had %d refunds, the most one order may have", refunds.MaxPerOrder),
+}
 
 // codeRE is the shape of an error code shown to a tenant.
 var codeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -59,6 +71,8 @@ func effectView(rec *effects.Record) EffectView {
 		v.Error = "an operator marked this step to be tried again"
 	case rec.State == effects.StateFailedTransient:
 		v.Error = "this step failed and will be tried again"
+	case stepFailures[[2]string{rec.Kind, v.ErrorCode}] != "":
+		v.Error = stepFailures[[2]string{rec.Kind, v.ErrorCode}]
 	default:
 		v.Error = "this step failed and will not be retried"
 	}
