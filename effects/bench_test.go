@@ -30,8 +30,10 @@ import (
 // reports the three rates, part/plain (the cost of partitioning; target
 // 0.95) and part/raw. (With raw sharing the unpartitioned side's pool, that
 // pool's backends ran two chunks in three and the partitioned side's one,
-// which cost part/plain 0.1 at 32.) BenchmarkLeavesPerLifetime sets told
-// claims beside untold ones.
+// which cost part/plain 0.1 at 32.) BenchmarkClaimCompleteLeaf splits
+// part/raw in two; BenchmarkLeavesPerLifetime sets told claims beside
+// untold ones. Three sides of 32 connections are as many as a Postgres
+// with the default 100 connections can serve.
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, conns := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
@@ -53,6 +55,44 @@ func BenchmarkClaimComplete(b *testing.B) {
 			b.ReportMetric(rate(1), "plain_ops/s")
 			b.ReportMetric(rate(2), "raw_ops/s")
 			b.ReportMetric(rate(0)/rate(1), "part/plain")
+			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
+		})
+	}
+}
+
+// BenchmarkClaimCompleteLeaf splits BenchmarkClaimComplete's keyed/raw in
+// two with a third side: raw's two statements sent to the current charge
+// leaf of a partitioned table by name, as the Client's claim from Go sends
+// its own. It reports keyed/leaf (what a claim adds to the bare statements
+// on the same layout: the key's lock, the leaf's guard, the fenced
+// completion) and leaf/raw (what the leaf costs the bare statements), at
+// 1, 8 and 32 connections, alternating, each side on its own pool.
+func BenchmarkClaimCompleteLeaf(b *testing.B) {
+	for _, conns := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
+			ctx := context.Background()
+			part := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns)})
+			leafPool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns)})
+			bare := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: int32(conns), Unpartitioned: true})
+			partClient := benchClient(b, part)
+			benchLeaves(b, part, partClient, nil)
+			benchLeaves(b, leafPool, benchClient(b, leafPool), nil)
+			leaf := currentLeaf(b, leafPool, "charge")
+			var seq atomic.Int64
+			key := func() string { return fmt.Sprintf("bench:order:%d:charge", seq.Add(1)) }
+			ops := []func() error{
+				claimCompleteTold(partClient, &seq, true),
+				func() error { return leafClaimComplete(ctx, leafPool, leaf, key()) },
+				func() error { return rawClaimComplete(ctx, bare, key()) },
+			}
+			warmUp(b, conns, ops, part, leafPool, bare)
+			took := alternate(b, conns, ops)
+			rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
+			b.ReportMetric(rate(0), "keyed_ops/s")
+			b.ReportMetric(rate(1), "leaf_ops/s")
+			b.ReportMetric(rate(2), "raw_ops/s")
+			b.ReportMetric(rate(0)/rate(1), "keyed/leaf")
+			b.ReportMetric(rate(1)/rate(2), "leaf/raw")
 			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
 		})
 	}
@@ -296,6 +336,37 @@ RETURNING generation, attempts, lease_until`, key, "bench", "charge", "bench", "
 	}
 	_, err = pool.Exec(ctx, `
 UPDATE keyed_effects
+SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND state = 'claimed'`, key, gen, []byte(`{"amount":500,"id":"pi_123"}`))
+	return err
+}
+
+// currentLeaf names the leaf of class that holds records created now.
+func currentLeaf(b *testing.B, pool *pgxpool.Pool, class string) string {
+	var leaf string
+	err := pool.QueryRow(context.Background(), `SELECT leaf FROM keyed_effects_claim_leaves()
+		WHERE class = $1 AND lo <= now() AND now() < hi LIMIT 1`, class).Scan(&leaf)
+	require.NoError(b, err, "find the current %s leaf", class)
+	return leaf
+}
+
+// leafClaimComplete is rawClaimComplete's two statements sent to a leaf by
+// name, the class set as the leaf's bound requires.
+func leafClaimComplete(ctx context.Context, pool *pgxpool.Pool, leaf, key string) error {
+	var gen int64
+	var attempts int
+	var lease time.Time
+	table := pgx.Identifier{leaf}.Sanitize()
+	err := pool.QueryRow(ctx, `
+INSERT INTO `+table+` (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
+VALUES ($1, $2, $3, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
+ON CONFLICT (key) DO NOTHING
+RETURNING generation, attempts, lease_until`, key, "bench", "charge", "bench", "", int64(300_000_000)).Scan(&gen, &attempts, &lease)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, `
+UPDATE `+table+`
 SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
 WHERE key = $1 AND generation = $2 AND state = 'claimed'`, key, gen, []byte(`{"amount":500,"id":"pi_123"}`))
 	return err
