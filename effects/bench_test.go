@@ -49,13 +49,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 			raw := func() error { return rawClaimComplete(ctx, bare, fmt.Sprintf("bench:order:%d:charge", seq.Add(1))) }
 			ops := []func() error{claimCompleteTold(partClient, &seq, true), claimComplete(plainClient, &seq), raw}
 			warmUp(b, conns, ops, part, plain, bare)
-			took := alternate(b, conns, ops)
-			rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
-			b.ReportMetric(rate(0), "keyed_ops/s")
-			b.ReportMetric(rate(1), "plain_ops/s")
-			b.ReportMetric(rate(2), "raw_ops/s")
-			b.ReportMetric(rate(0)/rate(1), "part/plain")
-			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
+			reportSides(b, alternate(b, conns, ops), []string{"keyed", "plain", "raw"},
+				map[string][2]int{"part/plain": {0, 1}, "keyed/raw": {0, 2}})
 		})
 	}
 }
@@ -86,15 +81,21 @@ func BenchmarkClaimCompleteLeaf(b *testing.B) {
 				func() error { return rawClaimComplete(ctx, bare, key()) },
 			}
 			warmUp(b, conns, ops, part, leafPool, bare)
-			took := alternate(b, conns, ops)
-			rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
-			b.ReportMetric(rate(0), "keyed_ops/s")
-			b.ReportMetric(rate(1), "leaf_ops/s")
-			b.ReportMetric(rate(2), "raw_ops/s")
-			b.ReportMetric(rate(0)/rate(1), "keyed/leaf")
-			b.ReportMetric(rate(1)/rate(2), "leaf/raw")
-			b.ReportMetric(rate(0)/rate(2), "keyed/raw")
+			reportSides(b, alternate(b, conns, ops), []string{"keyed", "leaf", "raw"},
+				map[string][2]int{"keyed/leaf": {0, 1}, "leaf/raw": {1, 2}, "keyed/raw": {0, 2}})
 		})
+	}
+}
+
+// reportSides reports each side's rate, as NAME_ops/s, from the time its
+// b.N operations took, and each named ratio of two sides' rates.
+func reportSides(b *testing.B, took []time.Duration, names []string, ratios map[string][2]int) {
+	rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
+	for i, name := range names {
+		b.ReportMetric(rate(i), name+"_ops/s")
+	}
+	for name, r := range ratios {
+		b.ReportMetric(rate(r[0])/rate(r[1]), name)
 	}
 }
 
