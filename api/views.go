@@ -66,13 +66,14 @@ func effectView(rec *effects.Record) EffectView {
 	if !codeRE.MatchString(v.ErrorCode) {
 		v.ErrorCode = EffectUnclassified
 	}
+	plain, explained := stepFailures[[2]string{rec.Kind, v.ErrorCode}]
 	switch {
 	case v.ErrorCode == EffectResolvedRetry:
 		v.Error = "an operator marked this step to be tried again"
 	case rec.State == effects.StateFailedTransient:
 		v.Error = "this step failed and will be tried again"
-	case stepFailures[[2]string{rec.Kind, v.ErrorCode}] != "":
-		v.Error = stepFailures[[2]string{rec.Kind, v.ErrorCode}]
+	case explained:
+		v.Error = plain
 	default:
 		v.Error = "this step failed and will not be retried"
 	}

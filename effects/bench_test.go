@@ -46,7 +46,9 @@ func BenchmarkClaimComplete(b *testing.B) {
 			partClient, plainClient := benchClient(b, part), benchClient(b, plain)
 			benchLeaves(b, part, partClient, nil)
 			var seq atomic.Int64
-			raw := func() error { return rawClaimComplete(ctx, bare, fmt.Sprintf("bench:order:%d:charge", seq.Add(1))) }
+			raw := func() error {
+				return rawClaimComplete(ctx, bare, "keyed_effects", "legacy", fmt.Sprintf("bench:order:%d:charge", seq.Add(1)))
+			}
 			ops := []func() error{claimCompleteTold(partClient, &seq, true), claimComplete(plainClient, &seq), raw}
 			warmUp(b, conns, ops, part, plain, bare)
 			reportSides(b, alternate(b, conns, ops), []string{"keyed", "plain", "raw"},
@@ -77,8 +79,8 @@ func BenchmarkClaimCompleteLeaf(b *testing.B) {
 			key := func() string { return fmt.Sprintf("bench:order:%d:charge", seq.Add(1)) }
 			ops := []func() error{
 				claimCompleteTold(partClient, &seq, true),
-				func() error { return leafClaimComplete(ctx, leafPool, leaf, key()) },
-				func() error { return rawClaimComplete(ctx, bare, key()) },
+				func() error { return rawClaimComplete(ctx, leafPool, leaf, "charge", key()) },
+				func() error { return rawClaimComplete(ctx, bare, "keyed_effects", "legacy", key()) },
 			}
 			warmUp(b, conns, ops, part, leafPool, bare)
 			reportSides(b, alternate(b, conns, ops), []string{"keyed", "leaf", "raw"},
@@ -322,21 +324,23 @@ func runConcurrent(b *testing.B, workers, n int, op func() error) time.Duration 
 // rawClaimComplete is the baseline: the plain claim INSERT (the Client's
 // claim statement wraps it so that it also reads an existing record in the
 // same round trip) and the completing UPDATE the Client sends, without
-// anything around them.
-func rawClaimComplete(ctx context.Context, pool *pgxpool.Pool, key string) error {
+// anything around them, into table with the records' class (an
+// unpartitioned table's is "legacy"; a leaf's, its class).
+func rawClaimComplete(ctx context.Context, pool *pgxpool.Pool, table, class, key string) error {
 	var gen int64
 	var attempts int
 	var lease time.Time
+	table = pgx.Identifier{table}.Sanitize()
 	err := pool.QueryRow(ctx, `
-INSERT INTO keyed_effects (key, tenant_id, kind, state, owner, fingerprint, lease_until)
-VALUES ($1, $2, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
+INSERT INTO `+table+` (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
+VALUES ($1, $2, $3, $4, 'claimed', $5, $6, now() + $7 * interval '1 microsecond')
 ON CONFLICT (key) DO NOTHING
-RETURNING generation, attempts, lease_until`, key, "bench", "charge", "bench", "", int64(300_000_000)).Scan(&gen, &attempts, &lease)
+RETURNING generation, attempts, lease_until`, key, "bench", "charge", class, "bench", "", int64(300_000_000)).Scan(&gen, &attempts, &lease)
 	if err != nil {
 		return err
 	}
 	_, err = pool.Exec(ctx, `
-UPDATE keyed_effects
+UPDATE `+table+`
 SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
 WHERE key = $1 AND generation = $2 AND state = 'claimed'`, key, gen, []byte(`{"amount":500,"id":"pi_123"}`))
 	return err
@@ -349,28 +353,6 @@ func currentLeaf(b *testing.B, pool *pgxpool.Pool, class string) string {
 		WHERE class = $1 AND lo <= now() AND now() < hi LIMIT 1`, class).Scan(&leaf)
 	require.NoError(b, err, "find the current %s leaf", class)
 	return leaf
-}
-
-// leafClaimComplete is rawClaimComplete's two statements sent to a leaf by
-// name, the class set as the leaf's bound requires.
-func leafClaimComplete(ctx context.Context, pool *pgxpool.Pool, leaf, key string) error {
-	var gen int64
-	var attempts int
-	var lease time.Time
-	table := pgx.Identifier{leaf}.Sanitize()
-	err := pool.QueryRow(ctx, `
-INSERT INTO `+table+` (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
-VALUES ($1, $2, $3, $3, 'claimed', $4, $5, now() + $6 * interval '1 microsecond')
-ON CONFLICT (key) DO NOTHING
-RETURNING generation, attempts, lease_until`, key, "bench", "charge", "bench", "", int64(300_000_000)).Scan(&gen, &attempts, &lease)
-	if err != nil {
-		return err
-	}
-	_, err = pool.Exec(ctx, `
-UPDATE `+table+`
-SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
-WHERE key = $1 AND generation = $2 AND state = 'claimed'`, key, gen, []byte(`{"amount":500,"id":"pi_123"}`))
-	return err
 }
 
 // legacyLayoutSQL undoes migration 0009: the key in the database's default
