@@ -29,3 +29,11 @@ func (h *Handler) RoutesForTest() []string {
 
 // RequestKeyForTest exposes the effect key of an Idempotency-Key.
 var RequestKeyForTest = idempotency.StoredKey
+
+// OpenConnsForTest returns how many connections hold one of the server's
+// slots.
+func (s *Server) OpenConnsForTest() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln.open()
+}

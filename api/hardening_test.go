@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -180,4 +181,77 @@ func TestPanicAnswersJSON500(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, r.status, "%s", r.body)
 	require.Equal(t, api.CodeInternal, decodeError(t, r).Code)
 	require.NotContains(t, string(r.body), "boom")
+}
+
+// The server holds at most MaxConns connections, so that callers cannot
+// take the file descriptors its database pool needs: at the cap a new
+// caller closes the connection idle longest between requests, and with
+// none idle it waits until one ends (here a silent one, at the header
+// timeout) instead of being accepted.
+func TestConnectionCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const maxConns = 4
+	srv, err := api.NewServer("127.0.0.1:0", b.handler, &api.ServerOpts{MaxConns: maxConns,
+		ReadHeaderTimeout: 300 * time.Millisecond, PruneInterval: -1, Logger: b.logger})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(b.ctx))
+	t.Cleanup(func() { _ = srv.Stop(b.ctx) })
+
+	// maxConns callers keep their connections open, idle, after a request.
+	var kept []net.Conn
+	for range maxConns {
+		c, r := keepAliveRequest(t, srv.Addr())
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		kept = append(kept, c)
+	}
+	require.Equal(t, maxConns, srv.OpenConnsForTest())
+	// One more caller is served, and an idle connection was closed for it.
+	c, r := keepAliveRequest(t, srv.Addr())
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	kept = append(kept, c)
+	require.LessOrEqual(t, srv.OpenConnsForTest(), maxConns)
+	closed := 0
+	for _, c := range kept[:maxConns] {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+			closed++
+		}
+	}
+	require.Equal(t, 1, closed, "one idle connection is closed for the new caller")
+	for _, c := range kept {
+		require.NoError(t, c.Close())
+	}
+
+	// Silent connections fill every slot; a caller after them waits until
+	// the header timeout ends one, never past the cap.
+	require.Eventually(t, func() bool { return srv.OpenConnsForTest() == 0 }, 5*time.Second, 10*time.Millisecond)
+	for range maxConns {
+		c, err := net.Dial("tcp", srv.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	require.Eventually(t, func() bool { return srv.OpenConnsForTest() == maxConns }, 5*time.Second, 10*time.Millisecond)
+	start := time.Now()
+	c, r = keepAliveRequest(t, srv.Addr())
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.NoError(t, c.Close())
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "served only once a silent connection timed out")
+}
+
+// keepAliveRequest sends GET /healthz on a new connection and returns the
+// connection, left open, with the response read.
+func keepAliveRequest(t *testing.T, addr string) (net.Conn, *http.Response) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: keyed\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return conn, resp
 }

@@ -30,6 +30,11 @@ type ServerOpts struct {
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are
 	// http.Server's. Zero means the Default… constants.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConns caps the connections the server holds open. At the cap a
+	// new connection closes the one idle longest between requests, or
+	// waits in the kernel's backlog until one closes. Zero means
+	// DefaultMaxConns(); negative is an error.
+	MaxConns int
 	// PruneInterval is how often the server deletes idempotency records
 	// older than Retention. Zero means DefaultPruneInterval; negative never
 	// prunes.
@@ -49,13 +54,14 @@ type ServerOpts struct {
 // the background. Stop shuts down gracefully: it stops accepting
 // connections and waits for in-flight requests.
 type Server struct {
-	handler *Handler
-	srv     *http.Server
-	prune   time.Duration
-	logger  *slog.Logger
+	handler  *Handler
+	srv      *http.Server
+	prune    time.Duration
+	logger   *slog.Logger
+	maxConns int
 
 	mu      sync.Mutex
-	ln      net.Listener
+	ln      *connLimiter
 	serving chan struct{}
 	stop    context.CancelFunc
 	pruned  chan struct{}
@@ -74,15 +80,21 @@ func NewServer(addr string, h *Handler, opts *ServerOpts) (*Server, error) {
 	if opts == nil {
 		opts = &ServerOpts{}
 	}
+	if opts.MaxConns < 0 {
+		return nil, fmt.Errorf("api: NewServer: MaxConns %d is negative", opts.MaxConns)
+	}
 	or := func(v, def time.Duration) time.Duration {
 		if v == 0 {
 			return def
 		}
 		return v
 	}
-	s := &Server{handler: h, prune: or(opts.PruneInterval, DefaultPruneInterval), logger: opts.Logger}
+	s := &Server{handler: h, prune: or(opts.PruneInterval, DefaultPruneInterval), logger: opts.Logger, maxConns: opts.MaxConns}
 	if s.logger == nil {
 		s.logger = slog.Default()
+	}
+	if s.maxConns == 0 {
+		s.maxConns = DefaultMaxConns()
 	}
 	var handler http.Handler = h
 	if opts.TracerProvider != nil {
@@ -115,17 +127,18 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.srv.Addr, err)
 	}
-	s.ln, s.serving = ln, make(chan struct{})
-	go func(done chan struct{}) {
+	s.ln, s.serving = newConnLimiter(ln, s.maxConns, s.logger), make(chan struct{})
+	s.srv.ConnState = s.ln.state
+	go func(done chan struct{}, ln net.Listener) {
 		defer close(done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("api server stopped", "error", err)
 		}
-	}(s.serving)
+	}(s.serving, s.ln)
 	pruneCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop, s.pruned = stop, make(chan struct{})
 	go s.pruneLoop(pruneCtx, s.pruned)
-	s.logger.Info("api server listening", "addr", ln.Addr().String())
+	s.logger.Info("api server listening", "addr", ln.Addr().String(), "max_connections", s.maxConns)
 	return nil
 }
 

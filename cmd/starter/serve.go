@@ -37,7 +37,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	opts := []fx.Option{
-		fx.Supply(fxapi.Config{Addr: cfg.API.Addr, Keys: keys, MaxWait: cfg.API.MaxWait}),
+		fx.Supply(fxapi.Config{Addr: cfg.API.Addr, Keys: keys, MaxWait: cfg.API.MaxWait, MaxConns: cfg.API.MaxConns}),
 		fxapi.Module,
 		fxapp.SchemaModule,
 	}

@@ -293,6 +293,9 @@ type API struct {
 	// MaxWait is KEYED_API_MAX_WAIT: the longest Prefer: wait honoured; 0
 	// ignores the preference.
 	MaxWait time.Duration
+	// MaxConns is KEYED_API_MAX_CONNECTIONS: the most connections the API
+	// holds open (api.ServerOpts.MaxConns); 0 means api.DefaultMaxConns.
+	MaxConns int
 }
 
 // RateLimit is the HTTP API's per-tenant rate limit (api.RateLimit): a

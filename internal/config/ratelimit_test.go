@@ -53,3 +53,23 @@ func TestAPIRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, cfg.API, "the worker serves no API")
 }
+
+// KEYED_API_MAX_CONNECTIONS: 0 (the open-file limit's share) by default, a
+// cap of at least 16 otherwise.
+func TestAPIMaxConnections(t *testing.T) {
+	t.Parallel()
+	cfg, err := serve(t, nil)
+	require.NoError(t, err)
+	require.Zero(t, cfg.API.MaxConns)
+	cfg, err = serve(t, map[string]string{"KEYED_API_MAX_CONNECTIONS": "5000"})
+	require.NoError(t, err)
+	require.Equal(t, 5000, cfg.API.MaxConns)
+	for v, msg := range map[string]string{
+		"8":    "KEYED_API_MAX_CONNECTIONS: 8 must be 0 (three quarters of the open-file limit) or at least 16",
+		"-1":   "KEYED_API_MAX_CONNECTIONS: -1 must be 0",
+		"many": `KEYED_API_MAX_CONNECTIONS: "many" is not a whole number`,
+	} {
+		_, err := serve(t, map[string]string{"KEYED_API_MAX_CONNECTIONS": v})
+		require.ErrorContains(t, err, msg, v)
+	}
+}

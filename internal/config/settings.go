@@ -311,6 +311,13 @@ var Settings = []Setting{
 		Help: "requests a tenant may send at once after a quiet spell",
 		Doc:  "how many requests a tenant may send at once after a quiet spell; at least 1 while the limit is on"},
 
+	{Env: "KEYED_API_MAX_CONNECTIONS", Field: "API.MaxConns", For: InServe, Default: 0,
+		DefaultDoc: "0 (¾ of the open-file limit)", Check: maxConns,
+		Help: "the most connections the API holds open (0: three quarters of the open-file limit)",
+		Doc: "the most client connections one API process holds open; at the cap a new connection closes the one idle longest between requests, " +
+			"or waits in the kernel's backlog until one ends, so that callers never take the file descriptors of its Postgres and Temporal connections. " +
+			"`0` is three quarters of the process's open-file limit (at least 64); otherwise at least 16"},
+
 	{Env: "KEYED_API_MAX_WAIT", Field: "API.MaxWait", For: InServe, Default: DefaultAPIMaxWait, Check: maxWait,
 		Help: "the longest Prefer: wait a POST may wait for its outcome; 0 ignores the preference",
 		Doc: "the longest a `POST /v1/orders` or refund with `Prefer: wait=N` waits for the charge (or refund) to settle before it answers `202`; " +
@@ -410,6 +417,15 @@ func oneOf(allowed ...string) func(any, *Config) error {
 func maxWait(v any, _ *Config) error {
 	if d := v.(time.Duration); d < 0 || d >= 20*time.Second {
 		return fmt.Errorf("%s is not between 0 and 20s", d)
+	}
+	return nil
+}
+
+// maxConns accepts 0 (three quarters of the open-file limit) or a cap of
+// at least 16 connections.
+func maxConns(v any, _ *Config) error {
+	if n := v.(int); n != 0 && n < 16 {
+		return fmt.Errorf("%d must be 0 (three quarters of the open-file limit) or at least 16", n)
 	}
 	return nil
 }

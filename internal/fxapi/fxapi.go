@@ -36,6 +36,9 @@ type Config struct {
 	// MaxWait is the longest Prefer: wait honoured (config.API.MaxWait),
 	// with the app's Temporal client; zero ignores the preference.
 	MaxWait time.Duration
+	// MaxConns caps the connections the server holds open
+	// (api.ServerOpts.MaxConns); zero means api.DefaultMaxConns.
+	MaxConns int
 }
 
 // Module serves keyed's HTTP API on Config.Addr: OnStart binds the port (a
@@ -103,7 +106,8 @@ type apiServerIn struct {
 
 func newAPIServer(in apiServerIn) (*api.Server, error) {
 	lc, cfg, h, logger := in.Lifecycle, in.Config, in.Handler, in.Logger
-	s, err := api.NewServer(cfg.Addr, h, &api.ServerOpts{Logger: logger.With("component", "api"), TracerProvider: in.Tracer})
+	s, err := api.NewServer(cfg.Addr, h, &api.ServerOpts{Logger: logger.With("component", "api"), TracerProvider: in.Tracer,
+		MaxConns: cfg.MaxConns})
 	if err != nil {
 		return nil, err
 	}
