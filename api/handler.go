@@ -419,8 +419,9 @@ type OrderDetail struct {
 	// Start is the state of the workflow start, or nil once its outbox row
 	// was pruned.
 	Start *StartView `json:"start,omitempty"`
-	// Effects are the order's effect records, in the order they were
-	// first claimed, its refunds' included.
+	// Effects are the order's own effect records, in the order they were
+	// first claimed; each refund's are in its RefundView, not repeated
+	// here.
 	Effects []EffectView `json:"effects"`
 	// Refunds are the order's refunds, oldest request first.
 	Refunds []RefundView `json:"refunds"`
@@ -703,14 +704,17 @@ func (h *Handler) orderDetail(ctx context.Context, tx pgx.Tx, tenant, id string,
 		return nil, fmt.Errorf("list order effects: %w", err)
 	}
 	for _, rec := range recs {
-		detail.Effects = append(detail.Effects, effectView(rec))
 		if rec.ErrorMessage != "" {
 			h.logger.DebugContext(ctx, "order detail: effect error withheld from the tenant",
 				"effect_key", rec.Key, "code", rec.ErrorCode, "error", rec.ErrorMessage)
 		}
 	}
-	if err := h.orderRefunds(ctx, tx, order, recs, detail); err != nil {
+	own, err := h.orderRefunds(ctx, tx, order, recs, detail)
+	if err != nil {
 		return nil, fmt.Errorf("list order refunds: %w", err)
+	}
+	for _, rec := range own {
+		detail.Effects = append(detail.Effects, effectView(rec))
 	}
 	return detail, nil
 }

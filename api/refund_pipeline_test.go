@@ -68,6 +68,18 @@ func TestRetriedRefundPostsRefundOnceThroughTheWorker(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "the order is refunded in full")
 	require.EqualValues(t, 2599, d.RefundedMinor)
 	require.Equal(t, 2, w.Stripe.Refunds())
+	// Each refund's effects are under it, and the order's list has only its
+	// own: nothing is shown twice.
+	for _, e := range d.Effects {
+		require.NotContains(t, e.Key, ":refund:", "a refund's effect in the order's own list")
+	}
+	require.NotEmpty(t, d.Effects)
+	for _, rf := range d.Refunds {
+		require.NotEmpty(t, rf.Effects, rf.RefundID)
+		for _, e := range rf.Effects {
+			require.Contains(t, e.Key, ":refund:"+rf.RefundID+":")
+		}
+	}
 
 	// Nothing is left: refused, nothing queued.
 	r = do("POST", "/v1/orders/ord_rf/refunds", "refund-attempt-3", refundBody("r3", 1, ""))

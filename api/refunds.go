@@ -395,26 +395,42 @@ func (h *Handler) tenantStartView(ctx context.Context, entry *outbox.Entry) *Sta
 // orderRefunds sets detail's view of each of the order's refunds, read
 // through tx, oldest first, what the order has refunded (confirmed by
 // Stripe) and what its refunds hold of the charge (in the ledger and not
-// released). recs are the order's effect records, which hold its refunds'.
-// Its statements do not grow with the refunds. It returns database errors.
-func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Order, recs []*effects.Record, detail *OrderDetail) error {
+// released). recs are the order's effect records, which hold its refunds';
+// each refund's go in its view, and orderRefunds returns the rest, the
+// order's own. Its statements do not grow with the refunds. It returns
+// database errors.
+func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Order, recs []*effects.Record, detail *OrderDetail) ([]*effects.Record, error) {
 	ledger, err := refunds.NewLedger(tx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	refs, err := ledger.Refunds(ctx, order.TenantID, order.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	views := make([]*RefundView, len(refs))
 	ids := make([]string, len(refs))
+	byPrefix := make(map[string]*RefundView, len(refs))
 	for i, ref := range refs {
 		views[i] = newRefundView(order, ref)
 		ids[i] = views[i].WorkflowID
+		prefix, err := refundPrefix(order, ref)
+		if err != nil {
+			return nil, err
+		}
+		byPrefix[prefix.String()+effects.Separator] = views[i]
 	}
 	starts, err := outbox.GetMany(ctx, tx, ids)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	own := recs[:0:0]
+	for _, rec := range recs {
+		if v := refundOf(byPrefix, rec.Key); v != nil {
+			v.Effects = append(v.Effects, effectView(rec))
+			continue
+		}
+		own = append(own, rec)
 	}
 	detail.Refunds = make([]RefundView, 0, len(refs))
 	for i, ref := range refs {
@@ -422,19 +438,22 @@ func (h *Handler) orderRefunds(ctx context.Context, tx pgx.Tx, order *orders.Ord
 		if entry := starts[v.WorkflowID]; entry != nil {
 			v.Start = h.tenantStartView(ctx, entry)
 		}
-		prefix, err := refundPrefix(order, ref)
-		if err != nil {
-			return err
-		}
-		for _, rec := range recs {
-			if strings.HasPrefix(rec.Key, prefix.String()+effects.Separator) {
-				v.Effects = append(v.Effects, effectView(rec))
-			}
-		}
 		setRefundState(v, ref)
 		detail.RefundedMinor += ref.Refunded()
 		detail.ReservedMinor += ref.Reserved()
 		detail.Refunds = append(detail.Refunds, *v)
+	}
+	return own, nil
+}
+
+// refundOf returns the view whose key prefix (with its separator) key
+// starts with, or nil.
+func refundOf(byPrefix map[string]*RefundView, key string) *RefundView {
+	sep := effects.Separator
+	for i := strings.LastIndex(key, sep); i > 0; i = strings.LastIndex(key[:i], sep) {
+		if v, ok := byPrefix[key[:i+len(sep)]]; ok {
+			return v
+		}
 	}
 	return nil
 }
