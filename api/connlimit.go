@@ -10,19 +10,25 @@ import (
 	"time"
 )
 
-// MinMaxConns is the smallest connection cap DefaultMaxConns returns.
-const MinMaxConns = 64
+// MinMaxConns and MaxDefaultConns bound the connection cap
+// DefaultMaxConns returns.
+const (
+	MinMaxConns     = 64
+	MaxDefaultConns = 10000
+)
 
 // DefaultMaxConns returns the connection cap a zero ServerOpts.MaxConns
-// means: three quarters of the process's open-file limit (at least
-// MinMaxConns), so that the connections to Postgres and Temporal, and the
-// files the process opens, keep the last quarter whatever callers do.
+// means: three quarters of the process's open-file limit, so that the
+// connections to Postgres and Temporal, and the files the process opens,
+// keep the last quarter whatever callers do; at least MinMaxConns and at
+// most MaxDefaultConns (a container's limit of 1 048 576 files would
+// otherwise let callers hold gigabytes of connection buffers).
 func DefaultMaxConns() int {
 	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
-		return 1 << 16
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > MaxDefaultConns*2 {
+		return MaxDefaultConns
 	}
-	return max(MinMaxConns, int(rl.Cur/4*3))
+	return min(MaxDefaultConns, max(MinMaxConns, int(rl.Cur/4*3)))
 }
 
 // connLimiter caps the connections a Server holds open. At the cap, a new

@@ -255,3 +255,28 @@ func keepAliveRequest(t *testing.T, addr string) (net.Conn, *http.Response) {
 	require.NoError(t, resp.Body.Close())
 	return conn, resp
 }
+
+// Headers over api.MaxHeaderBytes get net/http's 431, so that no
+// connection makes the server buffer more.
+func TestHugeHeadersGet431(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv, err := api.NewServer("127.0.0.1:0", b.handler, &api.ServerOpts{PruneInterval: -1, Logger: b.logger})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(b.ctx))
+	t.Cleanup(func() { _ = srv.Stop(b.ctx) })
+	pad := strings.Repeat("a", api.MaxHeaderBytes+8<<10)
+	// Only the status line: the server closes with the rest of the request
+	// unread, which resets the connection under the body.
+	conn, err := net.Dial("tcp", srv.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: keyed\r\nX-Pad: "+pad+"\r\n\r\n")
+	require.NoError(t, err)
+	status, err := bufio.NewReader(conn).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 431 Request Header Fields Too Large\r\n", status)
+	resp, body := rawHTTP(t, srv.Addr(), "GET /healthz HTTP/1.1\r\nHost: keyed\r\nX-Pad: "+pad[:api.MaxHeaderBytes/2]+"\r\n\r\n")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+}

@@ -22,7 +22,11 @@ const (
 	DefaultReadTimeout       = 15 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
-	DefaultPruneInterval     = time.Hour
+	// MaxHeaderBytes bounds a request's headers (431 above it), and so
+	// what each connection can make the server buffer; net/http's default
+	// is 1 MiB.
+	MaxHeaderBytes       = 64 << 10
+	DefaultPruneInterval = time.Hour
 )
 
 // ServerOpts configures a Server. A nil *ServerOpts means all defaults.
@@ -108,6 +112,7 @@ func NewServer(addr string, h *Handler, opts *ServerOpts) (*Server, error) {
 		ReadTimeout:       or(opts.ReadTimeout, DefaultReadTimeout),
 		WriteTimeout:      or(opts.WriteTimeout, DefaultWriteTimeout),
 		IdleTimeout:       or(opts.IdleTimeout, DefaultIdleTimeout),
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
 	return s, nil
