@@ -39,19 +39,21 @@ func DefaultMaxConns() int {
 // descriptor.
 type connLimiter struct {
 	net.Listener
-	slots  chan struct{}
-	done   chan struct{}
-	closed sync.Once
-	logger *slog.Logger
+	slots   chan struct{}
+	done    chan struct{}
+	closed  sync.Once
+	logger  *slog.Logger
+	metrics *Metrics
 
 	mu       sync.Mutex
 	idle     map[*limitedConn]time.Time
 	lastWarn time.Time
 }
 
-func newConnLimiter(ln net.Listener, max int, logger *slog.Logger) *connLimiter {
+func newConnLimiter(ln net.Listener, max int, logger *slog.Logger, metrics *Metrics) *connLimiter {
+	metrics.connCap(max)
 	return &connLimiter{Listener: ln, slots: make(chan struct{}, max), done: make(chan struct{}),
-		logger: logger, idle: map[*limitedConn]time.Time{}}
+		logger: logger, metrics: metrics, idle: map[*limitedConn]time.Time{}}
 }
 
 // Accept accepts a connection and takes a slot for it, closing the
@@ -65,6 +67,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	if err := l.acquire(); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
+	l.metrics.connOpened(1)
 	return &limitedConn{Conn: c, l: l}, nil
 }
 
@@ -104,6 +107,7 @@ func (l *connLimiter) full() {
 			"max_connections", cap(l.slots))
 	}
 	if oldest != nil {
+		l.metrics.idleClosed()
 		if err := oldest.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			l.logger.Debug("close idle connection", "error", err)
 		}
@@ -148,6 +152,7 @@ func (c *limitedConn) Close() error {
 		delete(c.l.idle, c)
 		c.l.mu.Unlock()
 		<-c.l.slots
+		c.l.metrics.connOpened(-1)
 	})
 	return err
 }

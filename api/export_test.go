@@ -37,3 +37,9 @@ func (s *Server) OpenConnsForTest() int {
 	defer s.mu.Unlock()
 	return s.ln.open()
 }
+
+// ConnMetricsForTest returns the connection gauges and the idle-closed
+// counter.
+func (m *Metrics) ConnMetricsForTest() (open, max, closedIdle prometheus.Collector) {
+	return m.conns, m.maxConns, m.closedIdle
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/api"
@@ -219,6 +220,10 @@ func TestConnectionCap(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, closed, "one idle connection is closed for the new caller")
+	open, capped, closedIdle := b.metrics.ConnMetricsForTest()
+	require.EqualValues(t, maxConns, testutil.ToFloat64(capped))
+	require.EqualValues(t, 1, testutil.ToFloat64(closedIdle))
+	require.EqualValues(t, srv.OpenConnsForTest(), testutil.ToFloat64(open))
 	for _, c := range kept {
 		require.NoError(t, c.Close())
 	}

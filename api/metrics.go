@@ -14,6 +14,9 @@ type Metrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
+	conns       prometheus.Gauge
+	maxConns    prometheus.Gauge
+	closedIdle  prometheus.Counter
 }
 
 // NewMetrics creates the API's collectors, labelled by route pattern, and
@@ -33,8 +36,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyed_api_idempotency_total",
 			Help: "Idempotency-Key outcomes: new, takeover, replayed, in_progress, key_reused.",
 		}, []string{"outcome"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keyed_api_connections",
+			Help: "Client connections the API server holds open (at most KEYED_API_MAX_CONNECTIONS).",
+		}),
+		maxConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keyed_api_connections_max",
+			Help: "The API server's connection cap (KEYED_API_MAX_CONNECTIONS, or its default).",
+		}),
+		closedIdle: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keyed_api_connections_closed_idle_total",
+			Help: "Idle keep-alive connections the API server closed to make room at its connection cap.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.idempotency} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.idempotency, m.conns, m.maxConns, m.closedIdle} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register API metrics: %w", err)
 		}
@@ -53,5 +68,23 @@ func (m *Metrics) request(route string, status int, d time.Duration) {
 func (m *Metrics) idem(outcome string) {
 	if m != nil {
 		m.idempotency.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) connOpened(delta float64) {
+	if m != nil {
+		m.conns.Add(delta)
+	}
+}
+
+func (m *Metrics) connCap(n int) {
+	if m != nil {
+		m.maxConns.Set(float64(n))
+	}
+}
+
+func (m *Metrics) idleClosed() {
+	if m != nil {
+		m.closedIdle.Inc()
 	}
 }
