@@ -19,33 +19,47 @@ import (
 // the key's lock, with no PL/pgSQL call (effects migration 7). It inserts
 // only if keyed_effects_claim_leaf says the claim function would have taken
 // this leaf's shortcut, and on a conflict it returns no row: either way the
-// caller then claims through the function. $8 turns synchronous_commit off
-// for the statement's transaction. The class and the leaf are literals, not
-// parameters: Postgres then folds the inlined guard to that leaf's branch
-// when it plans the statement, where parameters made it plan every
-// execution anew, 13% of the statement's cost.
+// caller then claims through the function. %[4]s is the kind the guard
+// judges: a literal for a kind the picture lists, $3 for the others, which
+// the guard must judge by name. %[5]s is empty, or for an AsyncCommit claim
+// turns synchronous_commit off for the statement's transaction. The class,
+// the leaf and a listed kind are literals, not parameters: Postgres then
+// folds the inlined guard to that leaf's branch when it plans the
+// statement and builds only that branch on each execution, where
+// parameters made it plan every execution anew, 13% of the statement's
+// cost, and a parameter kind made it build every kind's branch.
 const claimLeafSQL = `
 INSERT INTO %[1]s AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
 SELECT $1, $2, $3, %[2]s, 'claimed', $4, $5, now() + $6 * interval '1 microsecond'
 FROM (SELECT pg_advisory_xact_lock(1801, hashtext($1))) lk
-WHERE keyed_effects_claim_leaf($3, %[2]s, %[3]s, $7)
-  AND ($8::boolean IS NOT TRUE OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+WHERE keyed_effects_claim_leaf(%[4]s, %[2]s, %[3]s, $7)%[5]s
 ON CONFLICT DO NOTHING
 RETURNING e.generation, e.attempts, e.lease_until, e.created_at`
 
-// plainName matches the class and leaf names claimLeafSQL spells as
+// asyncCommitSQL is claimLeafSQL's clause for an AsyncCommit claim.
+const asyncCommitSQL = `
+  AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+
+// plainName matches the kind, class and leaf names claimLeafSQL spells as
 // literals and identifiers; a leaf named otherwise is claimed through the
-// function.
+// function, a kind named otherwise is judged as a parameter.
 var plainName = regexp.MustCompile(`^[a-z0-9_]+$`)
 
-// newClaimLeaf returns the picture's entry for a leaf, or false for a name
+// newClaimLeaf returns the picture's entry for a leaf of kind (the
+// picture's row; "" stands for every kind not listed), or false for a name
 // claimLeafSQL does not spell.
-func newClaimLeaf(class, name string, lo, hi time.Time) (claimLeaf, bool) {
+func newClaimLeaf(kind, class, name string, lo, hi time.Time) (claimLeaf, bool) {
 	if !plainName.MatchString(class) || !plainName.MatchString(name) {
 		return claimLeaf{}, false
 	}
-	sql := fmt.Sprintf(claimLeafSQL, name, "'"+class+"'", "'"+name+"'")
-	return claimLeaf{class: class, name: name, lo: lo, hi: hi, sql: sql}, true
+	judged := "$3"
+	if plainName.MatchString(kind) {
+		judged = "'" + kind + "'"
+	}
+	sql := func(async string) string {
+		return fmt.Sprintf(claimLeafSQL, name, "'"+class+"'", "'"+name+"'", judged, async)
+	}
+	return claimLeaf{class: class, name: name, lo: lo, hi: hi, sql: sql(""), asyncSQL: sql(asyncCommitSQL)}, true
 }
 
 // leafPictureAge is how long a client uses its picture of the leaves before
@@ -63,11 +77,11 @@ type leafPicture struct {
 }
 
 // claimLeaf is one leaf of a picture, with its bounds and claimLeafSQL
-// naming it.
+// naming it, for a claim and for an AsyncCommit claim.
 type claimLeaf struct {
-	class, name string
-	lo, hi      time.Time
-	sql         string
+	class, name   string
+	lo, hi        time.Time
+	sql, asyncSQL string
 }
 
 // leafCache holds a Client's picture of the leaves.
@@ -109,7 +123,7 @@ func readLeafPicture(ctx context.Context, db DB) (*leafPicture, error) {
 		// to it (a NULL leaf: none to insert into first).
 		leaves := pic.leaves[kind]
 		if leaf != nil && lo != nil && hi != nil {
-			if l, ok := newClaimLeaf(class, *leaf, *lo, *hi); ok {
+			if l, ok := newClaimLeaf(kind, class, *leaf, *lo, *hi); ok {
 				leaves = append(leaves, l)
 			}
 		}
@@ -162,8 +176,12 @@ func (c *Client) claimFromGo(ctx context.Context, db DB, p ClaimParams, lease ti
 		return nil, nil
 	}
 	cl := &Claim{Key: p.Key, Kind: p.Kind, Owner: p.Owner, Mode: ModeNew, maxResult: p.MaxResultBytes, leaf: l.name}
-	err := db.QueryRow(ctx, l.sql, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
-		lease.Microseconds(), notBefore(p), p.AsyncCommit).Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil, &cl.createdAt)
+	sql := l.sql
+	if p.AsyncCommit {
+		sql = l.asyncSQL
+	}
+	err := db.QueryRow(ctx, sql, p.Key.String(), p.Key.Tenant(), p.Kind, p.Owner, p.Fingerprint,
+		lease.Microseconds(), notBefore(p)).Scan(&cl.Generation, &cl.Attempt, &cl.LeaseUntil, &cl.createdAt)
 	switch {
 	case err == nil:
 		return cl, nil

@@ -57,15 +57,7 @@ func TestClaimFromAStalePictureGoesThroughTheFunction(t *testing.T) {
 	t.Parallel()
 	b := insertFirstSetup(t)
 	day := time.Now().UTC().Truncate(24 * time.Hour)
-	leaves, err := b.client.Leaves(b.ctx)
-	require.NoError(t, err)
-	var other string
-	for _, l := range leaves {
-		if l.Class == "default" && !l.From.After(time.Now()) && l.To.After(time.Now()) {
-			other = l.Name
-		}
-	}
-	require.NotEmpty(t, other)
+	other := currentLeafOf(t, b, "default")
 	for i, leaf := range []string{"keyed_effects_archive_gone", other} {
 		key := effects.MustKey("acme", "doc", fmt.Sprint("stale-", i), "archive")
 		effects.SetLeafPictureForTest(b.client, "archive", "default", leaf, day.Add(-30*24*time.Hour), day.Add(30*24*time.Hour))
@@ -82,6 +74,44 @@ func TestClaimFromAStalePictureGoesThroughTheFunction(t *testing.T) {
 		require.Equal(t, effects.ModeNew, cl.Mode)
 		require.Equal(t, "keyed_effects_archive_wide", leafOf(t, b, key), leaf)
 	}
+}
+
+// A picture's leaves for the kinds it does not list ("") are judged by the
+// claim's kind, not as "": a kind the lifetimes have since given a class of
+// its own is refused the old class's leaf.
+func TestClaimOfAKindNewlyListedIsRefusedTheDefaultLeaf(t *testing.T) {
+	t.Parallel()
+	b := insertFirstSetup(t)
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	leaf := currentLeafOf(t, b, "default")
+	effects.SetLeafPictureForTest(b.client, "", "default", leaf, day.Add(-30*24*time.Hour), day.Add(30*24*time.Hour))
+	key := effects.MustKey("acme", "doc", "newly-listed", "archive")
+	cl, err := effects.ClaimFromGoForTest(b.ctx, b.client, b.pool, told(key, "o"))
+	require.NoError(t, err)
+	require.Nil(t, cl)
+	require.Zero(t, countKey(t, b, key), "the guard refused, nothing was inserted")
+}
+
+// A told AsyncCommit claim goes from Go too, and the setting ends with its
+// statement's transaction.
+func TestToldAsyncCommitClaimGoesFromGo(t *testing.T) {
+	t.Parallel()
+	b := insertFirstSetup(t)
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	fxc, err := effects.NewClient(conn, nil)
+	require.NoError(t, err)
+	key := effects.MustKey("acme", "doc", "async", "archive")
+	p := told(key, "o")
+	p.AsyncCommit = true
+	cl, err := effects.ClaimFromGoForTest(b.ctx, fxc, conn, p)
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	require.Equal(t, "keyed_effects_archive_wide", leafOf(t, b, key))
+	var setting string
+	require.NoError(t, conn.QueryRow(b.ctx, `SHOW synchronous_commit`).Scan(&setting))
+	require.Equal(t, "on", setting, "the setting ended with the claim's transaction")
 }
 
 // Inside a caller's transaction a gone leaf has aborted the transaction:
@@ -219,4 +249,18 @@ func TestRepeatClaimGoesThroughTheFunction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, effects.ModeNew, cl.Mode)
 	require.Equal(t, "keyed_effects_archive_wide", leafOf(t, b, fresh))
+}
+
+// currentLeafOf names the leaf of class that holds records created now.
+func currentLeafOf(t *testing.T, b *bundle, class string) string {
+	t.Helper()
+	leaves, err := b.client.Leaves(b.ctx)
+	require.NoError(t, err)
+	for _, l := range leaves {
+		if l.Class == class && !l.From.After(time.Now()) && l.To.After(time.Now()) {
+			return l.Name
+		}
+	}
+	require.FailNow(t, "no current leaf", "class %s", class)
+	return ""
 }

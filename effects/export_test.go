@@ -47,7 +47,7 @@ func ClaimFromGoForTest(ctx context.Context, c *Client, db DB, p ClaimParams) (*
 // SetLeafPictureForTest gives c a picture of one leaf for kind, as if read
 // just now, however the schema stands.
 func SetLeafPictureForTest(c *Client, kind, class, leaf string, lo, hi time.Time) {
-	l, ok := newClaimLeaf(class, leaf, lo, hi)
+	l, ok := newClaimLeaf(kind, class, leaf, lo, hi)
 	if !ok {
 		panic("a leaf claimLeafSQL cannot name: " + leaf)
 	}
