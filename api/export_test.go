@@ -38,8 +38,8 @@ func (s *Server) OpenConnsForTest() int {
 	return s.ln.open()
 }
 
-// ConnMetricsForTest returns the connection gauges and the idle-closed
-// counter.
-func (m *Metrics) ConnMetricsForTest() (open, max, closedIdle prometheus.Collector) {
-	return m.conns, m.maxConns, m.closedIdle
+// ConnMetricsForTest returns the connection gauges and the counters of
+// idle and slow connections closed at the cap.
+func (m *Metrics) ConnMetricsForTest() (open, max, closedIdle, closedSlow prometheus.Collector) {
+	return m.conns, m.maxConns, m.closedIdle, m.closedSlow
 }

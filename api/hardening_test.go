@@ -194,7 +194,7 @@ func TestConnectionCap(t *testing.T) {
 	b := setup(t)
 	const maxConns = 4
 	srv, err := api.NewServer("127.0.0.1:0", b.handler, &api.ServerOpts{MaxConns: maxConns,
-		ReadHeaderTimeout: 300 * time.Millisecond, PruneInterval: -1, Logger: b.logger})
+		ReadHeaderTimeout: 30 * time.Second, PruneInterval: -1, Logger: b.logger})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(b.ctx))
 	t.Cleanup(func() { _ = srv.Stop(b.ctx) })
@@ -220,7 +220,7 @@ func TestConnectionCap(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, closed, "one idle connection is closed for the new caller")
-	open, capped, closedIdle := b.metrics.ConnMetricsForTest()
+	open, capped, closedIdle, closedSlow := b.metrics.ConnMetricsForTest()
 	require.EqualValues(t, maxConns, testutil.ToFloat64(capped))
 	require.EqualValues(t, 1, testutil.ToFloat64(closedIdle))
 	require.EqualValues(t, srv.OpenConnsForTest(), testutil.ToFloat64(open))
@@ -228,20 +228,38 @@ func TestConnectionCap(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 
-	// Silent connections fill every slot; a caller after them waits until
-	// the header timeout ends one, never past the cap.
+	// Silent connections and ones sending their headers a byte at a time
+	// fill every slot; a caller after them closes the oldest once its
+	// grace is over, long before the header timeout, never past the cap.
 	require.Eventually(t, func() bool { return srv.OpenConnsForTest() == 0 }, 5*time.Second, 10*time.Millisecond)
-	for range maxConns {
+	slow := func(partial string) {
 		c, err := net.Dial("tcp", srv.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
+		_, err = io.WriteString(c, partial)
+		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return srv.OpenConnsForTest() == maxConns }, 5*time.Second, 10*time.Millisecond)
-	start := time.Now()
-	c, r = keepAliveRequest(t, srv.Addr())
-	require.Equal(t, http.StatusOK, r.StatusCode)
-	require.NoError(t, c.Close())
-	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "served only once a silent connection timed out")
+	for i := range maxConns {
+		slow([]string{"", "GET /healthz HTTP/1.1\r\n"}[i%2])
+	}
+	for i := range 2 {
+		// The first caller closes a silent connection, the second (after
+		// another silent one takes the first caller's place) one that sent
+		// part of its headers.
+		if i > 0 {
+			slow("")
+		}
+		require.Eventually(t, func() bool { return srv.OpenConnsForTest() == maxConns }, 5*time.Second, 10*time.Millisecond)
+		start := time.Now()
+		c, r = keepAliveRequest(t, srv.Addr())
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.Less(t, time.Since(start), 10*time.Second, "served before the header timeout")
+		require.LessOrEqual(t, srv.OpenConnsForTest(), maxConns)
+		require.EqualValues(t, i+1, testutil.ToFloat64(closedSlow), "a slow new connection was closed for the caller")
+		require.NoError(t, c.Close())
+		require.Eventually(t, func() bool { return srv.OpenConnsForTest() == maxConns-1 }, 5*time.Second, 10*time.Millisecond)
+	}
+	require.EqualValues(t, 1, testutil.ToFloat64(closedIdle))
 }
 
 // keepAliveRequest sends GET /healthz on a new connection and returns the

@@ -17,6 +17,7 @@ type Metrics struct {
 	conns       prometheus.Gauge
 	maxConns    prometheus.Gauge
 	closedIdle  prometheus.Counter
+	closedSlow  prometheus.Counter
 }
 
 // NewMetrics creates the API's collectors, labelled by route pattern, and
@@ -48,8 +49,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyed_api_connections_closed_idle_total",
 			Help: "Idle keep-alive connections the API server closed to make room at its connection cap.",
 		}),
+		closedSlow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keyed_api_connections_closed_slow_total",
+			Help: "New connections the API server closed at its connection cap, with none idle, for not sending a request's headers within a second.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.idempotency, m.conns, m.maxConns, m.closedIdle} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.idempotency, m.conns, m.maxConns, m.closedIdle, m.closedSlow} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register API metrics: %w", err)
 		}
@@ -86,5 +91,11 @@ func (m *Metrics) connCap(n int) {
 func (m *Metrics) idleClosed() {
 	if m != nil {
 		m.closedIdle.Inc()
+	}
+}
+
+func (m *Metrics) slowClosed() {
+	if m != nil {
+		m.closedSlow.Inc()
 	}
 }

@@ -132,7 +132,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.srv.Addr, err)
 	}
-	s.ln, s.serving = newConnLimiter(ln, s.maxConns, s.logger, s.handler.metrics), make(chan struct{})
+	s.ln, s.serving = newConnLimiter(ln, s.maxConns, newGrace(s.srv.ReadHeaderTimeout), s.logger, s.handler.metrics), make(chan struct{})
 	s.srv.ConnState = s.ln.state
 	go func(done chan struct{}, ln net.Listener) {
 		defer close(done)
