@@ -85,10 +85,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 }
 
 func (l *connLimiter) acquire() error {
-	select {
-	case l.slots <- struct{}{}:
+	if l.tryAcquire() {
 		return nil
-	default:
 	}
 	again := time.NewTicker(max(l.grace/4, time.Millisecond))
 	defer again.Stop()
@@ -100,7 +98,21 @@ func (l *connLimiter) acquire() error {
 		case <-l.done:
 			return net.ErrClosed
 		case <-again.C:
+			// A slot freed meanwhile is taken before anything is closed.
+			if l.tryAcquire() {
+				return nil
+			}
 		}
+	}
+}
+
+// tryAcquire takes a free slot, if there is one.
+func (l *connLimiter) tryAcquire() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 
