@@ -97,11 +97,7 @@ func TestClaimOfAKindNewlyListedIsRefusedTheDefaultLeaf(t *testing.T) {
 func TestToldAsyncCommitClaimGoesFromGo(t *testing.T) {
 	t.Parallel()
 	b := insertFirstSetup(t)
-	conn, err := b.pool.Acquire(b.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	fxc, err := effects.NewClient(conn, nil)
-	require.NoError(t, err)
+	conn, fxc := connClient(t, b)
 	key := effects.MustKey("acme", "doc", "async", "archive")
 	p := told(key, "o")
 	p.AsyncCommit = true

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyedhq/keyed/effects"
@@ -116,11 +117,7 @@ func TestMaxResultBytesPerClaim(t *testing.T) {
 func TestAsyncCommitClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	conn, err := b.pool.Acquire(b.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	fxc, err := effects.NewClient(conn, nil)
-	require.NoError(t, err)
+	conn, fxc := connClient(t, b)
 	key := effects.MustKey("acme", "req", "async")
 	cl, err := fxc.Claim(b.ctx, effects.ClaimParams{Key: key, Owner: "o", AsyncCommit: true})
 	require.NoError(t, err)
@@ -137,6 +134,19 @@ func TestAsyncCommitClaim(t *testing.T) {
 		return err
 	})
 	require.ErrorContains(t, err, "AsyncCommit")
+}
+
+// connClient returns one of b's connections, released when t ends, and a
+// Client on it alone, so that a test can read the session's settings after
+// a claim.
+func connClient(t *testing.T, b *bundle) (*pgxpool.Conn, *effects.Client) {
+	t.Helper()
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	c, err := effects.NewClient(conn, nil)
+	require.NoError(t, err)
+	return conn, c
 }
 
 // PruneKind deletes one kind's old finished records and, when asked, its
