@@ -61,9 +61,10 @@ build: ## Build the worker, starter, fakes and demo binaries into bin/.
 	go build -o bin/ ./cmd/...
 
 .PHONY: bench
-bench: postgres ## Benchmark claim+complete, partitioned beside unpartitioned and raw pgx, and the claim beside raw pgx's statements in the same leaf, at 1, 8 and 32 connections, and at 2, 6 and 16 leaves per lifetime; List beside the starts_with read it replaced; Get of a missing key beside the look-up it replaced; effect storage per million records and retirement rate, before and after migration 0009 and partitioned.
+bench: postgres ## Benchmark claim+complete, partitioned beside unpartitioned and raw pgx, and the claim beside raw pgx's statements in the same leaf, at 1, 8 and 32 connections, and at 2, 6 and 16 leaves per lifetime; the claim statement's lock and guard priced apart on one connection; List beside the starts_with read it replaced; Get of a missing key beside the look-up it replaced; effect storage per million records and retirement rate, before and after migration 0009 and partitioned.
 	go test -run '^$$' -bench 'ClaimComplete$$' -benchtime 5000x -count 3 ./effects
 	go test -run '^$$' -bench ClaimCompleteLeaf -benchtime 5000x -count 3 ./effects
+	go test -run '^$$' -bench ClaimStatementSplit -benchtime 5000x -count 3 ./effects
 	go test -run '^$$' -bench LeavesPerLifetime -benchtime 4000x -count 3 ./effects
 	go test -run '^$$' -bench 'List$$' -benchtime 3000x -count 2 ./effects
 	go test -run '^$$' -bench GetMiss -benchtime 3000x -count 2 ./effects

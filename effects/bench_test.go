@@ -89,6 +89,69 @@ func BenchmarkClaimCompleteLeaf(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimStatementSplit prices the parts of the claim's insert
+// from Go on one connection with synchronous_commit off, so that no WAL
+// flush hides a statement's own cost: the bare insert into the current
+// charge leaf, the same under the key's lock, under the guard with the
+// kind as a parameter and as a literal, and the shipped statement for a
+// claim and for an AsyncCommit claim. Each side's insert is followed by
+// the same completion, alternating in chunks of 250; it reports µs per
+// pair of each side and each side's µs beyond the bare insert's.
+func BenchmarkClaimStatementSplit(b *testing.B) {
+	ctx := context.Background()
+	pool := effectstest.NewPool(b, &effectstest.PoolOpts{MaxConns: 1})
+	benchLeaves(b, pool, benchClient(b, pool), nil)
+	_, err := pool.Exec(ctx, `SET synchronous_commit = off`)
+	require.NoError(b, err)
+	leaf := currentLeaf(b, pool, "charge")
+	insert := func(from, where string) string {
+		return `INSERT INTO ` + leaf + ` AS e (key, tenant_id, kind, class, state, owner, fingerprint, lease_until)
+SELECT $1, $2, $3, 'charge', 'claimed', $4, $5, now() + $6 * interval '1 microsecond'` + from + ` WHERE ` + where + `
+ON CONFLICT DO NOTHING RETURNING e.generation, e.attempts, e.lease_until, e.created_at`
+	}
+	const lock, told = ` FROM (SELECT pg_advisory_xact_lock(1801, hashtext($1))) lk`, `$7::timestamptz IS NOT NULL`
+	guard := func(kind string) string {
+		return fmt.Sprintf(`keyed_effects_claim_leaf(%s, 'charge', '%s', $7)`, kind, leaf)
+	}
+	sides := []struct{ name, sql string }{
+		{"bare", insert("", told)},
+		{"lock", insert(lock, told)},
+		{"guard_param", insert("", guard("$3"))},
+		{"guard", insert("", guard("'charge'"))},
+		{"shipped", effects.ClaimLeafSQLForTest("charge", "charge", leaf, false)},
+		{"shipped_async", effects.ClaimLeafSQLForTest("charge", "charge", leaf, true)},
+	}
+	var seq atomic.Int64
+	notBefore := time.Now().Add(-time.Second)
+	ops := make([]func() error, len(sides))
+	for i, side := range sides {
+		ops[i] = func() error {
+			key := fmt.Sprintf("bench:order:%d:charge", seq.Add(1))
+			var gen int64
+			var attempts int
+			var lease, created time.Time
+			if err := pool.QueryRow(ctx, side.sql, key, "bench", "charge", "bench", "", int64(300_000_000), notBefore).
+				Scan(&gen, &attempts, &lease, &created); err != nil {
+				return fmt.Errorf("%s: %w", side.name, err)
+			}
+			_, err := pool.Exec(ctx, `UPDATE `+leaf+`
+SET state = 'succeeded', result = $3, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND created_at = $5`,
+				key, gen, []byte(`{"amount":500,"id":"pi_123"}`), "bench", created)
+			return err
+		}
+	}
+	warmUp(b, 1, ops, pool)
+	took := alternate(b, 1, ops)
+	us := func(i int) float64 { return float64(took[i].Nanoseconds()) / float64(b.N) / 1e3 }
+	for i, side := range sides {
+		b.ReportMetric(us(i), side.name+"_us")
+		if i > 0 {
+			b.ReportMetric(us(i)-us(0), side.name+"-bare_us")
+		}
+	}
+}
+
 // reportSides reports each side's rate, as NAME_ops/s, from the time its
 // b.N operations took, and each named ratio of two sides' rates.
 func reportSides(b *testing.B, took []time.Duration, names []string, ratios map[string][2]int) {

@@ -44,6 +44,19 @@ func ClaimFromGoForTest(ctx context.Context, c *Client, db DB, p ClaimParams) (*
 	return c.claimFromGo(ctx, db, p, DefaultLease)
 }
 
+// ClaimLeafSQLForTest returns the statement a told claim of kind sends
+// from Go into leaf of class, for an AsyncCommit claim if async.
+func ClaimLeafSQLForTest(kind, class, leaf string, async bool) string {
+	l, ok := newClaimLeaf(kind, class, leaf, time.Time{}, time.Time{})
+	if !ok {
+		panic("a leaf claimLeafSQL cannot name: " + leaf)
+	}
+	if async {
+		return l.asyncSQL
+	}
+	return l.sql
+}
+
 // SetLeafPictureForTest gives c a picture of one leaf for kind, as if read
 // just now, however the schema stands.
 func SetLeafPictureForTest(c *Client, kind, class, leaf string, lo, hi time.Time) {
