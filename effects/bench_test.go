@@ -51,7 +51,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 			ops := []func() error{claimCompleteTold(partClient, &seq, true), claimComplete(plainClient, &seq), raw}
 			warmUp(b, conns, ops, part, plain, bare)
-			reportSides(b, alternate(b, conns, ops), []string{"keyed", "plain", "raw"},
+			reportSides(b, alternateRounds(b, conns, ops), []string{"keyed", "plain", "raw"},
 				map[string][2]int{"part/plain": {0, 1}, "keyed/raw": {0, 2}})
 		})
 	}
@@ -83,7 +83,7 @@ func BenchmarkClaimCompleteLeaf(b *testing.B) {
 				func() error { return rawClaimComplete(ctx, bare, "keyed_effects", "legacy", key()) },
 			}
 			warmUp(b, conns, ops, part, leafPool, bare)
-			reportSides(b, alternate(b, conns, ops), []string{"keyed", "leaf", "raw"},
+			reportSides(b, alternateRounds(b, conns, ops), []string{"keyed", "leaf", "raw"},
 				map[string][2]int{"keyed/leaf": {0, 1}, "leaf/raw": {1, 2}, "keyed/raw": {0, 2}})
 		})
 	}
@@ -153,14 +153,24 @@ WHERE key = $1 AND generation = $2 AND owner = $4 AND state = 'claimed' AND crea
 }
 
 // reportSides reports each side's rate, as NAME_ops/s, from the time its
-// b.N operations took, and each named ratio of two sides' rates.
-func reportSides(b *testing.B, took []time.Duration, names []string, ratios map[string][2]int) {
+// b.N operations took over the rounds of alternateRounds, each named ratio
+// of two sides' rates, and, as NAME_med, the median of that ratio taken
+// round by round, which a swing of the VM's speed between rounds moves
+// less.
+func reportSides(b *testing.B, rounds [][]time.Duration, names []string, ratios map[string][2]int) {
+	took := totals(rounds)
 	rate := func(i int) float64 { return float64(b.N) / took[i].Seconds() }
 	for i, name := range names {
 		b.ReportMetric(rate(i), name+"_ops/s")
 	}
 	for name, r := range ratios {
 		b.ReportMetric(rate(r[0])/rate(r[1]), name)
+		per := make([]float64, len(rounds[r[0]]))
+		for k := range per {
+			per[k] = rounds[r[1]][k].Seconds() / rounds[r[0]][k].Seconds()
+		}
+		slices.Sort(per)
+		b.ReportMetric((per[(len(per)-1)/2]+per[len(per)/2])/2, name+"_med")
 	}
 }
 
@@ -243,18 +253,34 @@ func claimCompleteTold(c *effects.Client, seq *atomic.Int64, told bool) func() e
 // 250, rotating which op goes first, so that all see the same table size,
 // cache and machine load; it returns each op's total time.
 func alternate(b *testing.B, conns int, ops []func() error) []time.Duration {
+	return totals(alternateRounds(b, conns, ops))
+}
+
+// alternateRounds is alternate, returning each op's time in each round.
+func alternateRounds(b *testing.B, conns int, ops []func() error) [][]time.Duration {
 	b.ResetTimer()
 	const chunk = 250
-	took := make([]time.Duration, len(ops))
+	rounds := make([][]time.Duration, len(ops))
 	for round, done := 0, 0; done < b.N; round++ {
 		n := min(chunk, b.N-done)
 		for i := range ops {
 			j := (i + round) % len(ops)
-			took[j] += runConcurrent(b, conns, n, ops[j])
+			rounds[j] = append(rounds[j], runConcurrent(b, conns, n, ops[j]))
 		}
 		done += n
 	}
 	b.StopTimer()
+	return rounds
+}
+
+// totals sums each op's rounds.
+func totals(rounds [][]time.Duration) []time.Duration {
+	took := make([]time.Duration, len(rounds))
+	for i, r := range rounds {
+		for _, d := range r {
+			took[i] += d
+		}
+	}
 	return took
 }
 
