@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		closedSlow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "keyed_api_connections_closed_slow_total",
-			Help: "New connections the API server closed at its connection cap, with none idle, for not sending a request's headers within a second.",
+			Help: "New connections the API server closed at its connection cap, with none idle, for not sending complete request headers within their grace (a second, or half the header timeout if shorter).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.idempotency, m.conns, m.maxConns, m.closedIdle, m.closedSlow} {

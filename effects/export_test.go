@@ -47,10 +47,7 @@ func ClaimFromGoForTest(ctx context.Context, c *Client, db DB, p ClaimParams) (*
 // ClaimLeafSQLForTest returns the statement a told claim of kind sends
 // from Go into leaf of class, for an AsyncCommit claim if async.
 func ClaimLeafSQLForTest(kind, class, leaf string, async bool) string {
-	l, ok := newClaimLeaf(kind, class, leaf, time.Time{}, time.Time{})
-	if !ok {
-		panic("a leaf claimLeafSQL cannot name: " + leaf)
-	}
+	l := mustClaimLeaf(kind, class, leaf, time.Time{}, time.Time{})
 	if async {
 		return l.asyncSQL
 	}
@@ -60,11 +57,18 @@ func ClaimLeafSQLForTest(kind, class, leaf string, async bool) string {
 // SetLeafPictureForTest gives c a picture of one leaf for kind, as if read
 // just now, however the schema stands.
 func SetLeafPictureForTest(c *Client, kind, class, leaf string, lo, hi time.Time) {
+	l := mustClaimLeaf(kind, class, leaf, lo, hi)
+	c.leaves.pic.Store(&leafPicture{at: time.Now(), leaves: map[string][]claimLeaf{kind: {l}}})
+}
+
+// mustClaimLeaf is newClaimLeaf for a leaf a test names, which must be one
+// claimLeafSQL can spell.
+func mustClaimLeaf(kind, class, leaf string, lo, hi time.Time) claimLeaf {
 	l, ok := newClaimLeaf(kind, class, leaf, lo, hi)
 	if !ok {
 		panic("a leaf claimLeafSQL cannot name: " + leaf)
 	}
-	c.leaves.pic.Store(&leafPicture{at: time.Now(), leaves: map[string][]claimLeaf{kind: {l}}})
+	return l
 }
 
 // LeafPictureForTest reports the leaves c's picture names for kind, and
