@@ -23,8 +23,9 @@ import (
 
 // BenchmarkClaimComplete measures claim plus complete of fresh keys through
 // the Client on the partitioned layout (the lifetimes keyed sets, with a
-// lifetime's worth of leaves; claims told NotBefore, as the pipeline's
-// are) and on an unpartitioned table, and the bare two SQL statements
+// lifetime's worth of leaves; claims as the charge step sends them, told
+// NotBefore and committed without waiting for the WAL flush) and on an
+// unpartitioned table (committed alike), and the bare two SQL statements
 // through raw pgx on an unpartitioned table of their own, at 1, 8 and 32
 // connections, alternating in the same run, each side on its own pool. It
 // reports the three rates, part/plain (the cost of partitioning; target
@@ -49,7 +50,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			raw := func() error {
 				return rawClaimComplete(ctx, bare, "keyed_effects", "legacy", fmt.Sprintf("bench:order:%d:charge", seq.Add(1)))
 			}
-			ops := []func() error{claimCompleteTold(partClient, &seq, true), claimComplete(plainClient, &seq), raw}
+			ops := []func() error{claimAsCharge(partClient, &seq), claimCompleteWith(plainClient, &seq, effects.ClaimParams{AsyncCommit: true}, false), raw}
 			warmUp(b, conns, ops, part, plain, bare)
 			reportSides(b, alternateRounds(b, conns, ops), []string{"keyed", "plain", "raw"},
 				map[string][2]int{"part/plain": {0, 1}, "keyed/raw": {0, 2}})
@@ -57,13 +58,15 @@ func BenchmarkClaimComplete(b *testing.B) {
 	}
 }
 
-// BenchmarkClaimCompleteLeaf splits BenchmarkClaimComplete's keyed/raw in
-// two with a third side: raw's two statements sent to the current charge
-// leaf of a partitioned table by name, as the Client's claim from Go sends
-// its own. It reports keyed/leaf (what a claim adds to the bare statements
-// on the same layout: the key's lock, the leaf's guard, the fenced
-// completion) and leaf/raw (what the leaf costs the bare statements), at
-// 1, 8 and 32 connections, alternating, each side on its own pool.
+// BenchmarkClaimCompleteLeaf splits the synchronous claim's keyed/raw (a
+// told claim that waits for its flush, as a library caller's claim does by
+// default) in two with a third side: raw's two statements sent to the
+// current charge leaf of a partitioned table by name, as the Client's claim
+// from Go sends its own. It reports keyed/leaf (what a claim adds to the
+// bare statements on the same layout: the key's lock, the leaf's guard,
+// the fenced completion) and leaf/raw (what the leaf costs the bare
+// statements), at 1, 8 and 32 connections, alternating, each side on its
+// own pool.
 func BenchmarkClaimCompleteLeaf(b *testing.B) {
 	for _, conns := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
@@ -225,23 +228,31 @@ func readThree(recs []*effects.Record, err error) error {
 	return err
 }
 
-// claimComplete claims and completes a fresh charge key through c.
-func claimComplete(c *effects.Client, seq *atomic.Int64) func() error {
-	return claimCompleteTold(c, seq, false)
+// claimCompleteTold claims and completes a fresh charge key through c, its
+// claims told NotBefore when told: a second ago, as for an order created
+// just before its charge (the benchmark's keys are fresh, so the bound
+// hides nothing).
+func claimCompleteTold(c *effects.Client, seq *atomic.Int64, told bool) func() error {
+	return claimCompleteWith(c, seq, effects.ClaimParams{}, told)
 }
 
-// claimCompleteTold is claimComplete, its claims told NotBefore when told:
-// a second ago, as for an order created just before its charge (the
-// benchmark's keys are fresh, so the bound hides nothing).
-func claimCompleteTold(c *effects.Client, seq *atomic.Int64, told bool) func() error {
+// claimAsCharge is claimCompleteTold as the charge step claims: told, and
+// committing the claim without waiting for the WAL flush (AsyncCommit;
+// docs/design.md, "A claim that need not be flushed").
+func claimAsCharge(c *effects.Client, seq *atomic.Int64) func() error {
+	return claimCompleteWith(c, seq, effects.ClaimParams{AsyncCommit: true}, true)
+}
+
+// claimCompleteWith is claimCompleteTold with p's options.
+func claimCompleteWith(c *effects.Client, seq *atomic.Int64, p effects.ClaimParams, told bool) func() error {
 	return func() error {
 		ctx := context.Background()
-		key := effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge")
-		p := effects.ClaimParams{Key: key, Owner: "bench"}
+		q := p // each call its own copy: calls run concurrently
+		q.Key, q.Owner = effects.MustKey("bench", "order", fmt.Sprint(seq.Add(1)), "charge"), "bench"
 		if told {
-			p.NotBefore = time.Now().Add(-time.Second)
+			q.NotBefore = time.Now().Add(-time.Second)
 		}
-		cl, err := c.Claim(ctx, p)
+		cl, err := c.Claim(ctx, q)
 		if err != nil {
 			return err
 		}

@@ -148,10 +148,14 @@ type ClaimParams struct {
 	Repeat bool
 	// AsyncCommit lets Claim commit a new claim without waiting for the
 	// WAL flush (synchronous_commit off for that one statement), which
-	// saves an fsync per new key. Set it only when the effect itself is a
-	// write to the same database, stored with CompleteTx in a transaction
-	// that commits synchronously: that commit flushes the claim with it,
-	// and a claim lost in a crash had done nothing. ClaimTx refuses it.
+	// saves an fsync per new key. A crash may then lose the claim, never
+	// its completion, whose synchronous commit flushes the claim with it.
+	// Set it only where a lost claim is harmless: the effect is a write to
+	// the same database, stored with CompleteTx in a transaction that
+	// commits synchronously (a claim lost had done nothing), or the
+	// provider takes the key as its idempotency key, so that the attempt
+	// which claims it again is answered with the first one's result. ClaimTx
+	// refuses it, and so does Do with AtMostOnce.
 	AsyncCommit bool
 }
 

@@ -412,6 +412,21 @@ func TestDoAtMostOnceDoesNotRepeatAnAmbiguousSend(t *testing.T) {
 	require.Equal(t, 1, sends)
 }
 
+// An asynchronously committed claim may be lost in a crash, which would
+// let a later attempt send again: Do refuses it with AtMostOnce, before
+// claiming anything.
+func TestDoRefusesAsyncCommitWithAtMostOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	key := effects.MustKey("acme", "order", "10", "receipt")
+	send := func(ctx context.Context, cl *effects.Claim) (string, error) { return "sent", nil }
+	_, err := effects.Do(b.ctx, b.client, effects.ClaimParams{Key: key, Owner: "wf/receipt", AsyncCommit: true},
+		send, &effects.DoOpts{AtMostOnce: true})
+	require.ErrorContains(t, err, "AsyncCommit with AtMostOnce")
+	_, err = b.client.Get(b.ctx, key)
+	require.ErrorIs(t, err, effects.ErrNotFound, "nothing was claimed")
+}
+
 func TestCompleteRefusesPayloads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -31,11 +31,15 @@ type DoOpts struct {
 // calling fn. While fn runs Do renews the lease, and cancels fn's context with
 // ErrLeaseLost if another owner takes the claim. fn's error is recorded with
 // Fail and returned as is; claim errors are returned as Claim returns them.
-// T must survive a JSON round trip.
+// T must survive a JSON round trip. It refuses p.AsyncCommit with
+// opts.AtMostOnce.
 func Do[T any](ctx context.Context, c *Client, p ClaimParams, fn func(ctx context.Context, claim *Claim) (T, error), opts *DoOpts) (T, error) {
 	var zero T
 	if opts == nil {
 		opts = &DoOpts{}
+	}
+	if opts.AtMostOnce && p.AsyncCommit {
+		return zero, fmt.Errorf("do %s: AsyncCommit with AtMostOnce: a claim lost in a crash would let a later attempt act again", p.Key)
 	}
 	claim, err := c.Claim(ctx, p)
 	if err != nil {

@@ -93,7 +93,11 @@ const (
 // operator's "done" outcome. Register, the workflow side, doctor and the
 // retention check all read it.
 type Declaration struct {
-	Name  string
+	Name string
+	// Class says what a repeat of the step does. An external create must
+	// send its effect key to the provider as the idempotency key: a repeat
+	// relies on it, and so does its claim, which commits without waiting
+	// for the WAL flush.
 	Class effects.Class
 	Step  string
 	// Policy is what an irreversible send does when the provider cannot

@@ -236,6 +236,12 @@ func (k Keyed[In, T]) claim(ctx context.Context, r Runner, c *Call[In], p effect
 	case effects.ClassIrreversibleSend:
 		return do(ctx, c)
 	default:
+		// An external create sends its key as the provider's idempotency
+		// key, so its claim need not wait for the WAL flush: one lost in
+		// a crash is claimed anew, and the provider answers the repeat with
+		// the first call's result (docs/design.md, "A claim that need not
+		// be flushed").
+		p.AsyncCommit = k.Class == effects.ClassExternalCreate
 		return effects.Do(ctx, r.Effects, p, func(ctx context.Context, cl *effects.Claim) (T, error) {
 			c.Claim = cl
 			return do(ctx, c)

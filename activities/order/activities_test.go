@@ -464,6 +464,31 @@ func TestChargeDroppedResponseThenRetryChargesOnce(t *testing.T) {
 	}
 }
 
+// The charge's claim commits without waiting for the WAL flush, so a
+// Postgres crash may lose it after Stripe charged. The next attempt claims
+// the key anew and sends it again, and Stripe answers with the first
+// charge (docs/design.md, "A claim that need not be flushed").
+func TestChargeWhoseClaimWasLostChargesOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, setupOpts{stripe: &fakestripe.Opts{SearchLag: time.Hour}})
+	in := b.order(t, "lost1", "pm_card_visa")
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse})
+	_, err := b.charge(t, in)
+	requireRetryable(t, err, step.ErrTypeTransient)
+	require.Equal(t, 1, b.stripe.Charges(), "Stripe charged; we never heard")
+
+	k := key(t, in, orders.StepCharge)
+	tag, err := b.pool.Exec(context.Background(), `DELETE FROM keyed_effects WHERE key = $1`, k)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "the crash takes the claim's record")
+
+	res, err := b.charge(t, in)
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", res.Status)
+	require.Equal(t, 1, b.stripe.Charges())
+	require.Equal(t, 1, b.stripe.ChargesForKey(k))
+}
+
 func TestChargeServerErrorsAreTransient(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []fakestripe.FaultKind{fakestripe.FaultServerError, fakestripe.FaultRateLimit} {

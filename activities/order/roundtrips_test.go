@@ -32,7 +32,8 @@ import (
 type statementCounter struct {
 	mu     sync.Mutex
 	sqls   []string
-	claims []any // the NotBefore of each claim statement
+	claims []any  // the NotBefore of each claim statement
+	async  []bool // whether each claim statement commits without a flush
 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
@@ -42,8 +43,10 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 	switch {
 	case strings.HasPrefix(d.SQL, "SELECT * FROM keyed_effects_claim("):
 		c.claims = append(c.claims, d.Args[7])
+		c.async = append(c.async, d.Args[6] == true)
 	case claimFromGo(d.SQL):
 		c.claims = append(c.claims, d.Args[6])
+		c.async = append(c.async, strings.Contains(d.SQL, "set_config('synchronous_commit', 'off'"))
 	}
 	return ctx
 }
@@ -159,6 +162,27 @@ func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
 		require.True(t, ok, "NotBefore is a timestamptz: %T", arg)
 		require.True(t, nb.Time.Equal(o.CreatedAt), "NotBefore %s, order created %s", nb.Time, o.CreatedAt)
 	}
+}
+
+// The charge, an external create whose key Stripe takes as its
+// idempotency key, claims without waiting for the WAL flush; the receipt,
+// an irreversible send, waits for it (docs/design.md, "A claim that need
+// not be flushed").
+func TestOnlyTheChargeClaimsWithoutAFlush(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
+	in := b.order(t, "async1", "pm_card_visa")
+	_, err := b.charge(t, in)
+	require.NoError(t, err)
+	_, err = b.markPaid(t, in)
+	require.NoError(t, err)
+	_, err = b.receipt(t, in)
+	require.NoError(t, err)
+
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	require.Equal(t, []bool{true, false}, counter.async, "the charge's claim, then the receipt's")
 }
 
 // A later attempt is a Repeat (effects.ClaimParams.Repeat): its claim goes
