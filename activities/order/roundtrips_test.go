@@ -142,16 +142,8 @@ func fromGo(sqls []string) int {
 // its key only in the leaves from the order's day on.
 func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
 	t.Parallel()
-	counter := &statementCounter{}
-	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
-	in := b.order(t, "nb1", "pm_card_visa")
+	b, in, counter := countedOrder(t, "nb1")
 	o, err := b.store.Get(context.Background(), in.TenantID, in.OrderID)
-	require.NoError(t, err)
-	_, err = b.charge(t, in)
-	require.NoError(t, err)
-	_, err = b.markPaid(t, in)
-	require.NoError(t, err)
-	_, err = b.receipt(t, in)
 	require.NoError(t, err)
 
 	counter.mu.Lock()
@@ -170,19 +162,26 @@ func TestClaimsAreToldWhenTheOrderWasCreated(t *testing.T) {
 // not be flushed").
 func TestOnlyTheChargeClaimsWithoutAFlush(t *testing.T) {
 	t.Parallel()
+	_, _, counter := countedOrder(t, "async1")
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	require.Equal(t, []bool{true, false}, counter.async, "the charge's claim, then the receipt's")
+}
+
+// countedOrder creates order id on a pool whose statements the returned
+// counter records and runs its charge, MarkPaid and receipt.
+func countedOrder(t *testing.T, id string) (*bundle, orders.OrderInput, *statementCounter) {
+	t.Helper()
 	counter := &statementCounter{}
 	b := setupWith(t, setupOpts{pool: countedPool(t, counter)})
-	in := b.order(t, "async1", "pm_card_visa")
+	in := b.order(t, id, "pm_card_visa")
 	_, err := b.charge(t, in)
 	require.NoError(t, err)
 	_, err = b.markPaid(t, in)
 	require.NoError(t, err)
 	_, err = b.receipt(t, in)
 	require.NoError(t, err)
-
-	counter.mu.Lock()
-	defer counter.mu.Unlock()
-	require.Equal(t, []bool{true, false}, counter.async, "the charge's claim, then the receipt's")
+	return b, in, counter
 }
 
 // A later attempt is a Repeat (effects.ClaimParams.Repeat): its claim goes

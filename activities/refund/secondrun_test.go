@@ -55,6 +55,41 @@ func TestRefusedReserveSecondRunChangesNothing(t *testing.T) {
 func TestRefundAtStripeAfterALostAnswerRefundsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	in := refundWithALostAnswer(t, b)
+
+	res, err := exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.stripe.Refunds(), "the retry found it instead of refunding again")
+	require.Equal(t, int64(400), res.AmountMinor)
+	key, err := in.EffectKey(refunds.StepStripe)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.stripe.RefundsForMetadata("effect_key", key.String()))
+}
+
+// The refund's claim commits without waiting for the WAL flush, so a
+// Postgres crash may lose it after Stripe refunded. The retry claims the
+// key anew and sends it again; Stripe answers with the first refund.
+func TestRefundAtStripeWhoseClaimWasLostRefundsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := refundWithALostAnswer(t, b)
+	key, err := in.EffectKey(refunds.StepStripe)
+	require.NoError(t, err)
+	tag, err := b.pool.Exec(context.Background(), `DELETE FROM keyed_effects WHERE key = $1`, key.String())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "the crash takes the claim's record")
+
+	res, err := exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
+	require.NoError(t, err)
+	require.Equal(t, int64(400), res.AmountMinor)
+	require.Equal(t, 1, b.stripe.Refunds(), "Stripe replayed the first refund")
+}
+
+// refundWithALostAnswer reserves 400 of order o1's amount for refund r1
+// and runs RefundAtStripe once with Stripe's answer lost: the refund
+// happened, the step failed transiently.
+func refundWithALostAnswer(t *testing.T, b *bundle) refunds.RefundInput {
+	t.Helper()
 	b.order(t, "o1", "pm_card_visa")
 	in := refunds.NewInput(tenant, "o1", "r1", 400, "")
 	_, err := exec[refunds.ReserveResult](t, b.env, refundsteps.NameReserve, in)
@@ -65,14 +100,7 @@ func TestRefundAtStripeAfterALostAnswerRefundsOnce(t *testing.T) {
 	_, err = exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
 	requireRetryable(t, err, step.ErrTypeTransient)
 	require.Equal(t, 1, b.stripe.Refunds(), "the dropped answer's refund happened")
-
-	res, err := exec[refunds.StripeResult](t, b.env, refundsteps.NameRefundAtStripe, in)
-	require.NoError(t, err)
-	require.Equal(t, 1, b.stripe.Refunds(), "the retry found it instead of refunding again")
-	require.Equal(t, int64(400), res.AmountMinor)
-	key, err := in.EffectKey(refunds.StepStripe)
-	require.NoError(t, err)
-	require.Equal(t, 1, b.stripe.RefundsForMetadata("effect_key", key.String()))
+	return in
 }
 
 func requireRetryable(t *testing.T, err error, errType string) {
