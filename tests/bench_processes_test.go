@@ -78,6 +78,20 @@ func runBareWorker(queue string) int {
 // gives bare-k8's starts keyed's start options (search attributes,
 // summary, fairness priority); a list of attrs, summary and priority gives
 // those.
+// catalogState says whether autovacuum runs and how many dead rows the
+// catalogs keyed's side reads hold: with autovacuum off, the schemas that
+// tests create and drop pile them up, and keyed's backends pay for them
+// (VACUUM the catalogs to compare runs).
+func catalogState(ctx context.Context, b *testing.B, pool *pgxpool.Pool) string {
+	var autovacuum string
+	var attribute, class int64
+	err := pool.QueryRow(ctx, `SELECT current_setting('autovacuum'),
+	(SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_attribute'),
+	(SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_class')`).Scan(&autovacuum, &attribute, &class)
+	require.NoError(b, err)
+	return fmt.Sprintf("autovacuum %s; dead catalog rows: pg_attribute %d, pg_class %d", autovacuum, attribute, class)
+}
+
 func BenchmarkPipelineProcesses(b *testing.B) {
 	n, rounds := envInt("BENCH_N", 300), envInt("BENCH_ROUNDS", 4)
 	workerBin := buildWorker(b)
@@ -86,6 +100,7 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			world := setup(b)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			b.Cleanup(cancel)
+			fmt.Printf("pipeline C=%d: Postgres %s\n", c, catalogState(ctx, b, world.pool))
 			bareQueue := world.taskQueue + "-bare"
 			appName := "keyed-bench-" + world.tenant
 			env, healthz := keyedWorkerEnv(b, world, appName)
