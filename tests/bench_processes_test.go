@@ -57,6 +57,20 @@ func runBareWorker(queue string) int {
 	return 0
 }
 
+// catalogState says whether autovacuum runs and how many dead rows the
+// catalogs keyed's side reads hold: with autovacuum off, the schemas that
+// tests create and drop pile them up, and keyed's backends pay for them
+// (VACUUM the catalogs to compare runs).
+func catalogState(ctx context.Context, b *testing.B, pool *pgxpool.Pool) string {
+	var autovacuum string
+	var attribute, class int64
+	err := pool.QueryRow(ctx, `SELECT current_setting('autovacuum'),
+	coalesce((SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_attribute'), 0),
+	coalesce((SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_class'), 0)`).Scan(&autovacuum, &attribute, &class)
+	require.NoError(b, err)
+	return fmt.Sprintf("autovacuum %s; dead catalog rows: pg_attribute %d, pg_class %d", autovacuum, attribute, class)
+}
+
 // BenchmarkPipelineProcesses measures keyed's shipped worker binary
 // (cmd/worker: relay, prune, settler, metrics and info logs on; the
 // reconciliation off) beside bare-k8, a worker of three no-op activities
@@ -69,7 +83,9 @@ func runBareWorker(queue string) int {
 // concurrencies, BENCH_SHAPES (default all) the shapes; BENCH_ROUNDS
 // (default 4) rounds per C alternate which side goes first. Each batch
 // starts on a quiet machine and its CPU counts the work its runs left the
-// dev server and Postgres (waitQuiet). It prints each round, the medians of wf/s and p50/p99/max latency, the CPU per workflow
+// dev server and Postgres (waitQuiet). It prints at each C whether
+// Postgres runs autovacuum and the catalogs' dead rows (catalogState),
+// then each round, the medians of wf/s and p50/p99/max latency, the CPU per workflow
 // of each process (dev server, worker, the worker's Postgres backends,
 // this process: starters and fakes), the dev server's calls per run by
 // service and operation, and, from every run's history, the events and
@@ -78,20 +94,6 @@ func runBareWorker(queue string) int {
 // gives bare-k8's starts keyed's start options (search attributes,
 // summary, fairness priority); a list of attrs, summary and priority gives
 // those.
-// catalogState says whether autovacuum runs and how many dead rows the
-// catalogs keyed's side reads hold: with autovacuum off, the schemas that
-// tests create and drop pile them up, and keyed's backends pay for them
-// (VACUUM the catalogs to compare runs).
-func catalogState(ctx context.Context, b *testing.B, pool *pgxpool.Pool) string {
-	var autovacuum string
-	var attribute, class int64
-	err := pool.QueryRow(ctx, `SELECT current_setting('autovacuum'),
-	(SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_attribute'),
-	(SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_class')`).Scan(&autovacuum, &attribute, &class)
-	require.NoError(b, err)
-	return fmt.Sprintf("autovacuum %s; dead catalog rows: pg_attribute %d, pg_class %d", autovacuum, attribute, class)
-}
-
 func BenchmarkPipelineProcesses(b *testing.B) {
 	n, rounds := envInt("BENCH_N", 300), envInt("BENCH_ROUNDS", 4)
 	workerBin := buildWorker(b)
