@@ -315,7 +315,7 @@ var Settings = []Setting{
 		DefaultDoc: "0 (¾ of the open-file limit, at most 10 000)", Check: maxConns,
 		Help: "the most connections the API holds open (0: three quarters of the open-file limit, 64 to 10000)",
 		Doc: "the most client connections one API process holds open; at the cap a new connection closes the one idle longest between requests, " +
-			"else a new one that has sent no complete request headers for a second, else waits in the kernel's backlog until one ends, " +
+			"else a new one that has sent no complete request headers within its grace (a second, or half the header timeout if shorter), else waits in the kernel's backlog until one ends, " +
 			"so that callers never take the file descriptors of its Postgres and Temporal connections. " +
 			"`0` is three quarters of the process's open-file limit, at least 64 and at most 10 000 (`api.DefaultMaxConns`); otherwise at least 16"},
 
