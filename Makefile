@@ -96,8 +96,8 @@ bench-prune: postgres ## Prune 500 000 sent outbox rows (PRUNE_ROWS=... to chang
 	go test -run '^$$' -bench PruneLegacy -benchtime 3x -timeout 20m ./effects
 
 .PHONY: bench-relay
-bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts.
-	go test -run '^$$' -bench RelayCommitToStart -benchtime 1x -count 3 -timeout 20m ./outbox
+bench-relay: postgres tools ## Measure outbox commit -> run start latency (p50/p99) at 50 and 200 orders/s on a dev server, beside direct starts; then a relay draining 2000 rows, marking with its claims beside marking each row: rows/s, statements and CPU per row.
+	go test -run '^$$' -bench 'RelayCommitToStart|RelayDrain' -benchtime 1x -count 3 -timeout 20m ./outbox
 
 .PHONY: bench-fair
 bench-fair: postgres tools ## Measure tenant B's commit -> run start latency (p50/p99) while tenant A's 10 000 orders flood the outbox, the old FIFO claim beside the fair one, on a dev server.

@@ -66,3 +66,9 @@ func NotifyEveryEnqueueForTest() (restore func()) {
 	wakes.window.Store(0)
 	return func() { wakes.window.Store(int64(NotifyWindow)) }
 }
+
+// MarkEachRowForTest makes Run mark each row as its start returns and
+// claim again as soon as one slot is free, as it did before it marked with
+// its claims: the baseline of TestRunMarksStartedRowsWithItsNextClaim and
+// BenchmarkRelayDrain.
+func (r *Relay) MarkEachRowForTest() { r.markEach = true }

@@ -67,10 +67,10 @@ type RelayOpts struct {
 	// DefaultBatchSize; at most 10,000.
 	BatchSize int
 	// Concurrency bounds the starts one relay has in flight at once. Run
-	// claims only as many rows as it has free slots, and claims again as
-	// soon as a start finishes. Zero means DefaultConcurrency; at most
-	// 1,000. Each start in flight briefly needs a pooled connection to
-	// record its result.
+	// claims only as many rows as it has free slots, and claims again once a
+	// quarter of them (at least one) are free, marking the rows started
+	// meanwhile in the same statement. Zero means DefaultConcurrency; at
+	// most 1,000.
 	Concurrency int
 	// PollInterval is the wait between polls that found fewer rows than
 	// they could take. Zero means DefaultPollInterval.
@@ -82,11 +82,11 @@ type RelayOpts struct {
 	Lease time.Duration
 	// StartTimeout bounds one workflow start. Zero means DefaultStartTimeout.
 	StartTimeout time.Duration
-	// RecordTimeout bounds the write that records one row's result (sent,
-	// rescheduled or given back), and each claim. Each row gets its own,
-	// counted from the end of its own start, so a slow start never eats
-	// another row's budget. Zero means DefaultRecordTimeout, or half the
-	// lease if that is shorter.
+	// RecordTimeout bounds each claim (with the marks it carries) and each
+	// write that records rows' results (sent, rescheduled or given back).
+	// A row's own write gets its own budget, counted from the end of its
+	// own start, so a slow start never eats another row's budget. Zero
+	// means DefaultRecordTimeout, or half the lease if that is shorter.
 	RecordTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the exponential backoff, with full
 	// jitter, applied to a row whose start failed and to the relay's next
@@ -141,14 +141,20 @@ type Relay struct {
 	// claimSQL is the claim statement: claimSQL, or in tests the FIFO
 	// claim of old, their baseline (export_test.go).
 	claimSQL string
+	// markEach makes Run mark each row as its start returns and claim
+	// again as soon as one slot is free, as it did before it marked with
+	// its claims: the baseline of BenchmarkRelayDrain (export_test.go).
+	markEach bool
 
 	mu      sync.Mutex
 	running bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	// unmarked holds rows whose start succeeded but whose mark failed; the
-	// next pass marks them before claiming more.
+	// unmarked holds rows whose start succeeded and that are not marked
+	// sent yet: in Run, every start's until the next claim or wait marks
+	// it; in Poll, those whose mark failed, which the next pass marks
+	// before claiming more.
 	unmarkedMu sync.Mutex
 	unmarked   []unmarked
 }
@@ -355,9 +361,13 @@ type pause struct {
 }
 
 // wait blocks until w ends, recording the starts that finish meanwhile; a
-// failed start turns the wait into a backoff. It returns false when ctx is
-// done.
+// failed start turns the wait into a backoff. A wait for slots ends once
+// refill of them are free; any other marks the started rows first, and
+// each row as its start finishes. It returns false when ctx is done.
 func (l *loop) wait(ctx context.Context, w pause) bool {
+	if !w.forSlot {
+		l.markStarted(ctx)
+	}
 	t := time.NewTimer(w.d)
 	defer t.Stop()
 	for {
@@ -377,7 +387,11 @@ func (l *loop) wait(ctx context.Context, w pause) bool {
 				t.Reset(l.r.backoff(l.failures))
 				w.wake, w.forSlot = nil, false
 			case w.forSlot:
-				return true
+				if l.r.conc-l.inflight >= l.r.refill() {
+					return true
+				}
+			default:
+				l.markStarted(ctx)
 			}
 		}
 	}
@@ -397,6 +411,23 @@ func (l *loop) drain(ctx context.Context) (failed bool) {
 	}
 }
 
+// markStarted marks the rows started and not yet marked; a failure keeps
+// them for the next claim.
+func (l *loop) markStarted(ctx context.Context) {
+	if _, err := l.r.flushUnmarked(ctx); err != nil {
+		l.r.logger.WarnContext(ctx, "mark started outbox rows sent; the next claim marks them", "error", err)
+	}
+}
+
+// refill is how many free slots make Run claim again: a quarter of them,
+// so that one claim, and the marks it carries, serves several starts.
+func (r *Relay) refill() int {
+	if r.markEach {
+		return 1
+	}
+	return max(1, r.conc/4)
+}
+
 func (l *loop) finished(ctx context.Context, err error) {
 	l.inflight--
 	if err == nil {
@@ -407,18 +438,19 @@ func (l *loop) finished(ctx context.Context, err error) {
 	l.r.logger.WarnContext(ctx, "outbox start failed; backing off", "error", err, "failures", l.failures)
 }
 
-// dispatch marks the rows left unmarked, claims up to limit due rows and
-// starts each in its own goroutine, which reports on l.done. It returns how
-// many rows it claimed.
+// dispatch claims up to limit due rows, marking the rows started since the
+// last claim in the same statement, and starts each in its own goroutine,
+// which reports on l.done. It returns how many rows it claimed. With no
+// free slot it only marks.
 func (l *loop) dispatch(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
+		l.markStarted(ctx)
 		return 0, nil
 	}
-	if _, err := l.r.flushUnmarked(ctx); err != nil {
-		return 0, err
-	}
-	batch, err := l.r.claim(ctx, limit)
+	marks := l.r.takeUnmarked()
+	batch, err := l.r.claim(ctx, limit, marks)
 	if err != nil {
+		l.r.keepUnmarked(marks)
 		return 0, err
 	}
 	for _, c := range batch {
@@ -426,7 +458,7 @@ func (l *loop) dispatch(ctx context.Context, limit int) (int, error) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			_, err := l.r.handle(ctx, c)
+			_, err := l.r.handle(ctx, c, l.r.markEach)
 			l.done <- err
 		}()
 	}
@@ -549,16 +581,41 @@ const claimColumns = `o.id, o.workflow_type, o.workflow_id, coalesce(o.task_queu
 	o.attempts, o.trace_context, o.fair_round,
 	(extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint`
 
+// markSQL marks started rows sent, their IDs and run IDs in the arrays
+// $%[1]d and $%[2]d.
+const markSQL = `
+UPDATE keyed_outbox o
+SET sent_at = now(), run_id = v.run_id, claimed_by = NULL, last_error = NULL
+FROM unnest($%[1]d::bigint[], $%[2]d::text[]) AS v(id, run_id)
+WHERE o.id = v.id AND o.sent_at IS NULL`
+
+var (
+	// markRowsSQL marks rows sent on their own.
+	markRowsSQL = fmt.Sprintf(markSQL, 1, 2)
+	// markingClaim prefixes a claim with the marks of rows started under
+	// earlier claims ($4, $5). Those rows are leased to this relay, so the
+	// claim cannot take them; one whose lease ran out by the database's
+	// clock and that the claim takes anyway is updated once, by the claim,
+	// and its new start collapses and marks it.
+	markingClaim = "WITH marked AS (" + fmt.Sprintf(markSQL, 4, 5) + ")"
+)
+
 // claim leases up to limit due rows to this relay, in the claim's order
-// (round, then id), within the record timeout.
-func (r *Relay) claim(ctx context.Context, limit int) ([]claimed, error) {
+// (round, then id), within the record timeout, and marks the rows of marks
+// sent in the same statement.
+func (r *Relay) claim(ctx context.Context, limit int, marks []unmarked) ([]claimed, error) {
 	token := r.name + "/" + randomID(6)
 	claimedAt := time.Now()
 	// A stalled database must not stall the relay: the claim is bounded
 	// like a record, and a timed-out claim leaves at most a lease behind.
 	ctx, cancel := context.WithTimeout(ctx, r.record)
 	defer cancel()
-	rows, err := r.db.Query(ctx, r.claimSQL, limit, r.lease.Microseconds(), token)
+	sql, args := r.claimSQL, []any{limit, r.lease.Microseconds(), token}
+	if len(marks) > 0 {
+		ids, runIDs := markArgs(marks)
+		sql, args = markingClaim+sql, append(args, ids, runIDs)
+	}
+	rows, err := r.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -594,7 +651,7 @@ func (r *Relay) Poll(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	batch, err := r.claim(ctx, r.batch)
+	batch, err := r.claim(ctx, r.batch, nil)
 	if err != nil {
 		return flushed, err
 	}
@@ -625,7 +682,7 @@ func (r *Relay) Poll(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			ok, err := r.handle(ctx, c)
+			ok, err := r.handle(ctx, c, true)
 			mu.Lock()
 			defer mu.Unlock()
 			if ok {
@@ -647,9 +704,11 @@ func (r *Relay) Poll(ctx context.Context) (int, error) {
 }
 
 // handle starts one claimed row and records the result with a budget of its
-// own. It reports whether the row was marked sent, and returns the start's
-// error, or the mark's (the row is then kept for the next pass).
-func (r *Relay) handle(ctx context.Context, c claimed) (bool, error) {
+// own. With markNow it marks the row sent and reports whether it did;
+// otherwise it leaves the row to be marked with the relay's next claim
+// (Run) and reports true. It returns the start's error, or the mark's (the
+// row is then kept for the next pass).
+func (r *Relay) handle(ctx context.Context, c claimed, markNow bool) (bool, error) {
 	st, err := r.startOne(ctx, c)
 	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
 	defer cancel()
@@ -663,6 +722,10 @@ func (r *Relay) handle(ctx context.Context, c claimed) (bool, error) {
 		return false, fmt.Errorf("start %s: %w", c.req.WorkflowID, err)
 	}
 	r.metrics.started(st.Created, c.age+time.Since(c.claimedAt))
+	if !markNow {
+		r.remember(unmarked{id: c.id, workflowID: c.req.WorkflowID, runID: st.RunID, leaseEnd: c.claimedAt.Add(r.lease)})
+		return true, nil
+	}
 	_, err = r.db.Exec(rec, `
 UPDATE keyed_outbox SET sent_at = now(), run_id = $2, claimed_by = NULL, last_error = NULL
 WHERE id = $1 AND sent_at IS NULL`, c.id, st.RunID)
@@ -710,37 +773,53 @@ func (r *Relay) remember(u unmarked) {
 }
 
 // flushUnmarked marks sent, in one statement, the rows this relay started but
-// could not mark, and returns how many; a row whose lease ran out is left to
+// has not marked, and returns how many; a row whose lease ran out is left to
 // its next claimer. On failure the rows are kept and the error is returned.
 func (r *Relay) flushUnmarked(ctx context.Context) (int, error) {
+	pending := r.takeUnmarked()
+	if len(pending) == 0 {
+		return 0, nil
+	}
+	ids, runIDs := markArgs(pending)
+	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
+	defer cancel()
+	tag, err := r.db.Exec(rec, markRowsSQL, ids, runIDs)
+	if err != nil {
+		r.keepUnmarked(pending)
+		return 0, fmt.Errorf("mark %d started outbox rows sent: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// takeUnmarked hands over the rows to mark, without those whose lease ran
+// out (their next claimer marks them).
+func (r *Relay) takeUnmarked() []unmarked {
 	r.unmarkedMu.Lock()
 	pending := r.unmarked
 	r.unmarked = nil
 	r.unmarkedMu.Unlock()
 	now := time.Now()
-	pending = slices.DeleteFunc(pending, func(u unmarked) bool { return now.After(u.leaseEnd) })
+	return slices.DeleteFunc(pending, func(u unmarked) bool { return now.After(u.leaseEnd) })
+}
+
+// keepUnmarked gives back rows whose mark failed.
+func (r *Relay) keepUnmarked(pending []unmarked) {
 	if len(pending) == 0 {
-		return 0, nil
+		return
 	}
-	ids := make([]int64, len(pending))
-	runIDs := make([]string, len(pending))
-	for i, u := range pending {
+	r.unmarkedMu.Lock()
+	defer r.unmarkedMu.Unlock()
+	r.unmarked = append(r.unmarked, pending...)
+}
+
+// markArgs returns the IDs and run IDs of rows, for markSQL.
+func markArgs(rows []unmarked) ([]int64, []string) {
+	ids := make([]int64, len(rows))
+	runIDs := make([]string, len(rows))
+	for i, u := range rows {
 		ids[i], runIDs[i] = u.id, u.runID
 	}
-	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.record)
-	defer cancel()
-	tag, err := r.db.Exec(rec, `
-UPDATE keyed_outbox o
-SET sent_at = now(), run_id = v.run_id, claimed_by = NULL, last_error = NULL
-FROM unnest($1::bigint[], $2::text[]) AS v(id, run_id)
-WHERE o.id = v.id AND o.sent_at IS NULL`, ids, runIDs)
-	if err != nil {
-		r.unmarkedMu.Lock()
-		r.unmarked = append(r.unmarked, pending...)
-		r.unmarkedMu.Unlock()
-		return 0, fmt.Errorf("mark %d started outbox rows sent: %w", len(ids), err)
-	}
-	return int(tag.RowsAffected()), nil
+	return ids, runIDs
 }
 
 // reschedule pushes a failed row back by a jittered backoff that grows with

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -401,4 +402,71 @@ func TestRunBacksOffAfterAFailedStart(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts = 2`), "the failed row was retried once")
 	b.requireOneRunEach(t, ids)
+}
+
+// countingDB counts the relay's claims and marks.
+type countingDB struct {
+	effects.DB
+	claims, marks atomic.Int32
+}
+
+func (d *countingDB) count(sql string) {
+	switch {
+	case strings.Contains(sql, "claimed_by = $3"):
+		d.claims.Add(1)
+	case strings.Contains(sql, "SET sent_at"):
+		d.marks.Add(1)
+	}
+}
+
+func (d *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	d.count(sql)
+	return d.DB.Exec(ctx, sql, args...)
+}
+
+func (d *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	d.count(sql)
+	return d.DB.Query(ctx, sql, args...)
+}
+
+// drainWithRun runs a relay of conc slots over db until no row is unsent.
+func (b *bundle) drainWithRun(t *testing.T, db effects.DB, conc int, tune func(*outbox.Relay)) {
+	t.Helper()
+	r, err := outbox.NewRelay(db, b.starter, &outbox.RelayOpts{Concurrency: conc, PollInterval: 10 * time.Millisecond, Logger: b.logger})
+	require.NoError(t, err)
+	if tune != nil {
+		tune(r)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 30*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// Run marks the rows it started with its next claim, which it makes once a
+// quarter of its slots are free: a backlog drains with fewer statements
+// than rows, where marking each row as its start returned and claiming at
+// every free slot took about two a row.
+func TestRunMarksStartedRowsWithItsNextClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const rows, conc = 48, 8
+	b.starter.setFail(func(outbox.Request) error { time.Sleep(5 * time.Millisecond); return nil })
+	ids := b.createOrders(t, rows)
+	db := &countingDB{DB: b.pool}
+	b.drainWithRun(t, db, conc, nil)
+	b.requireOneRunEach(t, ids)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE run_id IS NULL OR claimed_by IS NOT NULL`))
+	t.Logf("marking with claims: %d claims, %d marks for %d rows", db.claims.Load(), db.marks.Load(), rows)
+
+	old := setup(t)
+	old.starter.setFail(func(outbox.Request) error { time.Sleep(5 * time.Millisecond); return nil })
+	old.createOrders(t, rows)
+	oldDB := &countingDB{DB: old.pool}
+	old.drainWithRun(t, oldDB, conc, (*outbox.Relay).MarkEachRowForTest)
+	t.Logf("marking each: %d claims, %d marks for %d rows", oldDB.claims.Load(), oldDB.marks.Load(), rows)
+	require.Less(t, int(db.claims.Load()+db.marks.Load()), rows, "fewer statements than rows")
+	require.EqualValues(t, rows, oldDB.marks.Load(), "the baseline marks each row on its own")
 }

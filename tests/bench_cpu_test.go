@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -13,11 +12,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
-)
 
-// clockTick is the kernel's USER_HZ, the unit of utime and stime in
-// /proc/<pid>/stat; 100 on every Linux this runs on.
-const clockTick = 10 * time.Millisecond
+	"github.com/keyedhq/keyed/internal/proccpu"
+)
 
 // cpuSample is the CPU time used so far by the three parties of a
 // benchmark: the dev server, every Postgres process, and this process
@@ -35,45 +32,11 @@ func sampleCPU() cpuSample { return sampleCPUOf(0) }
 
 // sampleCPUOf is sampleCPU with the worker process workerPID (0: none).
 func sampleCPUOf(workerPID int) cpuSample {
-	s := cpuSample{server: procCPU(strconv.Itoa(temporalPID)), self: procCPU("self")}
+	s := cpuSample{server: proccpu.Of(strconv.Itoa(temporalPID)), self: proccpu.Of("self"), postgres: proccpu.Postgres()}
 	if workerPID > 0 {
-		s.worker = procCPU(strconv.Itoa(workerPID))
-	}
-	dirs, err := filepath.Glob("/proc/[0-9]*")
-	if err != nil {
-		return s
-	}
-	for _, d := range dirs {
-		comm, err := os.ReadFile(filepath.Join(d, "comm"))
-		if err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-			s.postgres += procCPU(filepath.Base(d))
-		}
+		s.worker = proccpu.Of(strconv.Itoa(workerPID))
 	}
 	return s
-}
-
-// procCPU returns user plus system CPU time of /proc/<pid>, or zero.
-func procCPU(pid string) time.Duration {
-	raw, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th of the whole line, the 12th and 13th after it.
-	_, rest, ok := bytes.Cut(raw, []byte(") "))
-	if !ok {
-		return 0
-	}
-	f := strings.Fields(string(rest))
-	if len(f) < 13 {
-		return 0
-	}
-	u, uerr := strconv.ParseInt(f[11], 10, 64)
-	st, serr := strconv.ParseInt(f[12], 10, 64)
-	if uerr != nil || serr != nil {
-		return 0
-	}
-	return time.Duration(u+st) * clockTick
 }
 
 // sub returns the CPU each party used between a and b, per run of n.
@@ -133,9 +96,9 @@ func machineBusy() (busy, all time.Duration) {
 		if err != nil || i >= 8 { // guest time is already in user
 			break
 		}
-		all += time.Duration(n) * clockTick
+		all += time.Duration(n) * proccpu.ClockTick
 		if i != 3 && i != 4 { // idle, iowait
-			busy += time.Duration(n) * clockTick
+			busy += time.Duration(n) * proccpu.ClockTick
 		}
 	}
 	return busy, all

@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/keyedhq/keyed/internal/proccpu"
 	"github.com/keyedhq/keyed/orders"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
@@ -268,7 +269,7 @@ func sampleCPUFor(workerPID int, pg []int) cpuSample {
 	s := sampleCPUOf(workerPID)
 	s.postgres = 0
 	for _, p := range pg {
-		s.postgres += procCPU(strconv.Itoa(p))
+		s.postgres += proccpu.Of(strconv.Itoa(p))
 	}
 	return s
 }
