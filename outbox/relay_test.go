@@ -305,11 +305,23 @@ type failingDB struct {
 	fail  atomic.Int32 // how many more matching statements fail
 }
 
+// fails reports whether sql is to fail, counting it.
+func (d *failingDB) fails(sql string) bool {
+	return strings.Contains(sql, d.match) && d.fail.Add(-1) >= 0
+}
+
 func (d *failingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if strings.Contains(sql, d.match) && d.fail.Add(-1) >= 0 {
+	if d.fails(sql) {
 		return pgconn.CommandTag{}, errors.New("connection reset by peer")
 	}
 	return d.DB.Exec(ctx, sql, args...)
+}
+
+func (d *failingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if d.fails(sql) {
+		return nil, errors.New("connection reset by peer")
+	}
+	return d.DB.Query(ctx, sql, args...)
 }
 
 // A row whose workflow started but whose mark failed is marked by the very
@@ -469,4 +481,23 @@ func TestRunMarksStartedRowsWithItsNextClaim(t *testing.T) {
 	t.Logf("marking each: %d claims, %d marks for %d rows", oldDB.claims.Load(), oldDB.marks.Load(), rows)
 	require.Less(t, int(db.claims.Load()+db.marks.Load()), rows, "fewer statements than rows")
 	require.EqualValues(t, rows, oldDB.marks.Load(), "the baseline marks each row on its own")
+}
+
+// Under Run, a claim that fails with the marks it carries keeps them: the
+// next claim marks those rows, and none is started twice.
+func TestRunMarksRowsWhoseClaimFailedWithTheNextOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.starter.setFail(func(outbox.Request) error { time.Sleep(5 * time.Millisecond); return nil })
+	ids := b.createOrders(t, 24)
+	db := &failingDB{DB: b.pool, match: "WITH marked"}
+	db.fail.Store(2)
+	b.drainWithRun(t, db, 8, nil)
+	require.Negative(t, db.fail.Load(), "claims carrying marks failed")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE run_id IS NULL OR claimed_by IS NOT NULL`))
+	calls, _ := b.starter.counts()
+	for _, id := range ids {
+		require.Equal(t, 1, calls[orders.WorkflowID(b.tenant, id)], "one start for %s", id)
+	}
+	b.requireOneRunEach(t, ids)
 }

@@ -22,7 +22,7 @@ import (
 type serverCalls map[string]float64
 
 // callLine matches a request counter: its metric, labels and value.
-var callLine = regexp.MustCompile(`^(service|persistence)_requests\{([^}]*)\} ([0-9.e+]+)$`)
+var callLine = regexp.MustCompile(`^(service|persistence|visibility_persistence|task)_requests\{([^}]*)\} ([0-9.e+]+)$`)
 
 var callLabel = regexp.MustCompile(`(operation|service_name)="([^"]*)"`)
 
@@ -66,8 +66,13 @@ func scrapeServerCalls(b testing.TB) serverCalls {
 		v, err := strconv.ParseFloat(m[3], 64)
 		require.NoError(b, err)
 		kind := labels["service_name"]
-		if m[1] == "persistence" {
+		switch m[1] {
+		case "persistence":
 			kind = "store"
+		case "visibility_persistence":
+			kind = "visibility"
+		case "task":
+			kind = "task"
 		}
 		calls[kind+" "+labels["operation"]] += v
 	}

@@ -89,7 +89,7 @@ func catalogState(ctx context.Context, b *testing.B, pool *pgxpool.Pool) string 
 // then each round, the medians of wf/s and p50/p99/max latency, the CPU per workflow
 // of each process (dev server, worker, the worker's Postgres backends,
 // this process: starters and fakes), the dev server's calls per run by
-// service and operation, and, from every run's history, the events and
+// service and operation (with its history tasks and visibility writes), and, from every run's history, the events and
 // bytes per run, activity tasks per run, timeouts, and the longest gap
 // between two events of any run with the two events. BENCH_BARE_START=keyed
 // gives bare-k8's starts keyed's start options (search attributes,
