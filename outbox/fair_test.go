@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -112,12 +111,7 @@ func TestRelayRunTakesTenantsInTurn(t *testing.T) {
 	bIDs := b.createTenantOrders(t, tenantB, 20)
 	r, rec := b.fairRelay(t, 0, false)
 
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 30*time.Second, 20*time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+	b.runUntilSent(t, r)
 
 	var want []string
 	for i := range bIDs {

@@ -177,6 +177,18 @@ func (b *bundle) relay(t *testing.T, opts *outbox.RelayOpts) *outbox.Relay {
 	return r
 }
 
+// runUntilSent runs r until no row is unsent, within 30 seconds, then
+// stops it and requires that it stopped cleanly.
+func (b *bundle) runUntilSent(t *testing.T, r *outbox.Relay) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 30*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int

@@ -381,12 +381,7 @@ func TestRelayRespectsItsConcurrencyBound(t *testing.T) {
 
 	peak.Store(0)
 	ids = append(ids, b.createOrdersWithPrefix(t, "run", 20)...)
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 20*time.Second, 20*time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+	b.runUntilSent(t, r)
 	require.EqualValues(t, 4, peak.Load(), "Run")
 	b.requireOneRunEach(t, ids)
 }
@@ -406,12 +401,7 @@ func TestRunBacksOffAfterAFailedStart(t *testing.T) {
 	ids := b.createOrders(t, 5)
 	r := b.relay(t, &outbox.RelayOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 20*time.Second, 20*time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+	b.runUntilSent(t, r)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM keyed_outbox WHERE attempts = 2`), "the failed row was retried once")
 	b.requireOneRunEach(t, ids)
 }
@@ -449,12 +439,7 @@ func (b *bundle) drainWithRun(t *testing.T, db effects.DB, conc int, tune func(*
 	if tune != nil {
 		tune(r)
 	}
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	require.Eventually(t, func() bool { return b.unsent(t) == 0 }, 30*time.Second, 10*time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+	b.runUntilSent(t, r)
 }
 
 // Run marks the rows it started with its next claim, which it makes once a
