@@ -123,17 +123,23 @@ func startRelayRig(b *testing.B, apiConns int32, opts *outbox.RelayOpts, tune fu
 // outbox rows in one transaction, as the API does, and returns the
 // workflow ID of the first.
 func (rig *relayRig) commit(tenant string, first, n int) (string, error) {
-	err := pgx.BeginFunc(rig.ctx, rig.pool, func(tx pgx.Tx) error {
+	err := commitOrders(rig.ctx, rig.pool, rig.store, tenant, first, n)
+	return orders.WorkflowID(tenant, fmt.Sprintf("o%06d", first)), err
+}
+
+// commitOrders commits n orders of tenant, numbered from first, with their
+// outbox rows in one transaction, as the API does.
+func commitOrders(ctx context.Context, pool *pgxpool.Pool, store *orders.Store, tenant string, first, n int) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for i := first; i < first+n; i++ {
 			o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
 				CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
-			if _, _, err := rig.store.CreateAndEnqueueTx(rig.ctx, tx, o); err != nil {
+			if _, _, err := store.CreateAndEnqueueTx(ctx, tx, o); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return orders.WorkflowID(tenant, fmt.Sprintf("o%06d", first)), err
 }
 
 // directLoad starts runs at rate for benchDuration with orderflow.Start and

@@ -3,12 +3,10 @@ package outbox_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -99,18 +97,9 @@ func drain(b *testing.B, markEach bool) {
 func commitBacklog(b *testing.B, pool *pgxpool.Pool, n int) {
 	store, err := orders.NewStore(pool)
 	require.NoError(b, err)
-	ctx, tenant := context.Background(), "drain"+randomID(4)
+	tenant := "drain" + randomID(4)
 	for first := 0; first < n; first += 100 {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			for i := first; i < min(first+100, n); i++ {
-				o := orders.NewOrder{TenantID: tenant, ID: fmt.Sprintf("o%06d", i), AmountMinor: 1999, Currency: "usd",
-					CustomerEmail: "ada@example.com", PaymentMethod: "pm_card_visa"}
-				if _, _, err := store.CreateAndEnqueueTx(ctx, tx, o); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err := commitOrders(context.Background(), pool, store, tenant, first, min(100, n-first))
 		require.NoError(b, err)
 	}
 }
