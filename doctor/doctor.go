@@ -138,8 +138,9 @@ type PoolSizing struct {
 	// Least is the fewest connections the worker can work with; Default is
 	// the size it picks for its activity slots when none is set.
 	Least, Default int32
-	// Slots is WORKER_MAX_ACTIVITIES.
-	Slots int
+	// Slots is WORKER_MAX_ACTIVITIES; Cores the cores Default was
+	// figured for (the host the doctor runs on).
+	Slots, Cores int
 }
 
 // Opts configures Run. Zero fields take the defaults named.

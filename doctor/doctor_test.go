@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -258,14 +259,16 @@ func TestTinyPoolFailsAndASmallOneWarns(t *testing.T) {
 		return func(o *doctor.Opts) { o.Pool = fxapp.DoctorOpts(cfg, nil).Pool }
 	}
 	base := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	least, def := fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: config.DefaultMaxActivities}})
 	rep := d.run(t, worker(base+"&pool_max_conns=2"), doctor.CheckPool)
 	c := one(t, rep, doctor.CheckPool, "worker")
 	require.Equal(t, doctor.StatusFail, c.Status)
-	require.Contains(t, c.Evidence, "pool_max_conns=2: the worker needs at least 4 (the outbox listener, the relay and the prune hold or use one each, "+
-		"the activities at least one) and by default takes 19 for 64 activity slots; Postgres allows")
-	require.Equal(t, "raise pool_max_conns in DATABASE_URL to at least 4, or drop it to get 19", c.Fix)
+	require.Contains(t, c.Evidence, fmt.Sprintf("pool_max_conns=2: the worker needs at least %d (the outbox listener, the relay and the prune hold or use one each, "+
+		"the activities at least one) and by default takes %d for %d activity slots on %d cores; Postgres allows",
+		least, def, config.DefaultMaxActivities, runtime.GOMAXPROCS(0)))
+	require.Equal(t, fmt.Sprintf("raise pool_max_conns in DATABASE_URL to at least %d, or drop it to get %d", least, def), c.Fix)
 
-	rep = d.run(t, worker(base+"&pool_max_conns=8"), doctor.CheckPool)
+	rep = d.run(t, worker(base+fmt.Sprintf("&pool_max_conns=%d", def-1)), doctor.CheckPool)
 	c = one(t, rep, doctor.CheckPool, "worker")
 	require.Equal(t, doctor.StatusWarn, c.Status)
 	require.Contains(t, c.Evidence, "activities queue for connections under load")
@@ -273,7 +276,7 @@ func TestTinyPoolFailsAndASmallOneWarns(t *testing.T) {
 	rep = d.run(t, worker(base), doctor.CheckPool)
 	c = one(t, rep, doctor.CheckPool, "worker")
 	require.Equal(t, doctor.StatusPass, c.Status, c.Evidence)
-	require.True(t, strings.HasPrefix(c.Evidence, "19 connections"), c.Evidence)
+	require.True(t, strings.HasPrefix(c.Evidence, fmt.Sprintf("%d connections", def)), c.Evidence)
 }
 
 func TestReconcileMustHaveRunWithinItsPeriod(t *testing.T) {

@@ -88,8 +88,8 @@ func (r *run) pool(ctx context.Context) []Check {
 		return []Check{errorCheck(CheckPool, "worker", fmt.Errorf("read max_connections: %w", err), "")}
 	}
 	need := fmt.Sprintf("the worker needs at least %d (the outbox listener, the relay and the prune hold or use one each, "+
-		"the activities at least one) and by default takes %d for %d activity slots; Postgres allows %s in all",
-		p.Least, p.Default, p.Slots, maxConns)
+		"the activities at least one) and by default takes %d for %d activity slots on %d cores; Postgres allows %s in all",
+		p.Least, p.Default, p.Slots, p.Cores, maxConns)
 	switch {
 	case p.MaxConns < p.Least:
 		c.Status, c.Evidence = StatusFail, fmt.Sprintf("pool_max_conns=%d: %s; the worker refuses to start", p.MaxConns, need)

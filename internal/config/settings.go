@@ -92,7 +92,8 @@ var Settings = []Setting{
 		Redact: func(s string) string { return Database{URL: s}.Redacted() }, Check: postgresURL,
 		Help: "Postgres connection string; add search_path=SCHEMA to use a schema",
 		Doc: "Postgres; add `search_path=…` to put keyed's tables in a schema. Its password is never logged. " +
-			"Without `pool_max_conns` the worker's pool holds 3 connections plus one per activity slot up to 16 (19 by default); " +
+			"Without `pool_max_conns` the worker's pool holds 3 connections plus two per core for its activities, at least 4 and at most 16 " +
+			"and no more than its activity slots (7 on two cores, 19 from eight); " +
 			"a `pool_max_conns` below 4 is refused for the worker; the starter works on any pool, one connection included " +
 			"(no request or command holds one while it waits for another)"},
 	{Env: "MIGRATE_ON_START", Flag: "migrate", Field: "Database.Migrate", For: InWorker | InStarter, Group: MigrateFlag,

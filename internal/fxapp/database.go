@@ -143,23 +143,33 @@ func newPool(lc fx.Lifecycle, full *config.Config, cfg config.Database, logger *
 // listener keeps one for LISTEN, the relay and the prune each use one.
 const (
 	workerReserved = 3
-	// maxActivityConns caps the default share of the activities: they hold a
-	// connection only for a claim or a short transaction, never while a
-	// provider answers, so a few serve many slots.
-	maxActivityConns = 16
+	// The activities' default share: they hold a connection only for a
+	// claim or a short transaction, never while a provider answers, so a
+	// few serve many slots. activityConnsPerCore per core of the worker's
+	// host, at least minActivityConns and at most maxActivityConns: more
+	// statements in flight than that only queue inside Postgres, which
+	// spends more CPU on each (docs/benchmarks.md, "The worker's pool").
+	activityConnsPerCore = 2
+	minActivityConns     = 4
+	maxActivityConns     = 16
 )
 
 // PoolNeeds returns the fewest connections the process of cfg's role can work
 // with, and the default pool size when DATABASE_URL sets no pool_max_conns:
-// for the worker, its reserved connections plus one, by default one per
-// activity slot up to maxActivityConns; for the starter, one, by default a
-// few per core.
+// for the worker, its reserved connections plus one, by default plus
+// ActivityConns; for the starter, one, by default a few per core.
 func PoolNeeds(cfg *config.Config) (least, def int32) {
 	if cfg.Role == config.Worker {
-		slots := int32(min(max(cfg.Worker.MaxConcurrentActivities, 1), maxActivityConns))
-		return workerReserved + 1, workerReserved + slots
+		return workerReserved + 1, workerReserved + ActivityConns(cfg.Worker.MaxConcurrentActivities, runtime.GOMAXPROCS(0))
 	}
 	return 1, int32(max(4, runtime.NumCPU())) + 2
+}
+
+// ActivityConns is the worker's default pool share for slots activity
+// slots on a host of cores cores: two a core, at least 4 and at most 16,
+// and no more than the slots.
+func ActivityConns(slots, cores int) int32 {
+	return int32(min(max(slots, 1), max(minActivityConns, activityConnsPerCore*cores), maxActivityConns))
 }
 
 // sizePool sets pc's MaxConns from PoolNeeds when DATABASE_URL leaves it

@@ -3,6 +3,7 @@ package fxapp
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -156,12 +157,14 @@ func DoctorOpts(cfg *config.Config, pool *pgxpool.Pool) doctor.Opts {
 	} else if pc, err := pgxpool.ParseConfig(cfg.Database.URL); err == nil && strings.Contains(cfg.Database.URL, "pool_max_conns") {
 		size = pc.MaxConns
 	}
+	sizing := doctor.PoolSizing{MaxConns: size, Least: least, Default: def,
+		Slots: cfg.Worker.MaxConcurrentActivities, Cores: runtime.GOMAXPROCS(0)}
 	return doctor.Opts{
 		Namespace:        cfg.Temporal.Namespace,
 		EffectsRetention: cfg.Worker.EffectsRetention,
 		DecisionTimeout:  cfg.Worker.DecisionTimeout,
 		CheckRetention:   CheckRetention,
-		Pool:             doctor.PoolSizing{MaxConns: size, Least: least, Default: def, Slots: cfg.Worker.MaxConcurrentActivities},
+		Pool:             sizing,
 		ProviderRates:    ProviderRates(cfg.Temporal.TaskQueue, cfg.Stripe, cfg.SendGrid),
 	}
 }

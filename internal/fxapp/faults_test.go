@@ -3,6 +3,7 @@ package fxapp_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -107,10 +108,15 @@ func TestPoolNeeds(t *testing.T) {
 	t.Parallel()
 	least, def := fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: 64}})
 	require.EqualValues(t, 4, least)
-	require.EqualValues(t, 19, def)
+	require.Equal(t, 3+fxapp.ActivityConns(64, runtime.GOMAXPROCS(0)), def)
 	least, def = fxapp.PoolNeeds(&config.Config{Role: config.Worker, Worker: config.WorkerTuning{MaxConcurrentActivities: 2}})
 	require.EqualValues(t, 4, least)
 	require.EqualValues(t, 5, def)
+	for _, c := range []struct{ slots, cores, want int }{
+		{64, 1, 4}, {64, 2, 4}, {64, 4, 8}, {64, 8, 16}, {64, 32, 16}, {2, 8, 2}, {0, 2, 1},
+	} {
+		require.EqualValues(t, c.want, fxapp.ActivityConns(c.slots, c.cores), "%d slots on %d cores", c.slots, c.cores)
+	}
 	least, _ = fxapp.PoolNeeds(&config.Config{Role: config.Starter})
 	require.EqualValues(t, 1, least, "every starter command runs on one connection (cmd/starter TestEveryCommandOnOneConnection)")
 }
