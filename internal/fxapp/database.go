@@ -156,8 +156,9 @@ const (
 
 // PoolNeeds returns the fewest connections the process of cfg's role can work
 // with, and the default pool size when DATABASE_URL sets no pool_max_conns:
-// for the worker, its reserved connections plus one, by default plus
-// ActivityConns; for the starter, one, by default a few per core.
+// for the worker, its reserved connections plus one, and by default its
+// reserved connections plus ActivityConns; for the starter, one, and by
+// default a few per core.
 func PoolNeeds(cfg *config.Config) (least, def int32) {
 	if cfg.Role == config.Worker {
 		return workerReserved + 1, workerReserved + ActivityConns(cfg.Worker.MaxConcurrentActivities, runtime.GOMAXPROCS(0))
