@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyedhq/keyed/doctor"
+	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/dbtest"
 	"github.com/keyedhq/keyed/internal/devserver"
 	"github.com/keyedhq/keyed/internal/fxapp"
@@ -101,7 +102,8 @@ func deploy(t *testing.T, retention time.Duration, attrs map[string]enumspb.Inde
 	}, 30*time.Second, 200*time.Millisecond, "namespace %s ready", ns)
 	d.opts = doctor.Opts{
 		Namespace: ns, CheckRetention: fxapp.CheckRetention,
-		Pool:      doctor.PoolSizing{MaxConns: 19, Least: 4, Default: 19, Slots: 64},
+		Pool: fxapp.DoctorOpts(&config.Config{Role: config.Worker,
+			Worker: config.WorkerTuning{MaxConcurrentActivities: config.DefaultMaxActivities}}, nil).Pool,
 		RulesFile: "../deploy/prometheus/keyed.rules.yml",
 	}
 	return d

@@ -3,6 +3,7 @@ package fxapp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -109,7 +110,8 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Contains(t, string(body), `keyed_effect_claims_acquired_total{kind="charge",mode="new"} 1`)
-	require.Regexp(t, `(?m)^keyed_db_pool_max_conns 19$`, string(body), "the pool's statistics are served")
+	_, poolSize := fxapp.PoolNeeds(w.Config)
+	require.Regexp(t, fmt.Sprintf(`(?m)^keyed_db_pool_max_conns %d$`, poolSize), string(body), "the pool's statistics are served")
 	require.Regexp(t, `(?m)^keyed_db_pool_acquires_total [1-9]`, string(body))
 	require.Contains(t, string(body), "temporal_activity_execution_latency_seconds_bucket{", "the Temporal SDK's metrics are served too")
 	require.Regexp(t, `(?m)^keyed_reconcile_last_success_timestamp_seconds [1-9]`, string(body), "the reconciliation's findings are served")
