@@ -77,17 +77,18 @@ func TestMetricNamesExist(t *testing.T) {
 }
 
 // scrapeAfterRun starts the worker app as cmd/worker wires it, runs one
-// order through the outbox, the workflow (with one failed and retried
-// charge attempt) and both providers, makes one Temporal request fail, and
+// order through the outbox, the workflow (with two failed charge
+// attempts, one of them in the workflow task) and both providers, makes one Temporal request fail, and
 // returns the sample names its /metrics serves.
 func scrapeAfterRun(t *testing.T) map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	w := fxapptest.Start(t, nil)
-	// The first charge attempt fails (Stripe answers 500) and is retried,
-	// so the SDK's activity failure metrics appear too.
-	w.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultServerError})
+	// The first two charge attempts fail (Stripe answers 500): the first,
+	// in the workflow task, and the activity's first, which is retried, so
+	// the SDK's local activity and activity failure metrics appear too.
+	w.Stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultServerError, Times: 2})
 
 	tx, err := w.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -124,7 +125,7 @@ func scrapeAfterRun(t *testing.T) map[string]bool {
 		names[n] = true
 	}
 	for _, want := range []string{"keyed_effect_claims_acquired_total", "keyed_outbox_starts_total", "temporal_request_total",
-		"temporal_activity_execution_failed_total", "temporal_request_failure_total", "go_goroutines"} {
+		"temporal_activity_execution_failed_total", "temporal_local_activity_execution_failed_total", "temporal_request_failure_total", "go_goroutines"} {
 		require.True(t, names[want], "the worker's /metrics has %s after a run:\n%s", want, body)
 	}
 	return names

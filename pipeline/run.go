@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -177,7 +178,7 @@ func (r *Run) Step(ctx workflow.Context, i int, d step.Declaration, result any) 
 	for {
 		s.State, s.Error = StateRunning, ""
 		r.ShowDetails(ctx)
-		err := r.execute(ctx, d, s.EffectKey).Get(ctx, result)
+		err := r.execute(ctx, d, s.EffectKey, result)
 		if err == nil {
 			s.State = StateDone
 			return nil
@@ -208,20 +209,59 @@ const localStepsChange = "local-database-steps"
 // upsert) to say so. A run without it decides with localStepsChange.
 const MemoLocalSteps = "keyed.local_steps"
 
-// execute starts the activity of the step declared by d, whose effect key
-// is key: a local activity for a Local step (step.Declaration.Local) in
-// runs started with MemoLocalSteps or with localStepsChange, an activity
-// otherwise.
-func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string) workflow.Future {
+// MemoLocalFirst is the memo field (value true) that Start and Configure
+// give every run: the run makes the first attempt of each step that is
+// neither Local nor Queued as a local activity, in the workflow task, and
+// schedules the step as an activity only when that attempt fails with a
+// retryable error, times out or is refused (step.LocalGate). A run without
+// it schedules such steps as activities from the first attempt.
+const MemoLocalFirst = "keyed.local_first"
+
+// execute runs the step declared by d, whose effect key is key, into
+// result: a Local step (step.Declaration.Local) as a local activity in runs
+// started with MemoLocalSteps or with localStepsChange; any other step
+// first as a local activity in runs started with MemoLocalFirst (unless it
+// is Queued), then as an activity. It returns the step's error.
+func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string, result any) error {
 	if d.Local && localSteps(ctx) {
 		lctx := workflow.WithLocalActivityOptions(ctx, d.LocalActivityOptions(key))
-		return workflow.ExecuteLocalActivity(lctx, d.Name, r.in)
+		return workflow.ExecuteLocalActivity(lctx, d.Name, r.in).Get(ctx, result)
+	}
+	if !d.Local && !d.Queued && hasMemo(ctx, MemoLocalFirst) {
+		lctx := workflow.WithLocalActivityOptions(ctx, d.FirstAttemptOptions(key))
+		err := workflow.ExecuteLocalActivity(lctx, d.Name, r.in).Get(ctx, result)
+		if err == nil || !againFromQueue(err) {
+			return err
+		}
+		workflow.GetLogger(ctx).Debug("first attempt not done in the workflow task; scheduling the step",
+			"step", d.Step, "effect_key", key, "error", stepError(err))
 	}
 	ao := d.ActivityOptions(key)
 	if q := r.providerQueues[d.Provider]; d.Provider != "" && q != "" {
 		ao.TaskQueue = q // replay does not compare an activity's task queue
 	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ao), d.Name, r.in)
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ao), d.Name, r.in).Get(ctx, result)
+}
+
+// againFromQueue reports whether a first attempt's error leaves the step to
+// its activity: a timeout, a refusal or a retryable failure, but not a
+// cancellation or a failure of a type the step's retry policy never
+// retries.
+func againFromQueue(err error) bool {
+	if temporal.IsCanceledError(err) {
+		return false
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return !app.NonRetryable() && !slices.Contains(step.NonRetryableErrorTypes(), app.Type())
+	}
+	return true
+}
+
+// hasMemo reports whether the run was started with the memo field name.
+func hasMemo(ctx workflow.Context, name string) bool {
+	_, ok := workflow.GetInfo(ctx).Memo.GetFields()[name]
+	return ok
 }
 
 // localSteps reports whether the run executes Local steps as local
@@ -229,7 +269,7 @@ func (r *Run) execute(ctx workflow.Context, d step.Declaration, key string) work
 // workflow.GetVersion, which records its answer in runs that reach here
 // first on code with localStepsChange.
 func localSteps(ctx workflow.Context) bool {
-	if _, ok := workflow.GetInfo(ctx).Memo.GetFields()[MemoLocalSteps]; ok {
+	if hasMemo(ctx, MemoLocalSteps) {
 		return true
 	}
 	return workflow.GetVersion(ctx, localStepsChange, workflow.DefaultVersion, 1) >= 1

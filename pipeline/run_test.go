@@ -349,3 +349,60 @@ func TestUnkeyableInputFailsBeforeAnyStep(t *testing.T) {
 	require.Equal(t, step.ErrTypeInvalidInput, app.Type())
 	require.Empty(t, b.started.Names())
 }
+
+// firstAttempts runs shipWorkflow as pipeline.Start would start it, with
+// MemoLocalSteps and MemoLocalFirst, after mock set the steps' outcomes.
+func firstAttempts(t *testing.T, mock func(env *testsuite.TestWorkflowEnvironment)) *bundle {
+	t.Helper()
+	b := setup(t, nil)
+	require.NoError(t, b.env.SetMemoOnStart(map[string]any{pipeline.MemoLocalSteps: true, pipeline.MemoLocalFirst: true}))
+	mock(b.env)
+	b.env.ExecuteWorkflow(shipWorkflowName, ship)
+	return b
+}
+
+// TestFirstAttemptsRunInTheWorkflowTask: in a run started with
+// MemoLocalFirst each step's first attempt is a local activity; one that
+// fails with a retryable error (or is refused by the worker's gate) is
+// followed by the step as an activity, and a terminal failure is the
+// step's.
+func TestFirstAttemptsRunInTheWorkflowTask(t *testing.T) {
+	t.Parallel()
+	transient := temporal.NewApplicationError("503", step.ErrTypeTransient)
+	notLocal := temporal.NewApplicationError("bounded", step.ErrTypeNotLocal)
+	declined := temporal.NewNonRetryableApplicationError("declined", step.ErrTypeCardDeclined, nil)
+	for _, tc := range []struct {
+		name   string
+		first  error // the label's first attempt
+		names  []string
+		local  []bool
+		failed string // the run's error type, "" for success
+	}{
+		{"both answer", nil, []string{"BuyLabel", "NotifyShipped"}, []bool{true, true}, ""},
+		{"transient", transient, []string{"BuyLabel", "BuyLabel", "NotifyShipped"}, []bool{true, false, true}, ""},
+		{"refused", notLocal, []string{"BuyLabel", "BuyLabel", "NotifyShipped"}, []bool{true, false, true}, ""},
+		{"terminal", declined, []string{"BuyLabel"}, []bool{true}, step.ErrTypeCardDeclined},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := firstAttempts(t, func(env *testsuite.TestWorkflowEnvironment) {
+				if tc.first != nil {
+					env.OnActivity(declLabel.Name, mock.Anything, mock.Anything).Return(label{}, tc.first).Once()
+				}
+				env.OnActivity(declLabel.Name, mock.Anything, mock.Anything).Return(bought, nil).Maybe()
+				env.OnActivity(declNotify.Name, mock.Anything, mock.Anything).Return(told, nil).Maybe()
+			})
+			require.True(t, b.env.IsWorkflowCompleted())
+			require.Equal(t, tc.names, b.started.Names())
+			require.Equal(t, tc.local, b.started.Local())
+			err := b.env.GetWorkflowError()
+			if tc.failed == "" {
+				require.NoError(t, err)
+				return
+			}
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, err, &app)
+			require.Equal(t, tc.failed, app.Type())
+		})
+	}
+}

@@ -93,11 +93,14 @@ type Deps struct {
 	Effects   *effects.Client
 	Logger    *slog.Logger
 	Providers []any
+	// Gate decides which first attempts run in the workflow task; nil
+	// runs them all there.
+	Gate *step.LocalGate
 }
 
 // Runner returns what step.Keyed.Run claims with.
 func (d Deps) Runner() step.Runner {
-	return step.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger}
+	return step.Runner{DB: d.DB, Effects: d.Effects, Logger: d.Logger, Gate: d.Gate}
 }
 
 // Provider returns d's provider client of type T, such as
@@ -217,7 +220,8 @@ func RunOfKey(specs []Spec, k effects.Key) (workflowID, stepName string, ok bool
 }
 
 // Configure returns the relay's temporalstart.ConfigureFunc: a row of a
-// spec's workflow gets that spec's Configure and MemoLocalSteps; other
+// spec's workflow gets that spec's Configure, MemoLocalSteps and
+// MemoLocalFirst; other
 // rows pass untouched.
 func Configure(specs []Spec, db effects.DB) temporalstart.ConfigureFunc {
 	return func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {

@@ -20,7 +20,7 @@ import (
 // call created it. A run of o.ID already going, or one the reuse policy keeps,
 // is not started again: Start returns its IDs with Created=false. Concurrent
 // calls for one workflow ID, client and task queue in this process share one
-// request. The run gets MemoLocalSteps. It returns in's validation error
+// request. The run gets MemoLocalSteps and MemoLocalFirst. It returns in's validation error
 // (when in has a Validate method) before calling Temporal, and the
 // client's error otherwise.
 func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, in any) (*outbox.Started, error) {
@@ -46,12 +46,13 @@ func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, 
 	return &st, nil
 }
 
-// withLocalSteps returns memo with MemoLocalSteps set, leaving memo as it
-// was.
+// withLocalSteps returns memo with MemoLocalSteps and MemoLocalFirst set,
+// leaving memo as it was.
 func withLocalSteps(memo map[string]any) map[string]any {
-	out := make(map[string]any, len(memo)+1)
+	out := make(map[string]any, len(memo)+2)
 	maps.Copy(out, memo)
 	out[MemoLocalSteps] = true
+	out[MemoLocalFirst] = true
 	return out
 }
 

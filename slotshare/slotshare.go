@@ -142,6 +142,17 @@ func (i *inbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteAc
 	return i.Next.ExecuteActivity(ctx, in)
 }
 
+// Admit takes a slot of key's share for work other than an activity
+// attempt (such as a step's first attempt in a workflow task) and returns
+// the function that gives it back, or false when key holds its share.
+func (l *Limiter) Admit(key string) (release func(), ok bool) {
+	id, _, ok := l.enter(key, time.Now())
+	if !ok {
+		return nil, false
+	}
+	return func() { l.leave(key, id, time.Now()) }, true
+}
+
 // enter takes a slot of key's share at now, or returns the retry delay and
 // false when key holds its whole share.
 func (l *Limiter) enter(key string, now time.Time) (uint64, time.Duration, bool) {

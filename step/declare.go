@@ -117,6 +117,13 @@ type Declaration struct {
 	// workflow task run again after a crash) safe. Refused on the other
 	// classes, which call providers and heartbeat.
 	Local bool
+	// Queued runs every attempt of the step as an activity through the
+	// task queue. Otherwise a step that is not Local makes its first
+	// attempt as a local activity in the workflow task
+	// (FirstAttemptOptions) in runs started by pipeline.Start, and only a
+	// failed or refused first attempt goes through the queue. Set it for a
+	// step that takes longer than FirstAttemptTimeout.
+	Queued bool
 	// SelfGuarded declares an absolute write that is its own guard: it
 	// writes a row unique under its effect key (a state transition whose
 	// event ID is the key) in one statement, and a repeat finds that row.
@@ -172,8 +179,8 @@ func (d Declaration) LocalActivityOptions(key string) workflow.LocalActivityOpti
 
 // Validate returns an error saying what is wrong with d: no Name, an
 // invalid Class, no Step or one that cannot end an effect key, a missing,
-// unknown or misplaced Policy, Local on a class other than a write,
-// SelfGuarded on one other than an absolute write, or a negative timeout.
+// unknown or misplaced Policy, Local on a class other than a write, Local
+// with Queued, SelfGuarded on one other than an absolute write, or a negative timeout.
 func (d Declaration) Validate() error {
 	var problem string
 	switch {
@@ -190,6 +197,8 @@ func (d Declaration) Validate() error {
 		problem = fmt.Sprintf("declares a delivery Policy but is a %s, not an irreversible send", d.Class)
 	case d.Local && d.Class != effects.ClassAbsoluteWrite && d.Class != effects.ClassRelativeWrite:
 		problem = fmt.Sprintf("is Local but a %s: only writes run as local activities", d.Class)
+	case d.Queued && d.Local:
+		problem = "is both Queued and Local: a Local step never goes through the task queue"
 	case d.SelfGuarded && d.Class != effects.ClassAbsoluteWrite:
 		problem = fmt.Sprintf("is SelfGuarded but a %s: only an absolute write can be its own guard", d.Class)
 	case d.Options.StartToClose < 0 || d.Options.ScheduleToClose < 0:

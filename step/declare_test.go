@@ -60,6 +60,8 @@ func TestRegisterRefusesUndeclaredActivities(t *testing.T) {
 		"policy on a write": {step.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w", Policy: notify.AtMostOnce}.Bind(fn), "not an irreversible send"},
 		"local provider call": {step.Declaration{Name: "W", Class: effects.ClassExternalCreate, Step: "w", Local: true}.Bind(fn),
 			"only writes run as local activities"},
+		"queued local write": {step.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w", Local: true, Queued: true}.Bind(fn),
+			"both Queued and Local"},
 		"self-guarded relative write": {step.Declaration{Name: "W", Class: effects.ClassRelativeWrite, Step: "w", SelfGuarded: true}.Bind(fn),
 			"only an absolute write can be its own guard"},
 		"negative timeout": {step.Declaration{Name: "W", Class: effects.ClassAbsoluteWrite, Step: "w",

@@ -34,11 +34,13 @@ type Input interface {
 	LogAttrs() []any
 }
 
-// Runner is what Keyed.Run claims with. A nil Logger means slog.Default().
+// Runner is what Keyed.Run claims with. A nil Logger means slog.Default();
+// a nil Gate runs every first attempt in the workflow task.
 type Runner struct {
 	DB      *pgxpool.Pool
 	Effects *effects.Client
 	Logger  *slog.Logger
+	Gate    *LocalGate
 }
 
 // Keyed is the declaration of a keyed step whose input is In and whose
@@ -190,6 +192,13 @@ func (k Keyed[In, T]) run(ctx context.Context, r Runner, in In, e Effect[In, T])
 	c, err := newCall(ctx, logger, in, k.Step)
 	if err != nil {
 		return zero, err
+	}
+	if activity.GetInfo(ctx).IsLocalActivity && !k.Local {
+		release, err := r.Gate.admit(k.Provider, c.Key.Tenant())
+		if err != nil {
+			return zero, err
+		}
+		defer release()
 	}
 	if e.Check != nil {
 		if err := e.Check(ctx, c); err != nil {

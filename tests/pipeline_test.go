@@ -55,11 +55,14 @@ func TestHappyPath(t *testing.T) {
 		require.Equal(t, effects.StateSucceeded, recs[step].State, step)
 	}
 
-	// Started with pipeline.MemoLocalSteps, the run runs MarkPaid as a
-	// local activity with no version marker and no search attribute upsert.
+	// Started with pipeline.MemoLocalSteps and MemoLocalFirst, the run
+	// runs MarkPaid as a local activity with no version marker and no
+	// search attribute upsert, and the charge and the receipt in the same
+	// workflow task: no activity task at all.
 	events := b.history(t, st)
-	recordHistory(t, events) // workflows/order/testdata/order_happy_v2.json
+	recordHistory(t, events) // workflows/order/testdata/order_happy_v3.json
 	require.Contains(t, events[0].GetWorkflowExecutionStartedEventAttributes().GetMemo().GetFields(), pipeline.MemoLocalSteps)
+	require.Contains(t, events[0].GetWorkflowExecutionStartedEventAttributes().GetMemo().GetFields(), pipeline.MemoLocalFirst)
 	// (A step added later behind its own workflow.GetVersion has a marker
 	// and an upsert of its own.)
 	const localStepsChange = "local-database-steps" // pipeline's change ID
@@ -73,7 +76,10 @@ func TestHappyPath(t *testing.T) {
 			markers = append(markers, m.GetMarkerName())
 		}
 	}
-	require.Contains(t, markers, "LocalActivity", "MarkPaid ran as a local activity")
+	require.Equal(t, []string{"LocalActivity", "LocalActivity", "LocalActivity"}, markers, "the three steps ran as local activities")
+	for _, e := range events {
+		require.Nil(t, e.GetActivityTaskScheduledEventAttributes(), "an activity task")
+	}
 }
 
 // 2. Ten concurrent starts of one order: one run, one charge, one email.
@@ -163,11 +169,24 @@ func TestChargeResponseLost(t *testing.T) {
 	// reach our code.
 	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultDropResponse, Times: 2})
 
-	_, err := b.wait(t, b.start(t, orders.NewOrderInput(b.tenant, "o4")))
+	st := b.start(t, orders.NewOrderInput(b.tenant, "o4"))
+	_, err := b.wait(t, st)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.stripe.Charges())
 	require.GreaterOrEqual(t, b.stripe.Requests(), 2, "the charge must have been attempted again")
 	require.Equal(t, 1, b.mail.Count())
+
+	// The first attempt, in the workflow task, lost the answer; the run
+	// then scheduled the charge as an activity, which found it.
+	events := b.history(t, st)
+	recordHistory(t, events) // workflows/order/testdata/order_charge_lost_v3.json
+	var scheduled []string
+	for _, e := range events {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled = append(scheduled, a.GetActivityType().GetName())
+		}
+	}
+	require.Equal(t, []string{ordersteps.NameCharge}, scheduled, "only the charge goes through the task queue")
 }
 
 // 6. A card decline fails the workflow terminally after one attempt, with

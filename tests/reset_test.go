@@ -12,6 +12,7 @@ import (
 
 	ordersteps "github.com/keyedhq/keyed/activities/order"
 	"github.com/keyedhq/keyed/internal/devserver"
+	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 )
@@ -29,6 +30,10 @@ func TestResetCompletedOrderRunMakesNoSecondEffect(t *testing.T) {
 	b.startDecidingWorker(t)
 	b.order(t, "reset1", 2500, "pm_card_visa")
 	in := orders.NewOrderInput(b.tenant, "reset1")
+	// Stripe's 500 fails the charge's first attempt, in the workflow task,
+	// so that the charge then runs as an activity and the run has a
+	// workflow task after it to reset to.
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultServerError})
 	first := b.start(t, in)
 	want, err := b.wait(t, first)
 	require.NoError(t, err)

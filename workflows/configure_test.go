@@ -69,5 +69,5 @@ func TestConfigureOutboxStartGivesOrdersTheirStartOptions(t *testing.T) {
 	require.Equal(t, direct.TypedSearchAttributes, o.TypedSearchAttributes)
 	require.Equal(t, direct.Priority, o.Priority)
 	require.Equal(t, "acme", o.Priority.FairnessKey)
-	require.Equal(t, map[string]any{pipeline.MemoLocalSteps: true}, o.Memo)
+	require.Equal(t, map[string]any{pipeline.MemoLocalSteps: true, pipeline.MemoLocalFirst: true}, o.Memo)
 }

@@ -97,6 +97,26 @@ func newShares(t config.WorkerTuning, reg prometheus.Registerer, n int) ([]*slot
 	return shares, nil
 }
 
+// newGate returns the worker's step.LocalGate, with its refusals counted
+// in keyed_worker_first_attempts_queued_total when reg is not nil.
+func newGate(t config.WorkerTuning, reg prometheus.Registerer, queued []string) (*step.LocalGate, error) {
+	gate, err := step.NewLocalGate(t.MaxConcurrentActivities, t.TenantShare, queued)
+	if err != nil {
+		return nil, configErrorf("WORKER_TENANT_SHARE: %v", err)
+	}
+	if reg == nil {
+		return gate, nil
+	}
+	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "keyed_worker_first_attempts_queued_total",
+		Help: "First attempts of steps the worker did not run in the workflow task (a provider bound, its activity slots or the tenant's share); each step then ran as an activity.",
+	}, func() float64 { return float64(gate.Refused()) })
+	if err := reg.Register(refused); err != nil {
+		return nil, fmt.Errorf("register keyed_worker_first_attempts_queued_total: %w", err)
+	}
+	return gate, nil
+}
+
 // ProviderRates returns each provider's bound on calls per second across
 // all workers on taskQueue: its setting, its steps' task queue (taskQueue
 // + "-" + provider) and the rate, 0 when unbounded.
@@ -149,7 +169,15 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	base := slices.Clip(opts.Interceptors)
 	opts.Interceptors = append(base, shares[0])
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
-	deps := pipeline.Deps{DB: in.Pool, Effects: in.Effects, Logger: in.Logger.With("component", "steps"), Providers: in.Providers}
+	var queued []string
+	for _, l := range limits {
+		queued = append(queued, l.Provider)
+	}
+	gate, err := newGate(in.Tuning, in.Registerer, queued)
+	if err != nil {
+		return nil, err
+	}
+	deps := pipeline.Deps{DB: in.Pool, Effects: in.Effects, Logger: in.Logger.With("component", "steps"), Providers: in.Providers, Gate: gate}
 	// One registration for every pipeline, so that no two steps claim one
 	// name or key step, and one Decider that checks each step's "done".
 	if err := pipeline.Register(w, in.Pipelines, deps, popts); err != nil {

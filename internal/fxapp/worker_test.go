@@ -113,7 +113,8 @@ func TestWorkerAppRunsAnOrder(t *testing.T) {
 	_, poolSize := fxapp.PoolNeeds(w.Config)
 	require.Regexp(t, fmt.Sprintf(`(?m)^keyed_db_pool_max_conns %d$`, poolSize), string(body), "the pool's statistics are served")
 	require.Regexp(t, `(?m)^keyed_db_pool_acquires_total [1-9]`, string(body))
-	require.Contains(t, string(body), "temporal_activity_execution_latency_seconds_bucket{", "the Temporal SDK's metrics are served too")
+	// The steps ran in the workflow task (first attempts), as local activities.
+	require.Contains(t, string(body), "temporal_local_activity_execution_latency_seconds_bucket{", "the Temporal SDK's metrics are served too")
 	require.Regexp(t, `(?m)^keyed_reconcile_last_success_timestamp_seconds [1-9]`, string(body), "the reconciliation's findings are served")
 	require.Contains(t, string(body), "temporal_workflow_completed_total{")
 	require.Contains(t, string(body), "keyed_sdk_metrics_dropped_total 0\n", "no SDK sample was dropped")

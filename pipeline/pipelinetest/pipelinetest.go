@@ -196,6 +196,18 @@ func (s *Started) Names() []string {
 	return out
 }
 
+// Local says, for each start in Names' order, whether it was a local
+// activity.
+func (s *Started) Local() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []bool
+	for _, info := range s.infos {
+		out = append(out, info.IsLocalActivity)
+	}
+	return out
+}
+
 // Info returns the activity.Info of the last start of the activity type
 // name, or the zero Info when it never started.
 func (s *Started) Info(name string) activity.Info {

@@ -62,9 +62,14 @@ func TestReplay(t *testing.T) {
 	// order_happy_v1.json runs MarkPaid as a local activity (version 1 of
 	// "local-database-steps"); the older ones run it as an activity.
 	// order_happy_v2.json was started with pipeline.MemoLocalSteps and runs
-	// it as a local activity with no version marker.
+	// it as a local activity with no version marker. order_happy_v3.json was
+	// also started with pipeline.MemoLocalFirst and runs all three steps in
+	// its first workflow task; in order_charge_lost_v3.json the charge's
+	// first attempt there lost Stripe's answer and the charge ran again as
+	// an activity.
 	for _, file := range []string{"testdata/order_happy.json", "testdata/order_declined.json", "testdata/order_declined_v1.json",
-		"testdata/order_receipt_decided_v1.json", "testdata/order_happy_v1.json", "testdata/order_happy_v2.json"} {
+		"testdata/order_receipt_decided_v1.json", "testdata/order_happy_v1.json", "testdata/order_happy_v2.json",
+		"testdata/order_happy_v3.json", "testdata/order_charge_lost_v3.json"} {
 		r := worker.NewWorkflowReplayer()
 		orderflow.Register(r, nil)
 		require.NoError(t, replay(r, file), file)
