@@ -10,6 +10,7 @@ import (
 	"github.com/keyedhq/keyed/internal/fakestripe"
 	"github.com/keyedhq/keyed/notify"
 	"github.com/keyedhq/keyed/orders"
+	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
 	"github.com/keyedhq/keyed/refunds"
 	"github.com/keyedhq/keyed/step"
@@ -80,6 +81,12 @@ func TestRefundStartedTwentyTimesRefundsOnce(t *testing.T) {
 	require.Equal(t, res, again)
 
 	require.Equal(t, 1, b.runs(t, in.WorkflowID()))
+	// Every step ran in the first workflow task: no activity task.
+	events := b.history(t, &outbox.Started{WorkflowID: in.WorkflowID()})
+	recordHistory(t, events) // workflows/refund/testdata/refund_happy_v3.json
+	for _, e := range events {
+		require.Nil(t, e.GetActivityTaskScheduledEventAttributes(), "an activity task")
+	}
 	entries, err := refundLedger(t, b).List(b.ctx, b.tenant, "o1")
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
