@@ -10,6 +10,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/keyedhq/keyed/internal/config"
 	"github.com/keyedhq/keyed/internal/fakefault"
@@ -179,11 +181,25 @@ func (w *faultWorld) refundOrder(ctx context.Context, o *faultOrder) error {
 		}
 		// The second part is asked for once the first is done, as a
 		// support agent would.
-		if err := w.temporal.GetWorkflow(ctx, rin.WorkflowID(), "").Get(ctx, nil); err != nil {
+		if err := w.awaitRun(ctx, rin.WorkflowID()); err != nil {
 			return fmt.Errorf("refund %s: %w", rin.RefundID, err)
 		}
 	}
 	return nil
+}
+
+// awaitRun waits for the run of workflowID to close and returns its
+// failure, asking again (as a client would) when the call itself fails,
+// such as while a Temporal node is down.
+func (w *faultWorld) awaitRun(ctx context.Context, workflowID string) error {
+	for try := 1; ; try++ {
+		err := w.temporal.GetWorkflow(ctx, workflowID, "").Get(ctx, nil)
+		var failed *temporal.WorkflowExecutionError
+		if err == nil || errors.As(err, &failed) || try == 10 || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // startRefund starts rin's run like a client that retries a failed call.
