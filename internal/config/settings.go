@@ -252,14 +252,16 @@ var Settings = []Setting{
 	{Env: "WORKER_MAX_ACTIVITIES", Flag: "max-activities", Field: "Worker.MaxConcurrentActivities", For: InWorker | InDoctor,
 		Default: DefaultMaxActivities, Check: between(1, MaxActivities),
 		Help: "most activities one worker runs at once",
-		Doc:  fmt.Sprintf("concurrent activities per worker (1 to %d); `doctor` sizes the worker's pool from it", MaxActivities)},
+		Doc: fmt.Sprintf("concurrent activities per worker (1 to %d), and steps' first attempts in the workflow task beside them; "+
+			"`doctor` sizes the worker's pool from it", MaxActivities)},
 	{Env: "WORKER_TENANT_SHARE", Flag: "tenant-share", Field: "Worker.TenantShare", For: InWorker, Default: 0,
 		DefaultDoc: "0 (56 of 64 slots)", Check: tenantShare,
 		Help: "most activity slots of a worker one tenant may hold at once (0: all but an eighth of them)",
 		Doc: "most of a worker's `WORKER_MAX_ACTIVITIES` slots (and of each provider queue's) one tenant's activities may hold at once; " +
 			"`0` keeps an eighth back, at least one; `WORKER_MAX_ACTIVITIES` turns the limit off. An attempt over it returns at once and is retried " +
 			"after about as long as that tenant's activities take (error type `KeyedOverShare`), so one tenant's slow provider calls leave slots " +
-			"for the others; see docs/deployment.md, \"Fair to tenants\""},
+			"for the others; see docs/deployment.md, \"Fair to tenants\". The same share bounds a tenant's first attempts in the workflow task, " +
+			"which over it go to the task queue at once (`KeyedNotLocal`)"},
 	{Env: "WORKER_POLLERS", Flag: "pollers", Field: "Worker.Pollers", For: InWorker, Default: DefaultPollers, Check: between(2, 64),
 		Help: "activity-task pollers, and the most workflow-task pollers of the task queue and of the sticky queue, each",
 		Doc: "activity-task pollers (2 to 64), and the most workflow-task pollers of the task queue and of the sticky queue, each " +
