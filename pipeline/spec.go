@@ -221,8 +221,7 @@ func RunOfKey(specs []Spec, k effects.Key) (workflowID, stepName string, ok bool
 
 // Configure returns the relay's temporalstart.ConfigureFunc: a row of a
 // spec's workflow gets that spec's Configure, MemoLocalSteps and
-// MemoLocalFirst; other
-// rows pass untouched.
+// MemoLocalFirst; other rows pass untouched.
 func Configure(specs []Spec, db effects.DB) temporalstart.ConfigureFunc {
 	return func(ctx context.Context, req outbox.Request, o *client.StartWorkflowOptions) error {
 		for _, s := range specs {

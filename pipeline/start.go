@@ -20,9 +20,9 @@ import (
 // call created it. A run of o.ID already going, or one the reuse policy keeps,
 // is not started again: Start returns its IDs with Created=false. Concurrent
 // calls for one workflow ID, client and task queue in this process share one
-// request. The run gets MemoLocalSteps and MemoLocalFirst. It returns in's validation error
-// (when in has a Validate method) before calling Temporal, and the
-// client's error otherwise.
+// request. The run gets MemoLocalSteps and MemoLocalFirst. It returns in's
+// validation error (when in has a Validate method) before calling Temporal,
+// and the client's error otherwise.
 func Start(ctx context.Context, c client.Client, o client.StartWorkflowOptions, workflow string, in any) (*outbox.Started, error) {
 	if v, ok := in.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {

@@ -122,7 +122,9 @@ type Declaration struct {
 	// attempt as a local activity in the workflow task
 	// (FirstAttemptOptions) in runs started by pipeline.Start, and only a
 	// failed or refused first attempt goes through the queue. Set it for a
-	// step that takes longer than FirstAttemptTimeout.
+	// step that takes longer than FirstAttemptTimeout. Changing it changes
+	// the commands of runs that reach the step: do it as any workflow
+	// change, behind workflow.GetVersion or with no run in flight.
 	Queued bool
 	// SelfGuarded declares an absolute write that is its own guard: it
 	// writes a row unique under its effect key (a state transition whose
@@ -180,7 +182,8 @@ func (d Declaration) LocalActivityOptions(key string) workflow.LocalActivityOpti
 // Validate returns an error saying what is wrong with d: no Name, an
 // invalid Class, no Step or one that cannot end an effect key, a missing,
 // unknown or misplaced Policy, Local on a class other than a write, Local
-// with Queued, SelfGuarded on one other than an absolute write, or a negative timeout.
+// with Queued, SelfGuarded on one other than an absolute write, or a
+// negative timeout.
 func (d Declaration) Validate() error {
 	var problem string
 	switch {
