@@ -19,6 +19,7 @@ import (
 	"github.com/keyedhq/keyed/orders"
 	"github.com/keyedhq/keyed/outbox"
 	"github.com/keyedhq/keyed/pipeline"
+	"github.com/keyedhq/keyed/step"
 	orderflow "github.com/keyedhq/keyed/workflows/order"
 )
 
@@ -187,6 +188,32 @@ func TestChargeResponseLost(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{ordersteps.NameCharge}, scheduled, "only the charge goes through the task queue")
+}
+
+// 4b. Stripe charges but holds its answer past the first attempt's bound
+// (step.FirstAttemptTimeout): the attempt in the workflow task gives up,
+// the run schedules the charge as an activity, and that attempt's claim
+// and Stripe's idempotency key turn it into the same charge.
+func TestChargeAnsweredAfterTheFirstAttemptsBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	b.order(t, "o4b", 1250, "pm_card_visa")
+	b.stripe.Inject(fakestripe.Fault{Kind: fakestripe.FaultHoldResponse, Delay: step.FirstAttemptTimeout + 2*time.Second})
+
+	st := b.start(t, orders.NewOrderInput(b.tenant, "o4b"))
+	res, err := b.wait(t, st)
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", res.Charge.Status)
+	require.Equal(t, 1, b.stripe.Charges(), "one charge at Stripe")
+	require.Equal(t, 1, b.mail.Count())
+	var scheduled []string
+	for _, e := range b.history(t, st) {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled = append(scheduled, a.GetActivityType().GetName())
+		}
+	}
+	require.Equal(t, []string{ordersteps.NameCharge}, scheduled, "the charge went through the task queue after its first attempt")
 }
 
 // 6. A card decline fails the workflow terminally after one attempt, with
