@@ -210,6 +210,18 @@ func (b *bundle) history(t *testing.T, st *outbox.Started) []*historypb.HistoryE
 	return events
 }
 
+// scheduledActivities returns the activity type of each activity task
+// events scheduled, in order: the steps that went through the task queue.
+func scheduledActivities(events []*historypb.HistoryEvent) []string {
+	var names []string
+	for _, e := range events {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			names = append(names, a.GetActivityType().GetName())
+		}
+	}
+	return names
+}
+
 // recordHistory writes events where KEYED_RECORD_HISTORY says, as
 // `temporal workflow show --output json` does, for a replay test's
 // testdata; it does nothing when the variable is unset.

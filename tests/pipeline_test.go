@@ -78,9 +78,7 @@ func TestHappyPath(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"LocalActivity", "LocalActivity", "LocalActivity"}, markers, "the three steps ran as local activities")
-	for _, e := range events {
-		require.Nil(t, e.GetActivityTaskScheduledEventAttributes(), "an activity task")
-	}
+	require.Empty(t, scheduledActivities(events), "no step went through the task queue")
 }
 
 // 2. Ten concurrent starts of one order: one run, one charge, one email.
@@ -181,13 +179,7 @@ func TestChargeResponseLost(t *testing.T) {
 	// then scheduled the charge as an activity, which found it.
 	events := b.history(t, st)
 	recordHistory(t, events) // workflows/order/testdata/order_charge_lost_v3.json
-	var scheduled []string
-	for _, e := range events {
-		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
-			scheduled = append(scheduled, a.GetActivityType().GetName())
-		}
-	}
-	require.Equal(t, []string{ordersteps.NameCharge}, scheduled, "only the charge goes through the task queue")
+	require.Equal(t, []string{ordersteps.NameCharge}, scheduledActivities(events), "only the charge goes through the task queue")
 }
 
 // 4b. Stripe charges but holds its answer past the first attempt's bound
@@ -207,13 +199,8 @@ func TestChargeAnsweredAfterTheFirstAttemptsBound(t *testing.T) {
 	require.Equal(t, "succeeded", res.Charge.Status)
 	require.Equal(t, 1, b.stripe.Charges(), "one charge at Stripe")
 	require.Equal(t, 1, b.mail.Count())
-	var scheduled []string
-	for _, e := range b.history(t, st) {
-		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
-			scheduled = append(scheduled, a.GetActivityType().GetName())
-		}
-	}
-	require.Equal(t, []string{ordersteps.NameCharge}, scheduled, "the charge went through the task queue after its first attempt")
+	require.Equal(t, []string{ordersteps.NameCharge}, scheduledActivities(b.history(t, st)),
+		"the charge went through the task queue after its first attempt")
 }
 
 // 6. A card decline fails the workflow terminally after one attempt, with
