@@ -151,12 +151,14 @@ func newWorker(in workerIn) (worker.Worker, error) {
 		_ = in.Shutdowner.Shutdown(fx.ExitCode(1))
 	}
 	var limits []doctor.ProviderRate
+	var queued []string // providers whose first attempts go to their queue
 	popts := &pipeline.Opts{DecisionTimeout: in.Tuning.DecisionTimeout}
 	for _, l := range ProviderRates(in.Temporal.TaskQueue, in.Stripe, in.SendGrid) {
 		if l.PerSecond <= 0 {
 			continue
 		}
 		limits = append(limits, l)
+		queued = append(queued, l.Provider)
 		if popts.ProviderQueues == nil {
 			popts.ProviderQueues = map[string]string{}
 		}
@@ -169,10 +171,6 @@ func newWorker(in workerIn) (worker.Worker, error) {
 	base := slices.Clip(opts.Interceptors)
 	opts.Interceptors = append(base, shares[0])
 	w := worker.New(in.Client, in.Temporal.TaskQueue, opts)
-	var queued []string
-	for _, l := range limits {
-		queued = append(queued, l.Provider)
-	}
 	gate, err := newGate(in.Tuning, in.Registerer, queued)
 	if err != nil {
 		return nil, err
